@@ -1,0 +1,70 @@
+"""chaz_nb: agents that live inside a Jupyter kernel.
+
+``%load_ext chaz_nb`` starts the Server on the kernel's event loop. The core (store, tools,
+runtime, server) is importable and usable without IPython. Heavy modules load lazily so that
+``import chaz_nb`` and ``%load_ext chaz_nb`` stay fast.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .agents import Agent
+    from .entries import Entry, EntryType
+    from .server import RunHandle, Server
+    from .store import SessionStore
+    from .tools import Tool, ToolRegistry, tool
+
+_LAZY = {
+    "Agent": ("agents", "Agent"),
+    "Entry": ("entries", "Entry"),
+    "EntryType": ("entries", "EntryType"),
+    "Server": ("server", "Server"),
+    "RunHandle": ("server", "RunHandle"),
+    "SessionStore": ("store", "SessionStore"),
+    "Tool": ("tools", "Tool"),
+    "ToolRegistry": ("tools", "ToolRegistry"),
+    "tool": ("tools", "tool"),
+}
+
+__all__ = [*_LAZY, "current", "ask", "load_ipython_extension", "unload_ipython_extension"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(f".{module}", __name__), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'chaz_nb' has no attribute {name!r}")
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    from .notebook import extension
+
+    extension.load_ipython_extension(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    from .notebook import extension
+
+    extension.unload_ipython_extension(ipython)
+
+
+def current() -> "Server":
+    """The Server that ``%load_ext chaz_nb`` started in this kernel."""
+    from .notebook import extension
+
+    return extension.current()
+
+
+async def ask(text: str, **kwargs: Any) -> Any:
+    """``await chaz_nb.ask("@NAME text")``: the async form of ``%chaz @NAME text``."""
+    from .notebook import extension
+
+    return await extension.ask(text, **kwargs)

@@ -1,0 +1,105 @@
+"""Agent definitions and the per-run context tools can see."""
+
+from __future__ import annotations
+
+import contextvars
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    import asyncio
+
+    from .runtime import IterationBudget
+    from .server import Server
+    from .tools import ScopedTools
+
+RESERVED_NAMES = frozenset({"user", "system", "all", "everyone"})
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+
+
+class AgentError(ValueError):
+    """An agent definition that cannot be used; the message says what to change."""
+
+
+@dataclass
+class Agent:
+    """What an agent is: a model, a system prompt, the tools it may use and its limits."""
+
+    name: str
+    model: str = "chaz/echo"
+    system: str = ""
+    #: tool names or globs (``web_*``); ``None`` means every registered tool
+    tools: list[str] | None = None
+    max_iterations: int = 10
+    #: the offline ``chaz/script`` model's moves (see ``backends.script_step``)
+    script: list[Any] | None = None
+    #: spawn depth limit; ``None`` takes ``max_iterations``, as the reference does
+    max_depth: int | None = None
+    #: extra keyword arguments for ``litellm.acompletion`` (temperature, api_base, ...)
+    model_options: dict[str, Any] = field(default_factory=dict)
+    #: tools this agent may call without asking (never waives ``approval="always"``)
+    auto_approve: list[str] = field(default_factory=list)
+    #: seconds an approval request waits before it is denied; ``None`` = the server default
+    approval_timeout: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
+            raise AgentError(
+                f"agent name {self.name!r} must start with a letter and use only letters, "
+                "digits, _ or - (at most 64)"
+            )
+        if self.name.lower() in RESERVED_NAMES:
+            raise AgentError(f"agent name {self.name!r} is reserved; choose another name")
+        if not isinstance(self.model, str) or not self.model.strip():
+            raise AgentError(f"agent {self.name}: model must be a litellm model string, e.g. chaz/echo")
+        if not isinstance(self.max_iterations, int) or self.max_iterations < 1:
+            raise AgentError(f"agent {self.name}: max_iterations must be a positive integer")
+        if self.max_depth is not None and (not isinstance(self.max_depth, int) or self.max_depth < 0):
+            raise AgentError(f"agent {self.name}: max_depth must be an integer >= 0")
+        if self.tools is not None:
+            if isinstance(self.tools, str):
+                self.tools = [t.strip() for t in self.tools.split(",") if t.strip()]
+            self.tools = [str(t) for t in self.tools]
+        if self.script is not None and not isinstance(self.script, list):
+            raise AgentError(f"agent {self.name}: script must be a list of steps")
+        if self.model == "chaz/script" and self.script is None:
+            raise AgentError(f"agent {self.name}: the chaz/script model needs a script (a list of steps)")
+
+    @property
+    def call_depth_limit(self) -> int:
+        return self.max_iterations if self.max_depth is None else self.max_depth
+
+
+@dataclass
+class SpawnContext:
+    """Spawn metadata of a child session (the reference's SpawnContext)."""
+
+    call_depth: int
+    max_call_depth: int
+    parent_tools: "ScopedTools"
+    completion: "asyncio.Future[None] | None" = None
+    #: set for spawn_worker: the parent's own iteration budget, shared
+    budget: "IterationBudget | None" = None
+    parent_session: int | None = None
+    parent_run: int | None = None
+
+
+@dataclass
+class RunContext:
+    """The run a tool call belongs to (read by spawn_agent and other built-in tools)."""
+
+    server: "Server"
+    session_id: int
+    agent: Agent
+    run_id: int
+    call_depth: int
+    max_call_depth: int
+    scope: "ScopedTools"
+    budget: "IterationBudget"
+    unattended: bool = False  # no person to ask (a schedule fire)
+
+
+current_run: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(
+    "chaz_current_run", default=None
+)

@@ -1,0 +1,296 @@
+"""Model backends: litellm for every model, with the offline ``chaz/*`` models as a provider.
+
+The offline models are registered with litellm as a custom provider (``CustomLLM``) named
+``chaz``, so demos and tests go through the very ``litellm.acompletion`` call that a real
+model name (``gpt-4o-mini``, ``ollama/llama3.1``, ...) takes. litellm is imported lazily, on
+the first model call: importing it costs seconds, and loading the extension must not.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence
+
+OFFLINE_PROVIDER = "chaz"
+OFFLINE_MODELS = ("chaz/echo", "chaz/script")
+#: metadata key that carries an agent's script to the scripted model
+SCRIPT_KEY = "chaz_script"
+#: metadata key that asks the offline models for a summary (compaction)
+TASK_KEY = "chaz_task"
+
+
+@dataclass
+class ToolCallRequest:
+    id: str
+    name: str
+    arguments: str  # raw JSON text as the model sent it
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = 0.0
+
+    def add(self, other: "Usage") -> None:
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        if self.cost_usd is None or other.cost_usd is None:
+            self.cost_usd = None
+        else:
+            self.cost_usd += other.cost_usd
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "cost_usd": self.cost_usd,
+        }
+
+
+@dataclass
+class ModelReply:
+    content: str
+    tool_calls: list[ToolCallRequest] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+
+
+class ModelBackend(Protocol):
+    """What the runtime needs from a model: one chat completion."""
+
+    async def complete(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] | None = None,
+        *,
+        script: list[Any] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> ModelReply: ...
+
+
+def is_offline(model: str) -> bool:
+    return model.startswith(OFFLINE_PROVIDER + "/")
+
+
+# ------------------------------------------------------------------ litellm
+_litellm: Any = None
+
+
+def litellm_module() -> Any:
+    """Import litellm once, with the local cost map, and register the offline provider."""
+    global _litellm
+    if _litellm is None:
+        # Without this litellm fetches its price map from the network at import (slow, and
+        # it warns on a machine with no network).
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        import litellm
+
+        litellm.suppress_debug_info = True
+        handler = _offline_handler_class()()
+        if not any(p.get("provider") == OFFLINE_PROVIDER for p in litellm.custom_provider_map):
+            litellm.custom_provider_map = [
+                *litellm.custom_provider_map,
+                {"provider": OFFLINE_PROVIDER, "custom_handler": handler},
+            ]
+        _litellm = litellm
+    return _litellm
+
+
+class LiteLLMBackend:
+    """Every model through ``litellm.acompletion``; the backend is chosen by the model string."""
+
+    async def complete(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] | None = None,
+        *,
+        script: list[Any] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> ModelReply:
+        litellm = litellm_module()
+        kwargs: dict[str, Any] = dict(options or {})
+        if tools:
+            kwargs["tools"] = list(tools)
+        if is_offline(model):
+            metadata = dict(kwargs.pop("metadata", None) or {})
+            metadata[SCRIPT_KEY] = script
+            kwargs["metadata"] = metadata
+        response = await litellm.acompletion(model=model, messages=messages, **kwargs)
+        return _reply_from_response(litellm, model, response)
+
+
+def _reply_from_response(litellm: Any, model: str, response: Any) -> ModelReply:
+    message = response.choices[0].message
+    calls = [
+        ToolCallRequest(
+            id=call.id or f"call_{i}",
+            name=call.function.name or "",
+            arguments=call.function.arguments or "",
+        )
+        for i, call in enumerate(message.tool_calls or [])
+    ]
+    usage_obj = getattr(response, "usage", None)
+    usage = Usage(
+        prompt_tokens=int(getattr(usage_obj, "prompt_tokens", 0) or 0),
+        completion_tokens=int(getattr(usage_obj, "completion_tokens", 0) or 0),
+        cost_usd=0.0 if is_offline(model) else _cost(litellm, model, response),
+    )
+    return ModelReply(content=message.content or "", tool_calls=calls, usage=usage)
+
+
+def _cost(litellm: Any, model: str, response: Any) -> float | None:
+    try:
+        return float(litellm.completion_cost(completion_response=response, model=model))
+    except Exception:
+        # Models missing from litellm's price map: NULL cost, not a guess.
+        return None
+
+
+# ---------------------------------------------------------- offline models
+def approx_tokens(text: str) -> int:
+    return math.ceil(len(text) / 4) if text else 0
+
+
+def last_user_index(messages: Sequence[dict[str, Any]]) -> int:
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].get("role") == "user":
+            return i
+    return -1
+
+
+def echo_reply(messages: Sequence[dict[str, Any]]) -> str:
+    i = last_user_index(messages)
+    text = _text_of(messages[i]) if i >= 0 else ""
+    return f"echo: {text}"
+
+
+def summary_reply(messages: Sequence[dict[str, Any]]) -> str:
+    """A deterministic summary: one line per user/assistant message, shortened."""
+    lines = []
+    for m in messages:
+        if m.get("role") in ("user", "assistant"):
+            text = " ".join(_text_of(m).split())
+            lines.append(f"- {m['role']}: {text[:80]}")
+    return "Summary of earlier conversation:\n" + "\n".join(lines[-20:])
+
+
+def script_step(
+    script: Sequence[Any], messages: Sequence[dict[str, Any]], tools_offered: bool
+) -> str | list[dict[str, Any]]:
+    """What the scripted model says next: a text reply or a list of tool calls.
+
+    The position in the script is the number of assistant turns since the latest user
+    message, so each run (which starts at a user-role Message or Directive) plays the script
+    from its first step, and the same messages always give the same answer.
+    """
+    start = last_user_index(messages)
+    step = sum(1 for m in messages[start + 1 :] if m.get("role") == "assistant")
+    last_result = ""
+    for m in reversed(messages):
+        if m.get("role") == "tool":
+            last_result = _text_of(m)
+            break
+    items = list(script)
+    item = items[step] if step < len(items) else None
+    if item is None:
+        return last_result
+    if isinstance(item, str):
+        return item.replace("{result}", last_result)
+    calls = item if isinstance(item, list) else [item]
+    if not tools_offered:
+        # A forced final answer (no tools offered): the next text of the script.
+        for later in items[step:]:
+            if isinstance(later, str):
+                return later.replace("{result}", last_result)
+        return last_result
+    out = []
+    for call in calls:
+        if not isinstance(call, dict) or "tool" not in call:
+            raise ValueError(
+                f"script step {step + 1}: expected a string, {{\"tool\": NAME, \"args\": {{...}}}} "
+                f"or a list of those, got {call!r}"
+            )
+        out.append({"name": call["tool"], "arguments": call.get("args", {})})
+    return out
+
+
+def _text_of(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts
+        return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return "" if content is None else str(content)
+
+
+def _offline_handler_class() -> type:
+    from litellm import CustomLLM, ModelResponse
+
+    class OfflineModels(CustomLLM):
+        """``chaz/echo`` and ``chaz/script``: deterministic models with no network."""
+
+        def _respond(self, model: str, messages: list, optional_params: dict, litellm_params: dict) -> Any:
+            metadata = (litellm_params or {}).get("metadata") or {}
+            tools_offered = bool(optional_params.get("tools"))
+            name = model.split("/", 1)[-1]
+            if metadata.get(TASK_KEY) == "summarize":
+                result: Any = summary_reply(messages)
+            elif name == "echo":
+                result = echo_reply(messages)
+            elif name == "script":
+                result = script_step(metadata.get(SCRIPT_KEY) or [], messages, tools_offered)
+            else:
+                raise ValueError(
+                    f"unknown offline model chaz/{name}; offline models: {', '.join(OFFLINE_MODELS)}"
+                )
+            prompt = sum(approx_tokens(_text_of(m)) for m in messages)
+            if isinstance(result, str):
+                message: dict[str, Any] = {"role": "assistant", "content": result}
+                finish = "stop"
+                completion = approx_tokens(result)
+            else:
+                base = sum(1 for m in messages if m.get("role") == "assistant")
+                tool_calls = [
+                    {
+                        "id": f"call_{base + 1}_{i + 1}",
+                        "type": "function",
+                        "function": {
+                            "name": c["name"],
+                            "arguments": c["arguments"]
+                            if isinstance(c["arguments"], str)
+                            else json.dumps(c["arguments"]),
+                        },
+                    }
+                    for i, c in enumerate(result)
+                ]
+                message = {"role": "assistant", "content": None, "tool_calls": tool_calls}
+                finish = "tool_calls"
+                completion = sum(approx_tokens(t["function"]["arguments"]) + 4 for t in tool_calls)
+            return ModelResponse(
+                model=model,
+                choices=[{"index": 0, "message": message, "finish_reason": finish}],
+                usage={
+                    "prompt_tokens": prompt,
+                    "completion_tokens": completion,
+                    "total_tokens": prompt + completion,
+                },
+            )
+
+        def completion(self, model, messages, api_base, custom_prompt_dict, model_response,
+                       print_verbose, encoding, api_key, logging_obj, optional_params,
+                       acompletion=None, litellm_params=None, logger_fn=None, headers={},
+                       timeout=None, client=None):  # noqa: B006 - litellm's signature
+            return self._respond(model, messages, optional_params, litellm_params)
+
+        async def acompletion(self, model, messages, api_base, custom_prompt_dict, model_response,
+                              print_verbose, encoding, api_key, logging_obj, optional_params,
+                              acompletion=None, litellm_params=None, logger_fn=None, headers={},
+                              timeout=None, client=None):  # noqa: B006 - litellm's signature
+            return self._respond(model, messages, optional_params, litellm_params)
+
+    return OfflineModels

@@ -1,0 +1,120 @@
+"""Entry types of the Session Messaging Primitive and how they enter the LLM context.
+
+This module knows nothing about storage or IPython: it is the vocabulary every other layer
+shares.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import Enum
+from typing import Any, Iterable
+
+
+class EntryType(str, Enum):
+    """The nine entry types, stored by their reference names."""
+
+    MESSAGE = "Message"
+    DIRECTIVE = "Directive"
+    TOOL_CALL = "ToolCall"
+    TOOL_RESULT = "ToolResult"
+    ACK = "Ack"
+    ERROR = "Error"
+    SUMMARY = "Summary"
+    APPROVAL_REQUEST = "ApprovalRequest"
+    APPROVAL_DECISION = "ApprovalDecision"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: Entry types that start an agent run when written (Message only from a non-agent sender).
+TRIGGER_TYPES = frozenset({EntryType.MESSAGE, EntryType.DIRECTIVE})
+#: Entry types the LLM sees; a Summary is the boundary where the context starts.
+CONTEXT_TYPES = frozenset({EntryType.MESSAGE, EntryType.DIRECTIVE, EntryType.SUMMARY})
+
+SUMMARY_PREFIX = "Summary of the conversation so far:\n"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One committed row of a session log."""
+
+    id: int
+    session_id: int
+    seq: int
+    entry_type: EntryType
+    sender: str
+    content: str
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    payload: dict[str, Any] = field(default_factory=dict)
+    created_at: datetime | None = None
+
+    @property
+    def run_id(self) -> int | None:
+        return self.payload.get("run_id")
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-safe dict (``type`` for the entry type, ISO ``created_at``)."""
+        return {
+            "id": self.id,
+            "session_id": self.session_id,
+            "seq": self.seq,
+            "type": self.entry_type.value,
+            "sender": self.sender,
+            "content": self.content,
+            "tool_call_id": self.tool_call_id,
+            "tool_name": self.tool_name,
+            "payload": json.loads(json.dumps(self.payload, default=str)),
+            "created_at": self.created_at.isoformat() if self.created_at else None,
+        }
+
+    def one_line(self, width: int = 100) -> str:
+        """``#seq Type sender: content`` on one line, cut to ``width``."""
+        text = " ".join(self.content.split())
+        line = f"#{self.seq} {self.entry_type.value} {self.sender}: {text}"
+        return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def context_slice(entries: Iterable[Entry]) -> list[Entry]:
+    """The entries from the latest Summary on (the whole log when there is none)."""
+    entries = list(entries)
+    for i in range(len(entries) - 1, -1, -1):
+        if entries[i].entry_type is EntryType.SUMMARY:
+            return entries[i:]
+    return entries
+
+
+def build_context(
+    entries: Iterable[Entry],
+    agent_name: str,
+    system: str = "",
+    label_other_agents: frozenset[str] | set[str] = frozenset(),
+) -> list[dict[str, Any]]:
+    """OpenAI-format messages for ``agent_name`` from a session log.
+
+    As in the reference: Message and Directive are in context, the session agent's own
+    Messages with the assistant role and every other Message or Directive with the user role;
+    the context starts at the latest Summary; ToolCall/ToolResult/Ack/Error and the approval
+    control entries are audit only. Messages from senders in ``label_other_agents`` (other
+    agents in a shared session) are prefixed with their sender so the model knows who spoke.
+    """
+    messages: list[dict[str, Any]] = []
+    if system:
+        messages.append({"role": "system", "content": system})
+    for entry in context_slice(entries):
+        if entry.entry_type is EntryType.SUMMARY:
+            messages.append({"role": "user", "content": SUMMARY_PREFIX + entry.content})
+        elif entry.entry_type is EntryType.DIRECTIVE:
+            messages.append({"role": "user", "content": entry.content})
+        elif entry.entry_type is EntryType.MESSAGE:
+            if entry.sender == agent_name:
+                messages.append({"role": "assistant", "content": entry.content})
+            elif entry.sender in label_other_agents:
+                messages.append({"role": "user", "content": f"[@{entry.sender}] {entry.content}"})
+            else:
+                messages.append({"role": "user", "content": entry.content})
+    return messages

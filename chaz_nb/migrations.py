@@ -1,0 +1,96 @@
+"""Forward-only schema migrations for the session store.
+
+An append-only list of named functions; the table ``_chaz_migrations`` records which ran.
+Each migration and its record are committed in one transaction, so a crash mid-upgrade
+leaves the file at the previous version, never half-migrated. Never edit or reorder a
+migration that has shipped: add a new one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import duckdb
+
+MigrationFn = Callable[[duckdb.DuckDBPyConnection], None]
+
+
+@dataclass(frozen=True)
+class Migration:
+    name: str
+    apply: MigrationFn
+
+
+def _m001_sessions_entries(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(
+        """
+        CREATE TABLE sessions (
+            id BIGINT PRIMARY KEY,
+            agent VARCHAR NOT NULL,
+            kind VARCHAR NOT NULL,
+            parent_id BIGINT,
+            depth INTEGER NOT NULL DEFAULT 0,
+            created_at TIMESTAMP NOT NULL
+        )
+        """
+    )
+    con.execute(
+        """
+        CREATE TABLE entries (
+            id BIGINT PRIMARY KEY,
+            session_id BIGINT NOT NULL,
+            seq BIGINT NOT NULL,
+            entry_type VARCHAR NOT NULL,
+            sender VARCHAR NOT NULL,
+            content VARCHAR NOT NULL DEFAULT '',
+            tool_call_id VARCHAR,
+            tool_name VARCHAR,
+            payload JSON,
+            created_at TIMESTAMP NOT NULL
+        )
+        """
+    )
+    con.execute("CREATE UNIQUE INDEX entries_session_seq ON entries (session_id, seq)")
+
+
+def _m002_session_title_metadata(con: duckdb.DuckDBPyConnection) -> None:
+    # Rooms keep their members and schedules their owner in session metadata.
+    con.execute("ALTER TABLE sessions ADD COLUMN title VARCHAR")
+    con.execute("ALTER TABLE sessions ADD COLUMN metadata JSON")
+
+
+MIGRATIONS: list[Migration] = [
+    Migration("001_sessions_entries", _m001_sessions_entries),
+    Migration("002_session_title_metadata", _m002_session_title_metadata),
+]
+
+
+def apply_migrations(con: duckdb.DuckDBPyConnection, migrations: Sequence[Migration]) -> int:
+    """Apply the migrations not yet recorded; return the schema version (migrations applied)."""
+    con.execute(
+        "CREATE TABLE IF NOT EXISTS _chaz_migrations (name VARCHAR PRIMARY KEY, applied_at TIMESTAMP)"
+    )
+    applied = {row[0] for row in con.execute("SELECT name FROM _chaz_migrations").fetchall()}
+    known = {m.name for m in migrations}
+    unknown = sorted(applied - known)
+    if unknown:
+        raise RuntimeError(
+            f"this session database was written by a newer chaz_nb (migration {unknown[-1]}); "
+            "upgrade chaz_nb to open it"
+        )
+    for migration in migrations:
+        if migration.name in applied:
+            continue
+        con.execute("BEGIN TRANSACTION")
+        try:
+            migration.apply(con)
+            con.execute(
+                "INSERT INTO _chaz_migrations VALUES (?, current_timestamp::TIMESTAMP)",
+                [migration.name],
+            )
+            con.execute("COMMIT")
+        except Exception:
+            con.execute("ROLLBACK")
+            raise
+    return len(migrations)

@@ -1,0 +1,257 @@
+"""The ReAct loop: model call, tool calls, results fed back, until a final answer.
+
+The runtime knows nothing of the store: it reports what it does through an optional
+``asyncio.Queue`` of RuntimeEvents, which the server's event writer turns into ToolCall and
+ToolResult entries while the loop goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence
+
+from .backends import ModelBackend, ModelReply, ToolCallRequest, Usage
+from .tools import ScopedTools, ToolError, parse_arguments
+
+FORCE_FINAL_NOTE = (
+    "You have used all your steps. Do not call tools; answer now with what you have."
+)
+LOOP_NOTE = (
+    "You called the same tool with the same arguments three times in a row. Do not call "
+    "tools again; answer now with what you have."
+)
+LOOP_REPEATS = 3
+
+
+# ---------------------------------------------------------------- events
+@dataclass(frozen=True)
+class ToolCallEvent:
+    id: str
+    name: str
+    arguments: Any  # dict, or the raw text when it was not valid JSON
+
+
+@dataclass(frozen=True)
+class ToolResultEvent:
+    id: str
+    name: str
+    output: str
+    is_error: bool
+    duration_ms: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class RuntimeEvent:
+    """Namespace mirroring the reference's ``enum RuntimeEvent { ToolCall, ToolResult }``."""
+
+    ToolCall = ToolCallEvent
+    ToolResult = ToolResultEvent
+
+
+# --------------------------------------------------------------- tool side
+@dataclass
+class ToolOutcome:
+    output: str
+    is_error: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class ToolExecutor(Protocol):
+    """What the loop needs to run tools: their schemas and a way to call one."""
+
+    def schemas(self) -> list[dict[str, Any]]: ...
+
+    async def call(self, call_id: str, name: str, arguments: dict[str, Any]) -> ToolOutcome: ...
+
+
+class ScopedToolExecutor:
+    """Runs tools of a scope with a per-call timeout; any failure becomes an error result."""
+
+    def __init__(self, scope: ScopedTools, timeout: float = 60.0) -> None:
+        self.scope = scope
+        self.timeout = timeout
+
+    def schemas(self) -> list[dict[str, Any]]:
+        return self.scope.schemas()
+
+    async def call(self, call_id: str, name: str, arguments: dict[str, Any]) -> ToolOutcome:
+        try:
+            t = self.scope.get(name)
+            result = await asyncio.wait_for(t.run(arguments), self.timeout)
+        except ToolError as exc:
+            return ToolOutcome(str(exc), is_error=True)
+        except asyncio.TimeoutError:
+            return ToolOutcome(f"{name} timed out after {self.timeout:g} s", is_error=True)
+        except Exception as exc:  # the tool's own failure is data for the model
+            return ToolOutcome(f"{type(exc).__name__}: {exc}", is_error=True)
+        if isinstance(result, ToolOutcome):
+            return result
+        return ToolOutcome(format_output(result))
+
+
+def format_output(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    try:
+        return json.dumps(value, default=str, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+# ----------------------------------------------------------------- budget
+class IterationBudget:
+    """Model calls left to a run; shared by a parent and its spawn_worker helpers."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.remaining = limit
+
+    def take(self) -> bool:
+        if self.remaining <= 0:
+            return False
+        self.remaining -= 1
+        return True
+
+
+@dataclass
+class RunResult:
+    content: str
+    usage: Usage
+    steps: int
+    stop_reason: str  # "final" | "max_iterations" | "loop_detected"
+
+
+class ModelCallError(Exception):
+    """A model call failed; carries what the run had used before it."""
+
+    def __init__(self, reason: str, usage: Usage, steps: int) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.usage = usage
+        self.steps = steps
+
+
+def one_line_reason(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    name = type(exc).__name__
+    reason = text if text.startswith(name) else f"{name}: {text}"
+    return reason if len(reason) <= 300 else reason[:299] + "…"
+
+
+# ------------------------------------------------------------------- loop
+async def execute(
+    *,
+    model: str,
+    messages: Sequence[dict[str, Any]],
+    backend: ModelBackend,
+    tools: ToolExecutor | None = None,
+    events: asyncio.Queue | None = None,
+    budget: IterationBudget | int = 10,
+    script: list[Any] | None = None,
+    options: dict[str, Any] | None = None,
+    limiter: asyncio.Semaphore | None = None,
+) -> RunResult:
+    """Run the ReAct loop and return the final answer with the usage of every call."""
+    if isinstance(budget, int):
+        budget = IterationBudget(budget)
+    history: list[dict[str, Any]] = list(messages)
+    usage = Usage()
+    steps = 0
+    last_key: tuple[str, str] | None = None
+    repeats = 0
+    schemas = tools.schemas() if tools is not None else []
+
+    async def call_model(offer_tools: bool) -> ModelReply:
+        nonlocal steps
+        try:
+            async with limiter if limiter is not None else contextlib.nullcontext():
+                reply = await backend.complete(
+                    model,
+                    history,
+                    schemas if offer_tools and schemas else None,
+                    script=script,
+                    options=options,
+                )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            raise ModelCallError(one_line_reason(exc), usage, steps) from exc
+        steps += 1
+        usage.add(reply.usage)
+        return reply
+
+    async def final(note: str, reason: str) -> RunResult:
+        history.append({"role": "system", "content": note})
+        reply = await call_model(offer_tools=False)
+        return RunResult(reply.content, usage, steps, reason)
+
+    while True:
+        if not budget.take():
+            return await final(FORCE_FINAL_NOTE, "max_iterations")
+        reply = await call_model(offer_tools=True)
+        if not reply.tool_calls:  # branch on tool_calls, never on finish_reason
+            return RunResult(reply.content, usage, steps, "final")
+        history.append(_assistant_message(reply))
+        looped = False
+        planned: list[tuple[ToolCallRequest, dict[str, Any] | None, str | None]] = []
+        for call in reply.tool_calls:
+            try:
+                args: dict[str, Any] | None = parse_arguments(call.arguments)
+                problem = None
+            except ToolError as exc:
+                args, problem = None, f"{call.name}: {exc}"
+            key = (call.name, json.dumps(args, sort_keys=True, default=str) if args is not None else call.arguments)
+            repeats = repeats + 1 if key == last_key else 1
+            last_key = key
+            if repeats >= LOOP_REPEATS and problem is None:
+                problem = f"loop detected: {call.name} called {LOOP_REPEATS} times in a row with the same arguments"
+                looped = True
+            planned.append((call, args, problem))
+            if events is not None:
+                await events.put(ToolCallEvent(call.id, call.name, args if args is not None else call.arguments))
+
+        async def run_one(call: ToolCallRequest, args: dict[str, Any] | None, problem: str | None) -> ToolOutcome:
+            started = time.perf_counter()
+            if problem is not None or tools is None:
+                outcome = ToolOutcome(problem or f"unknown tool {call.name!r}; no tools available", True)
+            else:
+                outcome = await tools.call(call.id, call.name, args or {})
+            if events is not None:
+                await events.put(
+                    ToolResultEvent(
+                        call.id,
+                        call.name,
+                        outcome.output,
+                        outcome.is_error,
+                        (time.perf_counter() - started) * 1000,
+                        outcome.extra,
+                    )
+                )
+            return outcome
+
+        outcomes = await asyncio.gather(*(run_one(*p) for p in planned))
+        for (call, _, _), outcome in zip(planned, outcomes):
+            history.append({"role": "tool", "tool_call_id": call.id, "content": outcome.output})
+        if looped:
+            return await final(LOOP_NOTE, "loop_detected")
+
+
+def _assistant_message(reply: ModelReply) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": reply.content or None,
+        "tool_calls": [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments},
+            }
+            for c in reply.tool_calls
+        ],
+    }

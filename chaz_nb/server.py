@@ -1,0 +1,455 @@
+"""The Server: reacts to entry writes and runs agents (the reference's process_session).
+
+Every invocation is a write: a Message from a non-agent sender or any Directive starts the
+session's agent; everything else is ignored, so the server never re-triggers on its own
+replies. One run at a time per session; a trigger that arrives during a run queues one
+follow-up run on the updated context.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from . import spawn as spawn_tools
+from .agents import Agent, AgentError, RunContext, SpawnContext, current_run
+from .backends import LiteLLMBackend, ModelBackend
+from .entries import Entry, EntryType, build_context
+from .runtime import (
+    IterationBudget,
+    ModelCallError,
+    RunResult,
+    ScopedToolExecutor,
+    ToolCallEvent,
+    ToolExecutor,
+    ToolResultEvent,
+    execute,
+    one_line_reason,
+)
+from .store import NewEntry, SessionStore
+from .tools import ToolRegistry
+
+log = logging.getLogger(__name__)
+
+DISPLAY_LIMIT = 500  # characters of a tool result shown in a ToolResult entry's content
+
+
+class ServerError(Exception):
+    """A server request that cannot be served; the message says what to do."""
+
+
+class RunHandle:
+    """A triggered run: ``await handle.wait()`` gives its reply or Error entry (None if silent)."""
+
+    def __init__(self, trigger: Entry, future: "asyncio.Future[Entry | None]") -> None:
+        self.trigger = trigger
+        self.future = future
+
+    @property
+    def session_id(self) -> int:
+        return self.trigger.session_id
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    async def wait(self) -> Entry | None:
+        return await asyncio.shield(self.future)
+
+    def __repr__(self) -> str:
+        state = "done" if self.done() else "running"
+        return f"<RunHandle session={self.session_id} trigger={self.trigger.id} {state}>"
+
+
+@dataclass
+class _SessionState:
+    """What the server knows of a session with a run in flight."""
+
+    task: asyncio.Task | None = None
+    run_id: int | None = None
+    futures: list[asyncio.Future] = field(default_factory=list)
+    queued: Entry | None = None
+    queued_futures: list[asyncio.Future] = field(default_factory=list)
+    parked: int = 0  # open approval requests of the current run
+
+
+class Server:
+    """Runs agents in response to entries written to a SessionStore."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        agents: Iterable[Agent] | Mapping[str, Agent] = (),
+        tools: ToolRegistry | None = None,
+        *,
+        backend: ModelBackend | None = None,
+        max_concurrent_calls: int = 10,
+        tool_timeout: float = 60.0,
+    ) -> None:
+        self.store = store
+        self.tools = tools if tools is not None else ToolRegistry()
+        handle = getattr(self.tools, "spawn_handle", None) or spawn_tools.install(self.tools)
+        handle.set(self)
+        self.backend: ModelBackend = backend or LiteLLMBackend()
+        self.agents: dict[str, Agent] = {}
+        for agent in agents.values() if isinstance(agents, Mapping) else agents:
+            self.define_agent(agent)
+        self.tool_timeout = tool_timeout
+        self.max_concurrent_calls = max_concurrent_calls
+        self._limiter: asyncio.Semaphore | None = None
+        self._states: dict[int, _SessionState] = {}
+        self._handles: dict[int, RunHandle] = {}  # trigger entry id -> handle, while in flight
+        self._spawn: dict[int, SpawnContext] = {}
+        self._completions: dict[int, asyncio.Future] = {}
+        self._current: dict[str, int] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopped = False
+        self._unsubscribe = store.subscribe(self.process_session)
+
+    # ------------------------------------------------------------ agents
+    def define_agent(self, agent: Agent) -> Agent:
+        """Define or redefine an agent (a redefinition applies from its next run)."""
+        if not isinstance(agent, Agent):
+            raise AgentError("define_agent takes a chaz_nb.Agent")
+        self.agents[agent.name] = agent
+        return agent
+
+    def agent(self, name: str) -> Agent:
+        try:
+            return self.agents[name]
+        except KeyError:
+            known = ", ".join(sorted(self.agents)) or "none"
+            raise ServerError(f"unknown agent {name!r}; known agents: {known}") from None
+
+    # ---------------------------------------------------------- sessions
+    def new_session(self, agent_name: str) -> int:
+        """Start a fresh chat session with an agent and make it the agent's current one."""
+        self.agent(agent_name)
+        session_id = self.store.create_session(agent_name, "chat")
+        self._current[agent_name] = session_id
+        return session_id
+
+    def current_session(self, agent_name: str) -> int:
+        """The agent's current chat session (created on first use)."""
+        self.agent(agent_name)
+        if agent_name not in self._current:
+            return self.new_session(agent_name)
+        return self._current[agent_name]
+
+    def register_child_session(
+        self, agent_name: str, kind: str, spawn: SpawnContext
+    ) -> tuple[int, "asyncio.Future[None]"]:
+        """Create a child session for a spawn; return its id and the completion future."""
+        self.agent(agent_name)
+        session_id = self.store.create_session(
+            agent_name, kind, parent_id=spawn.parent_session, depth=spawn.call_depth
+        )
+        completion = self._get_loop().create_future()
+        spawn.completion = completion
+        self._spawn[session_id] = spawn
+        self._completions[session_id] = completion
+        return session_id, completion
+
+    # ------------------------------------------------------------ writes
+    def post(
+        self,
+        session_id: int,
+        entry_type: EntryType | str,
+        content: str,
+        sender: str = "user",
+        payload: dict[str, Any] | None = None,
+    ) -> RunHandle | None:
+        """Write an entry; return the handle of the run it triggers, if it triggers one."""
+        entry = self.store.append(session_id, entry_type, sender, content, payload=payload)
+        return self._handles.get(entry.id)
+
+    async def send(
+        self,
+        session_id: int,
+        content: str,
+        sender: str = "user",
+        payload: dict[str, Any] | None = None,
+    ) -> RunHandle:
+        """Write a Message and return the run it starts."""
+        handle = self.post(session_id, EntryType.MESSAGE, content, sender, payload)
+        if handle is None:
+            raise ServerError(
+                f"a Message from {sender!r} starts no run (agents do not trigger themselves)"
+            )
+        return handle
+
+    # ---------------------------------------------------- process_session
+    def triggers_run(self, entry: Entry) -> bool:
+        """The reference's decision: act on a Directive, or a Message from a non-agent."""
+        if entry.entry_type is EntryType.DIRECTIVE:
+            return True
+        return entry.entry_type is EntryType.MESSAGE and entry.sender not in self.agents
+
+    def process_session(self, entry: Entry) -> None:
+        """on_write callback: start (or queue) the session's agent when the entry calls for it."""
+        if self._stopped or not self.triggers_run(entry):
+            return
+        loop = self._get_loop()
+        future: asyncio.Future = loop.create_future()
+        self._handles[entry.id] = RunHandle(entry, future)
+        state = self._states.get(entry.session_id)
+        if state is not None:
+            # Busy: one more run after this one, on the updated context, answers it.
+            state.queued = entry
+            state.queued_futures.append(future)
+            return
+        state = _SessionState(futures=[future])
+        self._states[entry.session_id] = state
+        state.task = loop.create_task(
+            self._session_loop(entry.session_id, entry), name=f"chaz-session-{entry.session_id}"
+        )
+
+    async def _session_loop(self, session_id: int, trigger: Entry) -> None:
+        state = self._states[session_id]
+        try:
+            while True:
+                try:
+                    outcome = await self._run_once(session_id, trigger)
+                except asyncio.CancelledError:
+                    outcome = None
+                    self._resolve(state.futures + state.queued_futures, None)
+                    raise
+                self._resolve(state.futures, outcome)
+                if state.queued is None:
+                    break
+                trigger, state.queued = state.queued, None
+                state.futures, state.queued_futures = state.queued_futures, []
+                state.run_id = None
+        finally:
+            self._forget_handles(state.futures + state.queued_futures)
+            self._states.pop(session_id, None)
+            self._spawn.pop(session_id, None)
+            completion = self._completions.pop(session_id, None)
+            if completion is not None and not completion.done():
+                completion.set_result(None)
+
+    def _resolve(self, futures: list[asyncio.Future], outcome: Entry | None) -> None:
+        for f in futures:
+            if not f.done():
+                f.set_result(outcome)
+        self._forget_handles(futures)
+
+    def _forget_handles(self, futures: list[asyncio.Future]) -> None:
+        for trigger_id in [k for k, h in self._handles.items() if h.future in futures]:
+            del self._handles[trigger_id]
+
+    # --------------------------------------------------------------- run
+    async def _run_once(self, session_id: int, trigger: Entry) -> Entry | None:
+        session = self.store.session(session_id)
+        agent = self.agents.get(session.agent)
+        if agent is None:
+            return self.store.append(
+                session_id,
+                EntryType.ERROR,
+                "system",
+                f"unknown agent {session.agent!r}; define it before writing to its session",
+            )
+        spawn = self._spawn.get(session_id)
+        ack = self.store.append(
+            session_id,
+            EntryType.ACK,
+            agent.name,
+            f"{agent.name} is working",
+            payload={"trigger_id": trigger.id, "trigger_type": trigger.entry_type.value, "model": agent.model,
+                     "parent_run": spawn.parent_run if spawn else None},
+        )
+        run_id = ack.id
+        self._states[session_id].run_id = run_id
+        if spawn is not None:
+            scope = self.tools.scope(agent.tools, parent=spawn.parent_tools)
+            call_depth, max_depth = spawn.call_depth, spawn.max_call_depth
+            budget = spawn.budget or IterationBudget(agent.max_iterations)
+        else:
+            scope = self.tools.scope(agent.tools)
+            call_depth, max_depth = 0, agent.call_depth_limit
+            budget = IterationBudget(agent.max_iterations)
+        ctx = RunContext(
+            server=self,
+            session_id=session_id,
+            agent=agent,
+            run_id=run_id,
+            call_depth=call_depth,
+            max_call_depth=max_depth,
+            scope=scope,
+            budget=budget,
+        )
+        token = current_run.set(ctx)
+        try:
+            messages = build_context(self.store.entries(session_id), agent.name, agent.system)
+            return await self._execute_and_record(ctx, messages)
+        finally:
+            current_run.reset(token)
+
+    async def _execute_and_record(self, ctx: RunContext, messages: list[dict[str, Any]]) -> Entry | None:
+        agent, session_id, run_id = ctx.agent, ctx.session_id, ctx.run_id
+        events: asyncio.Queue = asyncio.Queue()
+        writer = asyncio.get_running_loop().create_task(
+            self._write_events(session_id, agent.name, run_id, events)
+        )
+        base = {"run_id": run_id, "model": agent.model}
+        try:
+            result: RunResult = await execute(
+                model=agent.model,
+                messages=messages,
+                backend=self.backend,
+                tools=self.make_executor(ctx),
+                events=events,
+                budget=ctx.budget,
+                script=agent.script,
+                options=agent.model_options or None,
+                limiter=self._get_limiter(),
+            )
+        except asyncio.CancelledError:
+            await self._drain(events, writer)
+            self.store.append(
+                session_id, EntryType.ERROR, agent.name, "interrupted: run cancelled", payload=base
+            )
+            raise
+        except ModelCallError as exc:
+            await self._drain(events, writer)
+            return self.store.append(
+                session_id,
+                EntryType.ERROR,
+                agent.name,
+                f"model call failed: {exc.reason}",
+                payload={**base, **exc.usage.to_json(), "steps": exc.steps},
+            )
+        except Exception as exc:  # a bug must not lose the run's trail: record it
+            log.exception("run %s in session %s failed", run_id, session_id)
+            await self._drain(events, writer)
+            return self.store.append(
+                session_id, EntryType.ERROR, agent.name, one_line_reason(exc), payload=base
+            )
+        await self._drain(events, writer)
+        if not result.content.strip():
+            return None  # a silent turn writes no Message
+        return self.store.append(
+            session_id,
+            EntryType.MESSAGE,
+            agent.name,
+            result.content,
+            payload={**base, **result.usage.to_json(), "steps": result.steps, "stop_reason": result.stop_reason},
+        )
+
+    def make_executor(self, ctx: RunContext) -> ToolExecutor:
+        """The tool executor for a run (the approval proxy wraps this)."""
+        return ScopedToolExecutor(ctx.scope, self.tool_timeout)
+
+    async def _drain(self, events: asyncio.Queue, writer: asyncio.Task) -> None:
+        await events.put(None)
+        try:
+            await asyncio.shield(writer)
+        except Exception:
+            log.exception("event writer failed")
+
+    async def _write_events(self, session_id: int, sender: str, run_id: int, events: asyncio.Queue) -> None:
+        """Turn runtime events into ToolCall/ToolResult entries, batching what is queued."""
+        done = False
+        while not done:
+            batch = [await events.get()]
+            while not events.empty():
+                batch.append(events.get_nowait())
+            items = []
+            for event in batch:
+                if event is None:
+                    done = True
+                    continue
+                items.append(self._event_entry(session_id, sender, run_id, event))
+            if items:
+                try:
+                    self.store.append_many(items)
+                except Exception:
+                    log.exception("could not write tool events of run %s", run_id)
+
+    @staticmethod
+    def _event_entry(session_id: int, sender: str, run_id: int, event: Any) -> NewEntry:
+        if isinstance(event, ToolCallEvent):
+            args = event.arguments
+            shown = json.dumps(args, ensure_ascii=False, default=str) if not isinstance(args, str) else args
+            return NewEntry(
+                session_id,
+                EntryType.TOOL_CALL,
+                sender,
+                f"{event.name}({shown})",
+                tool_call_id=event.id,
+                tool_name=event.name,
+                payload={"run_id": run_id, "arguments": args},
+            )
+        assert isinstance(event, ToolResultEvent)
+        output = event.output
+        shown = output if len(output) <= DISPLAY_LIMIT else output[: DISPLAY_LIMIT - 1] + "…"
+        return NewEntry(
+            session_id,
+            EntryType.TOOL_RESULT,
+            sender,
+            f"{event.name}: {shown}",
+            tool_call_id=event.id,
+            tool_name=event.name,
+            payload={
+                "run_id": run_id,
+                "output": output,
+                "is_error": event.is_error,
+                "duration_ms": round(event.duration_ms, 3),
+                **event.extra,
+            },
+        )
+
+    # ------------------------------------------------------------ status
+    def is_busy(self, session_id: int) -> bool:
+        return session_id in self._states
+
+    def session_status(self, session_id: int) -> str:
+        """``idle``, ``running`` or ``parked`` (waiting for a person)."""
+        state = self._states.get(session_id)
+        if state is None:
+            return "idle"
+        return "parked" if state.parked else "running"
+
+    def running_sessions(self) -> list[int]:
+        return sorted(self._states)
+
+    async def wait_idle(self, timeout: float | None = None) -> None:
+        """Wait until no session has a run in flight (tests, unload)."""
+        async def _wait() -> None:
+            while self._states:
+                tasks = [s.task for s in self._states.values() if s.task is not None]
+                await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.wait_for(_wait(), timeout)
+
+    # ---------------------------------------------------------- lifecycle
+    def attach_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Run agents on ``loop`` (the kernel's); by default the loop running at first use."""
+        self._loop = loop
+
+    def _get_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None or self._loop.is_closed():
+            try:
+                self._loop = asyncio.get_running_loop()
+            except RuntimeError:
+                raise ServerError(
+                    "the chaz_nb server needs a running asyncio event loop; "
+                    "call it from async code or attach_loop() first"
+                ) from None
+        return self._loop
+
+    def _get_limiter(self) -> asyncio.Semaphore:
+        if self._limiter is None:
+            self._limiter = asyncio.Semaphore(self.max_concurrent_calls)
+        return self._limiter
+
+    async def stop(self) -> None:
+        """Stop reacting to writes and cancel every run (each records an Error entry)."""
+        self._stopped = True
+        self._unsubscribe()
+        tasks = [s.task for s in self._states.values() if s.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+

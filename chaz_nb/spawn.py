@@ -1,0 +1,138 @@
+"""spawn_agent and spawn_worker: child agents through the same entry-write path.
+
+The tools are registered before the Server exists and reach it through a ``LateBound``
+handle set exactly once (the reference's ``Arc<OnceLock<Arc<Server>>>``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+from .agents import SpawnContext, current_run
+from .entries import EntryType
+from .tools import ToolError, ToolRegistry, tool
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .server import Server
+
+T = TypeVar("T")
+
+NO_RESPONSE = "No response"
+
+
+class LateBoundError(RuntimeError):
+    pass
+
+
+class LateBound(Generic[T]):
+    """A value set exactly once, after the objects that hold it were built."""
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+        self._value: T | None = None
+
+    def set(self, value: T) -> None:
+        if self._value is not None:
+            raise LateBoundError(
+                f"{self._what} is already bound to another server; "
+                "give each Server its own ToolRegistry"
+            )
+        self._value = value
+
+    def get(self) -> T:
+        if self._value is None:
+            raise LateBoundError(f"{self._what} is used before a Server was built with this registry")
+        return self._value
+
+    @property
+    def is_set(self) -> bool:
+        return self._value is not None
+
+
+def install(registry: ToolRegistry) -> LateBound["Server"]:
+    """Register spawn_agent and spawn_worker in ``registry``; return the handle to bind."""
+    handle: LateBound[Server] = LateBound("the spawn_agent tool's server handle")
+
+    @tool(in_thread=False)
+    async def spawn_agent(agent: str, task: str, context: str | None = None, async_: bool = False) -> str:
+        """Start another agent on a task in a child session and return its reply.
+
+        Args:
+            agent: name of the agent to run
+            task: what the agent should do
+            context: background the agent needs (added after the task)
+            async_: when true, return at once and let the child run in the background
+        """
+        ctx = _run_context("spawn_agent")
+        server = handle.get()
+        if agent not in server.agents:
+            raise ToolError(f"unknown agent {agent!r}; known agents: {', '.join(sorted(server.agents))}")
+        child = server.agents[agent]
+        spawn = _child_spawn_context(ctx, max_depth=child.call_depth_limit, parent_tools=ctx.scope)
+        directive = task if not context else f"{task}\n\nContext:\n{context}"
+        return await _run_child(server, ctx, agent, "child", spawn, directive, async_)
+
+    @tool(in_thread=False)
+    async def spawn_worker(task: str, tools: list[str] | None = None) -> str:
+        """Run a helper copy of yourself on a sub-task, with fewer tools, sharing your step budget.
+
+        Args:
+            task: what the helper should do
+            tools: tool names (or globs) the helper may use, within your own; default all of yours
+        """
+        ctx = _run_context("spawn_worker")
+        server = handle.get()
+        spawn = _child_spawn_context(
+            ctx, max_depth=ctx.max_call_depth, parent_tools=ctx.scope.narrow(tools)
+        )
+        spawn.budget = ctx.budget
+        return await _run_child(server, ctx, ctx.agent.name, "worker", spawn, task, False)
+
+    registry.register(spawn_agent)
+    registry.register(spawn_worker)
+    registry.spawn_handle = handle  # type: ignore[attr-defined]
+    return handle
+
+
+def _run_context(tool_name: str):
+    ctx = current_run.get()
+    if ctx is None:
+        raise ToolError(f"{tool_name} can only be called by an agent during a run")
+    return ctx
+
+
+def _child_spawn_context(ctx, *, max_depth: int, parent_tools) -> SpawnContext:
+    depth = ctx.call_depth + 1
+    limit = min(ctx.max_call_depth, max_depth)
+    if depth > ctx.max_call_depth:
+        raise ToolError(
+            f"spawn depth limit reached: this run is at depth {ctx.call_depth} and "
+            f"max_call_depth is {ctx.max_call_depth}; do the task yourself"
+        )
+    return SpawnContext(
+        call_depth=depth,
+        max_call_depth=limit,
+        parent_tools=parent_tools,
+        parent_session=ctx.session_id,
+        parent_run=ctx.run_id,
+    )
+
+
+async def _run_child(server, ctx, agent: str, kind: str, spawn: SpawnContext, directive: str, async_: bool) -> str:
+    session_id, completion = server.register_child_session(agent, kind, spawn)
+    server.store.append(
+        session_id,
+        EntryType.DIRECTIVE,
+        ctx.agent.name,
+        directive,
+        payload={"parent_session": ctx.session_id, "parent_run": ctx.run_id},
+    )
+    if async_:
+        return f"started {agent} in session {session_id}; it runs in the background"
+    await completion
+    latest = server.store.latest(session_id)
+    if latest is None or latest.entry_type not in (EntryType.MESSAGE, EntryType.ERROR):
+        return NO_RESPONSE
+    if latest.entry_type is EntryType.ERROR:
+        raise ToolError(f"{agent} (session {session_id}) failed: {latest.content}")
+    return latest.content

@@ -1,0 +1,498 @@
+"""SessionStore: the DuckDB session log (sessions, entries, migrations, on_write callbacks).
+
+One read-write connection per store, used from the thread that owns the event loop. Threads
+that need to read get their own cursor (``SessionStore.reader()``). Entry ids and per-session
+``seq`` numbers are allocated in memory: DuckDB admits one read-write process per file, so
+this process is the only writer and the counters cannot race another one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections import deque
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterable, Sequence
+
+import duckdb
+
+from .entries import Entry, EntryType
+from .migrations import MIGRATIONS, Migration, apply_migrations
+
+log = logging.getLogger(__name__)
+
+OnWrite = Callable[[Entry], None]
+
+_ENTRY_COLUMNS = (
+    "id, session_id, seq, entry_type, sender, content, tool_call_id, tool_name, payload, created_at"
+)
+
+
+class StoreError(Exception):
+    """A store operation that cannot be done; the message says what to do."""
+
+
+class StoreLockedError(StoreError):
+    """The database file is held by another process (another kernel)."""
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    id: int
+    agent: str
+    kind: str
+    parent_id: int | None
+    depth: int
+    created_at: datetime | None
+    title: str | None = None
+    metadata: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class NewEntry:
+    """An entry to be written by ``SessionStore.append_many``."""
+
+    session_id: int
+    entry_type: EntryType
+    sender: str
+    content: str = ""
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    payload: dict[str, Any] | None = None
+
+
+def utcnow() -> datetime:
+    """Naive UTC: DuckDB's TIMESTAMP has no zone and needs no pytz to come back."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def _connect(path: str, read_only: bool) -> duckdb.DuckDBPyConnection:
+    if path != ":memory:":
+        parent = os.path.dirname(os.path.abspath(path))
+        if not read_only:
+            os.makedirs(parent, exist_ok=True)
+    try:
+        return duckdb.connect(path, read_only=read_only)
+    except duckdb.IOException as exc:
+        text = str(exc)
+        if "lock" in text.lower():
+            raise StoreLockedError(
+                f"{path} is in use by another process (another kernel?); "
+                "close that kernel or choose another file with CHAZ_DB"
+            ) from None
+        raise StoreError(f"cannot open {path}: {text.splitlines()[0]}") from None
+
+
+class SessionStore:
+    """Session log over DuckDB: ``":memory:"`` or a file path."""
+
+    def __init__(
+        self,
+        path: str = ":memory:",
+        *,
+        read_only: bool = False,
+        migrations: Sequence[Migration] = MIGRATIONS,
+        redact: Callable[[str], str] | None = None,
+    ) -> None:
+        self.path = str(path)
+        self.read_only = read_only
+        self._con = _connect(self.path, read_only)
+        self._lock = threading.RLock()
+        self._subscribers: list[OnWrite] = []
+        self._dispatch_queue: deque[Entry] = deque()
+        self._dispatching = False
+        self._closed = False
+        # Redaction runs on every string before it is written (secrets never reach the file).
+        self.redact: Callable[[str], str] = redact or (lambda text: text)
+        if read_only:
+            self.schema_version = self._read_schema_version()
+        else:
+            try:
+                self.schema_version = apply_migrations(self._con, migrations)
+            except Exception:
+                self._con.close()
+                raise
+        self._next_entry_id = self._scalar("SELECT coalesce(max(id), 0) FROM entries") + 1
+        self._next_session_id = self._scalar("SELECT coalesce(max(id), 0) FROM sessions") + 1
+        self._next_seq: dict[int, int] = {}
+
+    # ----------------------------------------------------------------- basics
+    def __repr__(self) -> str:
+        return f"SessionStore({self.path!r}, schema_version={self.schema_version})"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError(f"the session store {self.path} is closed; load the extension again")
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self.read_only:
+            raise StoreError(f"{self.path} is opened read-only; it cannot be written")
+
+    def _scalar(self, query: str, params: Sequence[Any] | None = None) -> Any:
+        with self._lock:
+            row = self._con.execute(query, params or []).fetchone()
+        return row[0] if row else None
+
+    def _read_schema_version(self) -> int:
+        try:
+            return int(self._scalar("SELECT count(*) FROM _chaz_migrations"))
+        except duckdb.Error:
+            return 0
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Close the connection (DuckDB checkpoints the WAL into the file)."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._con.close()
+
+    def __enter__(self) -> "SessionStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def reader(self) -> duckdb.DuckDBPyConnection:
+        """A cursor for reading from another thread (DuckDB connections are not shared)."""
+        self._check_open()
+        return self._con.cursor()
+
+    # --------------------------------------------------------------- sessions
+    def create_session(
+        self,
+        agent: str,
+        kind: str = "chat",
+        parent_id: int | None = None,
+        depth: int | None = None,
+        *,
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> int:
+        """Create a session owned by ``agent``; a child's depth defaults to its parent's + 1."""
+        self._check_writable()
+        if depth is None:
+            depth = 0
+            if parent_id is not None:
+                parent = self.session(parent_id)
+                depth = parent.depth + 1
+        with self._lock:
+            session_id = self._next_session_id
+            self._con.execute(
+                "INSERT INTO sessions (id, agent, kind, parent_id, depth, created_at, title, metadata)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    session_id,
+                    agent,
+                    kind,
+                    parent_id,
+                    depth,
+                    utcnow(),
+                    title,
+                    json.dumps(metadata) if metadata is not None else None,
+                ],
+            )
+            self._next_session_id += 1
+            self._next_seq[session_id] = 1
+        return session_id
+
+    def update_session_metadata(self, session_id: int, metadata: dict[str, Any]) -> None:
+        self._check_writable()
+        self.session(session_id)
+        with self._lock:
+            self._con.execute(
+                "UPDATE sessions SET metadata = ? WHERE id = ?", [json.dumps(metadata), session_id]
+            )
+
+    def session(self, session_id: int) -> SessionInfo:
+        """The session, or a StoreError naming the unknown id."""
+        self._check_open()
+        with self._lock:
+            row = self._con.execute(
+                "SELECT id, agent, kind, parent_id, depth, created_at, title, metadata"
+                " FROM sessions WHERE id = ?",
+                [int(session_id)],
+            ).fetchone()
+        if row is None:
+            raise StoreError(f"no session {session_id} in {self.path}; `%chaz sessions` lists them")
+        return _session_from_row(row)
+
+    def sessions(self) -> list[SessionInfo]:
+        self._check_open()
+        with self._lock:
+            rows = self._con.execute(
+                "SELECT id, agent, kind, parent_id, depth, created_at, title, metadata"
+                " FROM sessions ORDER BY id"
+            ).fetchall()
+        return [_session_from_row(row) for row in rows]
+
+    # ---------------------------------------------------------------- entries
+    def append(
+        self,
+        session_id: int,
+        entry_type: EntryType | str,
+        sender: str,
+        content: str = "",
+        *,
+        tool_call_id: str | None = None,
+        tool_name: str | None = None,
+        payload: dict[str, Any] | None = None,
+    ) -> Entry:
+        """Write one entry in one transaction, then run the on_write callbacks with it."""
+        return self.append_many(
+            [
+                NewEntry(
+                    session_id,
+                    EntryType(entry_type),
+                    sender,
+                    content,
+                    tool_call_id,
+                    tool_name,
+                    payload,
+                )
+            ]
+        )[0]
+
+    def append_many(self, items: Iterable[NewEntry]) -> list[Entry]:
+        """Write several entries in one transaction (group commit), then the callbacks, in order.
+
+        Nothing is written when any item is invalid.
+        """
+        self._check_writable()
+        items = list(items)
+        if not items:
+            return []
+        now = utcnow()
+        with self._lock:
+            next_id = self._next_entry_id
+            next_seq: dict[int, int] = {}
+            rows: list[list[Any]] = []
+            entries: list[Entry] = []
+            for item in items:
+                sid = int(item.session_id)
+                if sid not in next_seq:
+                    next_seq[sid] = self._seq_start(sid)
+                entry_type = EntryType(item.entry_type)
+                content = self.redact(_text(item.content))
+                payload = _redact_payload(item.payload or {}, self.redact)
+                payload_json = json.dumps(payload, default=str, ensure_ascii=False)
+                entry = Entry(
+                    id=next_id,
+                    session_id=sid,
+                    seq=next_seq[sid],
+                    entry_type=entry_type,
+                    sender=_text(item.sender),
+                    content=content,
+                    tool_call_id=item.tool_call_id,
+                    tool_name=item.tool_name,
+                    payload=json.loads(payload_json),
+                    created_at=now,
+                )
+                rows.append(
+                    [
+                        entry.id,
+                        sid,
+                        entry.seq,
+                        entry_type.value,
+                        entry.sender,
+                        content,
+                        entry.tool_call_id,
+                        entry.tool_name,
+                        payload_json,
+                        now,
+                    ]
+                )
+                entries.append(entry)
+                next_id += 1
+                next_seq[sid] += 1
+            try:
+                if len(rows) == 1:
+                    # An autocommit statement is one transaction, at about half the cost of
+                    # an explicit BEGIN/COMMIT pair in DuckDB.
+                    self._con.execute(_INSERT_ENTRY, rows[0])
+                else:
+                    self._con.execute("BEGIN TRANSACTION")
+                    try:
+                        self._con.executemany(_INSERT_ENTRY, rows)
+                        self._con.execute("COMMIT")
+                    except Exception:
+                        self._con.execute("ROLLBACK")
+                        raise
+            except duckdb.Error as exc:
+                raise StoreError(f"could not write entry: {str(exc).splitlines()[0]}") from exc
+            # Counters move only after the commit, so a failed write leaves no gap.
+            self._next_entry_id = next_id
+            self._next_seq.update(next_seq)
+        self._dispatch(entries)
+        return entries
+
+    def _seq_start(self, session_id: int) -> int:
+        nxt = self._next_seq.get(session_id)
+        if nxt is None:
+            exists = self._con.execute(
+                "SELECT count(*) FROM sessions WHERE id = ?", [session_id]
+            ).fetchone()[0]
+            if not exists:
+                raise StoreError(
+                    f"no session {session_id} in {self.path}; create it with create_session first"
+                )
+            nxt = (
+                self._con.execute(
+                    "SELECT coalesce(max(seq), 0) FROM entries WHERE session_id = ?", [session_id]
+                ).fetchone()[0]
+                + 1
+            )
+            self._next_seq[session_id] = nxt
+        return nxt
+
+    def entries(
+        self,
+        session_id: int,
+        after_seq: int = 0,
+        types: Iterable[EntryType] | None = None,
+    ) -> list[Entry]:
+        """Entries of a session in seq order (after ``after_seq``, of ``types`` when given)."""
+        self._check_open()
+        query = f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE session_id = ? AND seq > ?"
+        params: list[Any] = [int(session_id), int(after_seq)]
+        if types is not None:
+            names = [EntryType(t).value for t in types]
+            query += f" AND entry_type IN ({', '.join('?' for _ in names)})"
+            params += names
+        with self._lock:
+            rows = self._con.execute(query + " ORDER BY seq", params).fetchall()
+        return [_entry_from_row(row) for row in rows]
+
+    def latest(self, session_id: int) -> Entry | None:
+        self._check_open()
+        with self._lock:
+            row = self._con.execute(
+                f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE session_id = ? ORDER BY seq DESC LIMIT 1",
+                [int(session_id)],
+            ).fetchone()
+        return _entry_from_row(row) if row else None
+
+    def entry(self, entry_id: int) -> Entry | None:
+        self._check_open()
+        with self._lock:
+            row = self._con.execute(
+                f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE id = ?", [int(entry_id)]
+            ).fetchone()
+        return _entry_from_row(row) if row else None
+
+    def find_entries(
+        self, entry_type: EntryType, where: str = "", params: Sequence[Any] = ()
+    ) -> list[Entry]:
+        """Entries of one type across sessions, with an extra SQL condition, in id order."""
+        self._check_open()
+        query = f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE entry_type = ?"
+        if where:
+            query += f" AND ({where})"
+        with self._lock:
+            rows = self._con.execute(
+                query + " ORDER BY id", [EntryType(entry_type).value, *params]
+            ).fetchall()
+        return [_entry_from_row(row) for row in rows]
+
+    # -------------------------------------------------------------- callbacks
+    def subscribe(self, callback: OnWrite) -> Callable[[], None]:
+        """Call ``callback(entry)`` after each commit; returns the function that unsubscribes."""
+        self._subscribers.append(callback)
+
+        def unsubscribe() -> None:
+            try:
+                self._subscribers.remove(callback)
+            except ValueError:
+                pass
+
+        return unsubscribe
+
+    def _dispatch(self, entries: list[Entry]) -> None:
+        # A callback may append in turn; those entries queue behind the current ones so that
+        # every subscriber sees entries in commit order.
+        self._dispatch_queue.extend(entries)
+        if self._dispatching:
+            return
+        self._dispatching = True
+        try:
+            while self._dispatch_queue:
+                entry = self._dispatch_queue.popleft()
+                for callback in list(self._subscribers):
+                    try:
+                        callback(entry)
+                    except Exception:
+                        log.exception("on_write callback %r failed for entry %s", callback, entry.id)
+        finally:
+            self._dispatching = False
+
+    # -------------------------------------------------------------------- SQL
+    def sql(self, query: str, params: Sequence[Any] | None = None) -> duckdb.DuckDBPyRelation:
+        """Run SQL against the store and return DuckDB's relation (``.fetchall()``, ``.df()``)."""
+        self._check_open()
+        with self._lock:
+            if params:
+                return self._con.execute(query, list(params))
+            return self._con.sql(query)
+
+    def execute(self, query: str, params: Sequence[Any] | None = None) -> list[tuple]:
+        """Run SQL and fetch all rows (used by the server's own tables)."""
+        self._check_open()
+        with self._lock:
+            return self._con.execute(query, list(params or [])).fetchall()
+
+
+_INSERT_ENTRY = (
+    f"INSERT INTO entries ({_ENTRY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return "" if value is None else str(value)
+
+
+def _redact_payload(value: Any, redact: Callable[[str], str]) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {k: _redact_payload(v, redact) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_redact_payload(v, redact) for v in value]
+    return value
+
+
+def _entry_from_row(row: Sequence[Any]) -> Entry:
+    payload = row[8]
+    return Entry(
+        id=row[0],
+        session_id=row[1],
+        seq=row[2],
+        entry_type=EntryType(row[3]),
+        sender=row[4],
+        content=row[5] or "",
+        tool_call_id=row[6],
+        tool_name=row[7],
+        payload=json.loads(payload) if payload else {},
+        created_at=row[9],
+    )
+
+
+def _session_from_row(row: Sequence[Any]) -> SessionInfo:
+    return SessionInfo(
+        id=row[0],
+        agent=row[1],
+        kind=row[2],
+        parent_id=row[3],
+        depth=row[4],
+        created_at=row[5],
+        title=row[6],
+        metadata=json.loads(row[7]) if row[7] else None,
+    )

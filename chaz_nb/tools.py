@@ -1,0 +1,378 @@
+"""Tools: Python functions an agent may call, their JSON schemas, registries and scopes.
+
+``@tool`` turns a typed function (sync or async) into a ``Tool`` whose JSON schema comes from
+the signature and the docstring. ``ToolRegistry`` holds every tool a server knows;
+``ScopedTools`` is the subset one agent may use, narrowed transitively for child agents.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import fnmatch
+import inspect
+import json
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
+
+ApprovalMode = Literal["never", "unless_auto_approved", "always"]
+RiskLevel = Literal["low", "medium", "high"]
+APPROVAL_MODES = ("never", "unless_auto_approved", "always")
+RISK_LEVELS = ("low", "medium", "high")
+
+
+class ToolError(Exception):
+    """A tool call that cannot run (unknown tool, bad arguments); fed back to the model."""
+
+
+@dataclass
+class Tool:
+    """A callable the model can invoke, with its OpenAI-format parameter schema."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    fn: Callable[..., Any]
+    approval: ApprovalMode = "never"
+    risk: RiskLevel = "low"
+    sensitive_params: tuple[str, ...] = ()
+    #: maps schema property names to Python parameter names (``async`` -> ``async_``)
+    arg_names: dict[str, str] = field(default_factory=dict)
+    #: run sync functions on a worker thread (keeps the kernel loop responsive)
+    in_thread: bool = True
+
+    def __post_init__(self) -> None:
+        if self.approval not in APPROVAL_MODES:
+            raise ValueError(
+                f"tool {self.name}: approval must be one of {', '.join(APPROVAL_MODES)}, "
+                f"not {self.approval!r}"
+            )
+        if self.risk not in RISK_LEVELS:
+            raise ValueError(
+                f"tool {self.name}: risk must be one of {', '.join(RISK_LEVELS)}, not {self.risk!r}"
+            )
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # The decorated function stays usable as a plain function in the notebook.
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<chaz_nb tool {self.name}>"
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI ``tools=[...]`` item."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+    def validate(self, arguments: Any) -> dict[str, Any]:
+        """Check ``arguments`` against the schema; return them as Python keyword arguments."""
+        if not isinstance(arguments, dict):
+            raise ToolError(f"{self.name}: arguments must be a JSON object, got {_kind(arguments)}")
+        props: dict[str, Any] = self.parameters.get("properties", {})
+        missing = [p for p in self.parameters.get("required", []) if p not in arguments]
+        if missing:
+            raise ToolError(f"{self.name}: missing required argument(s): {', '.join(missing)}")
+        unknown = [k for k in arguments if k not in props]
+        if unknown and not self.parameters.get("additionalProperties", False):
+            raise ToolError(
+                f"{self.name}: unknown argument(s): {', '.join(unknown)}; "
+                f"expected: {', '.join(props) or 'none'}"
+            )
+        for key, value in arguments.items():
+            if key in props:
+                problem = _type_problem(value, props[key])
+                if problem:
+                    raise ToolError(f"{self.name}: argument {key!r} {problem}")
+        return {self.arg_names.get(k, k): v for k, v in arguments.items()}
+
+    async def run(self, arguments: Mapping[str, Any]) -> Any:
+        """Call the function with validated keyword arguments (sync ones on a thread)."""
+        kwargs = self.validate(dict(arguments))
+        if inspect.iscoroutinefunction(self.fn):
+            return await self.fn(**kwargs)
+        if self.in_thread:
+            result = await asyncio.to_thread(self.fn, **kwargs)
+        else:
+            result = self.fn(**kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    approval: ApprovalMode = "never",
+    risk: RiskLevel = "low",
+    sensitive_params: Sequence[str] = (),
+    in_thread: bool = True,
+) -> Any:
+    """Decorator: make a typed function a tool. Usable as ``@tool`` or ``@tool(...)``."""
+
+    def wrap(f: Callable[..., Any]) -> Tool:
+        return function_tool(
+            f,
+            name=name,
+            description=description,
+            approval=approval,
+            risk=risk,
+            sensitive_params=sensitive_params,
+            in_thread=in_thread,
+        )
+
+    return wrap(fn) if fn is not None else wrap
+
+
+def function_tool(
+    fn: Callable[..., Any],
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    approval: ApprovalMode = "never",
+    risk: RiskLevel = "low",
+    sensitive_params: Sequence[str] = (),
+    in_thread: bool = True,
+) -> Tool:
+    """Build a Tool from a function's signature, type hints and docstring."""
+    if isinstance(fn, Tool):
+        return fn
+    tool_name = name or fn.__name__
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", tool_name):
+        raise ValueError(f"tool name {tool_name!r} must be 1-64 letters, digits, _ or -")
+    summary, param_docs = _parse_docstring(inspect.getdoc(fn) or "")
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:
+        hints = {}
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    arg_names: dict[str, str] = {}
+    for pname, param in inspect.signature(fn).parameters.items():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        schema_name = pname[:-1] if pname.endswith("_") and pname[:-1].isidentifier() else pname
+        if schema_name != pname:
+            arg_names[schema_name] = pname
+        prop = _json_schema(hints.get(pname, Any))
+        if pname in param_docs:
+            prop["description"] = param_docs[pname]
+        if param.default is param.empty:
+            required.append(schema_name)
+        elif param.default is not None and _jsonable(param.default):
+            prop["default"] = param.default
+        properties[schema_name] = prop
+    unknown_sensitive = [p for p in sensitive_params if p not in properties]
+    if unknown_sensitive:
+        raise ValueError(
+            f"tool {tool_name}: sensitive_params {unknown_sensitive} are not parameters of it"
+        )
+    parameters: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        parameters["required"] = required
+    return Tool(
+        name=tool_name,
+        description=description or summary or tool_name,
+        parameters=parameters,
+        fn=fn,
+        approval=approval,
+        risk=risk,
+        sensitive_params=tuple(sensitive_params),
+        arg_names=arg_names,
+        in_thread=in_thread,
+    )
+
+
+class ToolRegistry:
+    """Every tool a server knows, by name."""
+
+    def __init__(self, tools: Iterable[Tool | Callable[..., Any]] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for t in tools:
+            self.register(t)
+
+    def register(self, t: Tool | Callable[..., Any], *, replace: bool = True) -> Tool:
+        t = t if isinstance(t, Tool) else function_tool(t)
+        if not replace and t.name in self._tools:
+            raise ValueError(f"a tool named {t.name!r} is already registered")
+        self._tools[t.name] = t
+        return t
+
+    def unregister(self, name: str) -> None:
+        self._tools.pop(name, None)
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def match(self, patterns: Iterable[str] | None) -> frozenset[str]:
+        """Names matching exact names or globs (``web_*``); ``None`` means every tool."""
+        if patterns is None:
+            return frozenset(self._tools)
+        names: set[str] = set()
+        for pattern in patterns:
+            names.update(fnmatch.filter(self._tools, pattern))
+        return frozenset(names)
+
+    def scope(self, patterns: Iterable[str] | None, parent: "ScopedTools | None" = None) -> "ScopedTools":
+        """The tools an agent defined with ``patterns`` may use, within ``parent``'s scope."""
+        allowed = self.match(patterns)
+        if parent is not None:
+            allowed &= parent.names
+        return ScopedTools(self, allowed)
+
+
+class ScopedTools:
+    """The set of tools one agent may use. A child's scope never exceeds its parent's."""
+
+    def __init__(self, registry: ToolRegistry, names: Iterable[str]) -> None:
+        self.registry = registry
+        self.names = frozenset(names)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names and name in self.registry
+
+    def __repr__(self) -> str:
+        return f"ScopedTools({sorted(self.names)})"
+
+    def narrow(self, patterns: Iterable[str] | None) -> "ScopedTools":
+        """This scope intersected with ``patterns`` (``None`` keeps it whole)."""
+        if patterns is None:
+            return self
+        return ScopedTools(self.registry, self.names & self.registry.match(patterns))
+
+    def get(self, name: str) -> Tool:
+        if name not in self.names:
+            available = ", ".join(sorted(self.names)) or "none"
+            raise ToolError(f"unknown tool {name!r}; tools available: {available}")
+        t = self.registry.get(name)
+        if t is None:
+            raise ToolError(f"tool {name!r} is no longer registered")
+        return t
+
+    def tools(self) -> list[Tool]:
+        return [self.registry.get(n) for n in sorted(self.names) if n in self.registry]  # type: ignore[misc]
+
+    def schemas(self) -> list[dict[str, Any]]:
+        return [t.schema for t in self.tools()]
+
+
+def parse_arguments(raw: Any) -> dict[str, Any]:
+    """Tool-call arguments from the model (a JSON string or a dict); ToolError when invalid."""
+    if isinstance(raw, dict):
+        return raw
+    if raw is None or raw == "":
+        return {}
+    try:
+        value = json.loads(raw)
+    except (TypeError, ValueError) as exc:
+        raise ToolError(f"arguments are not valid JSON ({exc}); send a JSON object") from None
+    if not isinstance(value, dict):
+        raise ToolError(f"arguments must be a JSON object, got {_kind(value)}")
+    return value
+
+
+# ---------------------------------------------------------------- schema helpers
+_PARAM_LINE = re.compile(r"^\s*(?:[:@]param\s+)?(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.+)$")
+
+
+def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
+    """The first paragraph, and per-parameter text from an Args:/Parameters section."""
+    if not doc:
+        return "", {}
+    paragraphs = doc.strip().split("\n\n")
+    summary = " ".join(paragraphs[0].split())
+    params: dict[str, str] = {}
+    in_args = False
+    for line in doc.splitlines():
+        stripped = line.strip()
+        if stripped.lower().rstrip(":") in ("args", "arguments", "parameters", "params"):
+            in_args = True
+            continue
+        if in_args and stripped and not line.startswith((" ", "\t")):
+            in_args = False
+        if in_args or stripped.startswith((":param", "@param")):
+            m = _PARAM_LINE.match(line)
+            if m:
+                params[m.group(1)] = m.group(2).strip()
+    return summary, params
+
+
+def _json_schema(hint: Any) -> dict[str, Any]:
+    if hint is Any or hint is inspect.Parameter.empty:
+        return {}
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        non_null = [a for a in args if a is not type(None)]
+        if len(non_null) == 1:
+            return _json_schema(non_null[0])
+        return {"anyOf": [_json_schema(a) for a in non_null]}
+    if origin is Literal:
+        return {"enum": list(args)}
+    if origin in (list, tuple, set, frozenset, Sequence, typing.List):
+        item = _json_schema(args[0]) if args else {}
+        return {"type": "array", "items": item} if item else {"type": "array"}
+    if origin in (dict, Mapping, typing.Dict):
+        return {"type": "object"}
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return {"enum": [m.value for m in hint]}
+    simple = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object"}
+    if hint in simple:
+        return {"type": simple[hint]}
+    return {}
+
+
+def _type_problem(value: Any, schema: Mapping[str, Any]) -> str | None:
+    if "anyOf" in schema:
+        if any(_type_problem(value, s) is None for s in schema["anyOf"]):
+            return None
+        return f"has the wrong type ({_kind(value)})"
+    if "enum" in schema and value not in schema["enum"]:
+        return f"must be one of {schema['enum']}"
+    expected = schema.get("type")
+    checks: dict[str, Callable[[Any], bool]] = {
+        "string": lambda v: isinstance(v, str),
+        "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+        "boolean": lambda v: isinstance(v, bool),
+        "array": lambda v: isinstance(v, list),
+        "object": lambda v: isinstance(v, dict),
+    }
+    if expected in checks and value is not None and not checks[expected](value):
+        return f"must be {expected}, got {_kind(value)}"
+    return None
+
+
+def _kind(value: Any) -> str:
+    return {
+        dict: "object", list: "array", str: "string", bool: "boolean", int: "integer", float: "number"
+    }.get(type(value), type(value).__name__)
+
+
+def _jsonable(value: Any) -> bool:
+    try:
+        json.dumps(value)
+        return True
+    except (TypeError, ValueError):
+        return False
+

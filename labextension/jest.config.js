@@ -1,0 +1,12 @@
+/** Jest config: TypeScript sources run through ts-jest in a jsdom environment. */
+module.exports = {
+  testEnvironment: 'jsdom',
+  roots: ['<rootDir>/test'],
+  testMatch: ['**/*.spec.ts'],
+  transform: {
+    '^.+\\.tsx?$': [
+      'ts-jest',
+      { tsconfig: 'tsconfig.test.json' }
+    ]
+  }
+};

@@ -1,0 +1,278 @@
+/**
+ * The frontend end of the `chaz` kernel comm for one notebook session context.
+ *
+ * It opens a comm to the kernel of the notebook it follows, reconnects when the
+ * kernel changes or restarts, and retries (throttled) after the kernel went
+ * busy -> idle while chaz was not loaded yet, so running `%load_ext chaz_nb`
+ * in the notebook connects the sidebar without a click.
+ */
+import { ISessionContext } from '@jupyterlab/apputils';
+import { Kernel, KernelMessage } from '@jupyterlab/services';
+import { ISignal, Signal } from '@lumino/signaling';
+
+import {
+  COMM_TARGET,
+  FrontendToKernel,
+  IDecidedMessage,
+  IStateMessage
+} from './types';
+
+export type ConnectionStatus =
+  | 'no-notebook'
+  | 'no-kernel'
+  | 'connecting'
+  | 'unavailable'
+  | 'connected'
+  | 'disconnected';
+
+/** Minimum time between two automatic connection attempts (ms). */
+export const RETRY_INTERVAL = 1500;
+
+export class ChazClient {
+  get statusChanged(): ISignal<this, ConnectionStatus> {
+    return this._statusChanged;
+  }
+  get stateReceived(): ISignal<this, IStateMessage> {
+    return this._stateReceived;
+  }
+  get decided(): ISignal<this, IDecidedMessage> {
+    return this._decided;
+  }
+  get status(): ConnectionStatus {
+    return this._status;
+  }
+  get state(): IStateMessage | null {
+    return this._state;
+  }
+  get sessionContext(): ISessionContext | null {
+    return this._context;
+  }
+
+  /** Follow another notebook's session context (or none). */
+  follow(context: ISessionContext | null): void {
+    if (context === this._context) {
+      return;
+    }
+    if (this._context) {
+      this._context.kernelChanged.disconnect(this._onKernelChanged, this);
+      this._context.statusChanged.disconnect(this._onKernelStatus, this);
+    }
+    this._closeComm();
+    this._context = context;
+    this._state = null;
+    if (context) {
+      context.kernelChanged.connect(this._onKernelChanged, this);
+      context.statusChanged.connect(this._onKernelStatus, this);
+    }
+    this.connect();
+  }
+
+  /** (Re)open the comm to the followed kernel. */
+  connect(): void {
+    this._closeComm();
+    this._lastAttempt = Date.now();
+    const context = this._context;
+    if (!context) {
+      this._setStatus('no-notebook');
+      return;
+    }
+    const kernel = context.session?.kernel ?? null;
+    if (!kernel || kernel.isDisposed) {
+      this._setStatus('no-kernel');
+      return;
+    }
+    let comm: Kernel.IComm;
+    try {
+      comm = kernel.createComm(COMM_TARGET);
+    } catch (err) {
+      console.warn('chaz: could not create comm', err);
+      this._setStatus('unavailable');
+      return;
+    }
+    this._comm = comm;
+    this._kernel = kernel;
+    this._gotState = false;
+    comm.onMsg = (msg: KernelMessage.ICommMsgMsg) => {
+      if (comm !== this._comm) {
+        return;
+      }
+      this._handle(msg.content.data as any);
+    };
+    comm.onClose = () => {
+      if (comm !== this._comm) {
+        return;
+      }
+      this._comm = null;
+      this._setStatus(this._gotState ? 'disconnected' : 'unavailable');
+    };
+    this._setStatus('connecting');
+    try {
+      comm.open({});
+    } catch (err) {
+      console.warn('chaz: could not open comm', err);
+      this._comm = null;
+      this._setStatus('unavailable');
+    }
+  }
+
+  /** Send a message to the kernel; false when not connected. */
+  send(msg: FrontendToKernel): boolean {
+    const comm = this._comm;
+    if (!comm || comm.isDisposed || this._status !== 'connected') {
+      return false;
+    }
+    try {
+      comm.send(msg as any);
+      return true;
+    } catch (err) {
+      console.warn('chaz: send failed', err);
+      return false;
+    }
+  }
+
+  refresh(): void {
+    if (!this.send({ type: 'refresh' })) {
+      this.connect();
+    }
+  }
+
+  decide(
+    requestId: string,
+    decision: 'approve' | 'deny',
+    reason: string | null = null
+  ): boolean {
+    return this.send({
+      type: 'decide',
+      request_id: requestId,
+      decision,
+      reason: reason ? reason : null
+    });
+  }
+
+  dispose(): void {
+    this.follow(null);
+    Signal.clearData(this);
+  }
+
+  private _handle(data: any): void {
+    if (!data || typeof data !== 'object') {
+      return;
+    }
+    if (data.type === 'state') {
+      const state: IStateMessage = {
+        type: 'state',
+        sessions: Array.isArray(data.sessions) ? data.sessions : [],
+        pending: Array.isArray(data.pending) ? data.pending : []
+      };
+      this._gotState = true;
+      this._state = state;
+      this._setStatus('connected');
+      this._stateReceived.emit(state);
+    } else if (data.type === 'decided') {
+      this._decided.emit({
+        type: 'decided',
+        request_id: String(data.request_id ?? ''),
+        ok: !!data.ok,
+        message: String(data.message ?? '')
+      });
+    }
+  }
+
+  private _onKernelChanged(): void {
+    this._state = null;
+    this.connect();
+  }
+
+  private _onKernelStatus(_: ISessionContext, status: Kernel.Status): void {
+    if (
+      status === 'restarting' ||
+      status === 'autorestarting' ||
+      status === 'dead'
+    ) {
+      this._comm = null;
+      this._state = null;
+      this._setStatus(status === 'dead' ? 'no-kernel' : 'connecting');
+      this._needsRetry = true;
+      return;
+    }
+    if (status === 'busy') {
+      this._sawBusy = true;
+      return;
+    }
+    if (status !== 'idle') {
+      return;
+    }
+    const kernelNow = this._context?.session?.kernel ?? null;
+    const stale =
+      this._status === 'no-kernel' ||
+      this._status === 'unavailable' ||
+      this._status === 'disconnected' ||
+      this._needsRetry ||
+      (kernelNow !== null && kernelNow !== this._kernel);
+    if (!stale || !(this._sawBusy || this._needsRetry)) {
+      return;
+    }
+    const wait = this._lastAttempt + RETRY_INTERVAL - Date.now();
+    if (wait > 0) {
+      if (this._retryTimer === null) {
+        this._retryTimer = window.setTimeout(() => {
+          this._retryTimer = null;
+          this._retry();
+        }, wait);
+      }
+      return;
+    }
+    this._retry();
+  }
+
+  private _retry(): void {
+    this._sawBusy = false;
+    this._needsRetry = false;
+    if (this._status === 'connected' || this._status === 'connecting') {
+      const kernelNow = this._context?.session?.kernel ?? null;
+      if (kernelNow === this._kernel) {
+        return;
+      }
+    }
+    this.connect();
+  }
+
+  private _closeComm(): void {
+    if (this._retryTimer !== null) {
+      window.clearTimeout(this._retryTimer);
+      this._retryTimer = null;
+    }
+    const comm = this._comm;
+    this._comm = null;
+    this._kernel = null;
+    if (comm && !comm.isDisposed) {
+      try {
+        comm.close();
+      } catch {
+        /* kernel already gone */
+      }
+    }
+  }
+
+  private _setStatus(status: ConnectionStatus): void {
+    if (status === this._status) {
+      return;
+    }
+    this._status = status;
+    this._statusChanged.emit(status);
+  }
+
+  private _context: ISessionContext | null = null;
+  private _comm: Kernel.IComm | null = null;
+  private _kernel: Kernel.IKernelConnection | null = null;
+  private _status: ConnectionStatus = 'no-notebook';
+  private _state: IStateMessage | null = null;
+  private _gotState = false;
+  private _sawBusy = false;
+  private _needsRetry = false;
+  private _lastAttempt = 0;
+  private _retryTimer: number | null = null;
+  private _statusChanged = new Signal<this, ConnectionStatus>(this);
+  private _stateReceived = new Signal<this, IStateMessage>(this);
+  private _decided = new Signal<this, IDecidedMessage>(this);
+}

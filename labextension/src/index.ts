@@ -1,0 +1,86 @@
+/**
+ * chaz-nb JupyterLab extension: the "Chaz" sidebar and its palette commands.
+ * (The transcript MIME renderer is the separate mimeExtension in ./mime.)
+ */
+import {
+  ILayoutRestorer,
+  JupyterFrontEnd,
+  JupyterFrontEndPlugin
+} from '@jupyterlab/application';
+import { ICommandPalette, Notification } from '@jupyterlab/apputils';
+import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
+import { LabIcon } from '@jupyterlab/ui-components';
+
+import { ChazClient } from './client';
+import { ChazPanel } from './sidebar';
+
+export { ChazClient } from './client';
+export { ChazPanel, oldestPending } from './sidebar';
+export * from './transcript';
+export * from './types';
+
+export const CommandIDs = {
+  showSessions: 'chaz:show-sessions',
+  approveOldest: 'chaz:approve-oldest'
+};
+
+const ICON_SVG = `<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16" viewBox="0 0 24 24">
+  <path class="jp-icon3" fill="#616161" d="M4 3h16a2 2 0 0 1 2 2v10a2 2 0 0 1-2 2H9l-5 4v-4H4a2 2 0 0 1-2-2V5a2 2 0 0 1 2-2zm3 6a1.5 1.5 0 1 0 0 3 1.5 1.5 0 0 0 0-3zm5 0a1.5 1.5 0 1 0 0 3 1.5 1.5 0 0 0 0-3zm5 0a1.5 1.5 0 1 0 0 3 1.5 1.5 0 0 0 0-3z"/>
+</svg>`;
+
+export const chazIcon = new LabIcon({ name: 'chaz-nb:chaz', svgstr: ICON_SVG });
+
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: 'chaz-nb:sidebar',
+  description: 'Chaz sidebar: sessions and pending approvals of the active notebook kernel.',
+  autoStart: true,
+  requires: [INotebookTracker],
+  optional: [ICommandPalette, ILayoutRestorer],
+  activate: (
+    app: JupyterFrontEnd,
+    tracker: INotebookTracker,
+    palette: ICommandPalette | null,
+    restorer: ILayoutRestorer | null
+  ) => {
+    const client = new ChazClient();
+    const panel = new ChazPanel(client);
+    panel.title.icon = chazIcon;
+    app.shell.add(panel, 'left', { rank: 650 });
+    if (restorer) {
+      restorer.add(panel, 'chaz-sidebar');
+    }
+
+    const follow = (nb: NotebookPanel | null) => {
+      panel.setTarget(nb ? nb.context.path : '');
+      client.follow(nb ? nb.sessionContext : null);
+    };
+    tracker.currentChanged.connect((_, nb) => follow(nb));
+    follow(tracker.currentWidget);
+
+    app.commands.addCommand(CommandIDs.showSessions, {
+      label: 'Chaz: show sessions',
+      caption: 'Open the Chaz sidebar (sessions and pending approvals)',
+      execute: () => {
+        app.shell.activateById(panel.id);
+        client.refresh();
+      }
+    });
+    app.commands.addCommand(CommandIDs.approveOldest, {
+      label: 'Chaz: approve oldest pending',
+      caption: 'Approve the oldest pending tool call of the active notebook kernel',
+      execute: () => {
+        if (!panel.approveOldest()) {
+          Notification.info('Chaz: no pending approval to approve.', {
+            autoClose: 3000
+          });
+        }
+      }
+    });
+    if (palette) {
+      palette.addItem({ command: CommandIDs.showSessions, category: 'Chaz' });
+      palette.addItem({ command: CommandIDs.approveOldest, category: 'Chaz' });
+    }
+  }
+};
+
+export default plugin;

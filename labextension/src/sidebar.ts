@@ -1,0 +1,308 @@
+/**
+ * The "Chaz" sidebar panel: the followed notebook kernel's sessions and its
+ * pending approvals with Approve / Deny buttons, live over the `chaz` comm.
+ *
+ * DOM is built with textContent only (see `el`); pending approval cards are
+ * kept by request_id across updates so a reason being typed is not lost.
+ */
+import { Widget } from '@lumino/widgets';
+
+import { ChazClient, ConnectionStatus } from './client';
+import { argsPreview, el, formatJSON, formatTime } from './transcript';
+import {
+  IDecidedMessage,
+  IPendingApproval,
+  ISessionSummary,
+  IStateMessage
+} from './types';
+
+const STATUS_TEXT: { [k in ConnectionStatus]: string } = {
+  'no-notebook': 'No notebook is active: open a notebook to see its chaz sessions.',
+  'no-kernel': 'This notebook has no kernel.',
+  connecting: 'Connecting to the kernel…',
+  unavailable:
+    'chaz is not loaded in this kernel: run %load_ext chaz_nb in the notebook.',
+  connected: 'Connected.',
+  disconnected: 'The kernel closed the chaz channel.'
+};
+
+/** Pick the oldest pending approval (by created_at, then list order). */
+export function oldestPending(
+  pending: IPendingApproval[]
+): IPendingApproval | null {
+  let best: IPendingApproval | null = null;
+  for (const p of pending) {
+    if (
+      best === null ||
+      (p.created_at ?? '') < (best.created_at ?? '') ||
+      ((best.created_at ?? '') === '' && (p.created_at ?? '') !== '')
+    ) {
+      best = p;
+    }
+  }
+  return best;
+}
+
+export class ChazPanel extends Widget {
+  constructor(client: ChazClient) {
+    super();
+    this._client = client;
+    this.id = 'chaz-sidebar';
+    this.addClass('chaz-panel');
+    this.title.caption = 'Chaz: sessions and approvals';
+    const doc = this.node.ownerDocument;
+
+    const header = el(doc, 'div', 'chaz-panel-header');
+    header.appendChild(el(doc, 'h2', 'chaz-panel-title', 'Chaz'));
+    const refresh = el(doc, 'button', 'jp-Button jp-mod-styled chaz-refresh', 'Refresh');
+    refresh.title = 'Ask the kernel for a fresh state (or reconnect)';
+    refresh.addEventListener('click', () => this._client.refresh());
+    header.appendChild(refresh);
+    this.node.appendChild(header);
+
+    this._target = el(doc, 'div', 'chaz-panel-target');
+    this.node.appendChild(this._target);
+    this._statusNode = el(doc, 'div', 'chaz-panel-status');
+    this.node.appendChild(this._statusNode);
+    this._notice = el(doc, 'div', 'chaz-panel-notice');
+    this.node.appendChild(this._notice);
+
+    this._pendingTitle = el(doc, 'h3', 'chaz-panel-section', 'Pending approvals');
+    this.node.appendChild(this._pendingTitle);
+    this._pendingList = el(doc, 'div', 'chaz-pending-list');
+    this.node.appendChild(this._pendingList);
+
+    this._sessionsTitle = el(doc, 'h3', 'chaz-panel-section', 'Sessions');
+    this.node.appendChild(this._sessionsTitle);
+    this._sessionList = el(doc, 'ul', 'chaz-session-list');
+    this.node.appendChild(this._sessionList);
+
+    client.statusChanged.connect(this._onStatus, this);
+    client.stateReceived.connect(this._onState, this);
+    client.decided.connect(this._onDecided, this);
+    this._onStatus(client, client.status);
+  }
+
+  get client(): ChazClient {
+    return this._client;
+  }
+
+  get pending(): IPendingApproval[] {
+    return this._client.state?.pending ?? [];
+  }
+
+  /** Show which notebook the panel follows. */
+  setTarget(label: string): void {
+    this._target.textContent = label ? `Notebook: ${label}` : '';
+  }
+
+  /** Approve the oldest pending request; false when there is none. */
+  approveOldest(): boolean {
+    const oldest = oldestPending(this.pending);
+    if (!oldest) {
+      this._say('No pending approvals.', false);
+      return false;
+    }
+    return this._decide(oldest, 'approve', null);
+  }
+
+  dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    this._client.statusChanged.disconnect(this._onStatus, this);
+    this._client.stateReceived.disconnect(this._onState, this);
+    this._client.decided.disconnect(this._onDecided, this);
+    super.dispose();
+  }
+
+  private _onStatus(_: ChazClient, status: ConnectionStatus): void {
+    this.node.dataset.status = status;
+    this._statusNode.textContent = STATUS_TEXT[status];
+    this._statusNode.className = `chaz-panel-status chaz-conn-${status}`;
+    if (status !== 'connected') {
+      this._renderState(null);
+    }
+  }
+
+  private _onState(_: ChazClient, state: IStateMessage): void {
+    this._renderState(state);
+  }
+
+  private _onDecided(_: ChazClient, msg: IDecidedMessage): void {
+    const card = this._cards.get(msg.request_id);
+    if (!msg.ok && card) {
+      card.classList.remove('chaz-deciding');
+      card.querySelectorAll('button').forEach(b => (b.disabled = false));
+      const err = card.querySelector('.chaz-card-error');
+      if (err) {
+        err.textContent = msg.message || 'The kernel refused the decision.';
+      }
+    }
+    this._say(
+      msg.message || (msg.ok ? 'Decision recorded.' : 'Decision refused.'),
+      !msg.ok
+    );
+  }
+
+  private _say(text: string, isError: boolean): void {
+    this._notice.textContent = text;
+    this._notice.classList.toggle('chaz-notice-error', isError);
+  }
+
+  private _decide(
+    p: IPendingApproval,
+    decision: 'approve' | 'deny',
+    reason: string | null
+  ): boolean {
+    const ok = this._client.decide(p.request_id, decision, reason);
+    const card = this._cards.get(p.request_id);
+    if (!ok) {
+      this._say('Not connected to a kernel with chaz loaded.', true);
+      return false;
+    }
+    if (card) {
+      card.classList.add('chaz-deciding');
+      card.querySelectorAll('button').forEach(b => (b.disabled = true));
+    }
+    this._say(
+      `${decision === 'approve' ? 'Approving' : 'Denying'} ${p.tool_name}…`,
+      false
+    );
+    return true;
+  }
+
+  private _renderState(state: IStateMessage | null): void {
+    const pending = state?.pending ?? [];
+    const sessions = state?.sessions ?? [];
+    this._renderPending(pending, state !== null);
+    this._renderSessions(sessions, state !== null);
+  }
+
+  private _renderPending(pending: IPendingApproval[], connected: boolean): void {
+    const doc = this.node.ownerDocument;
+    this._pendingTitle.textContent = `Pending approvals (${pending.length})`;
+    const keep = new Set(pending.map(p => p.request_id));
+    for (const [rid, card] of Array.from(this._cards.entries())) {
+      if (!keep.has(rid)) {
+        card.remove();
+        this._cards.delete(rid);
+        this._reasons.delete(rid);
+      }
+    }
+    this._pendingList.querySelectorAll('.chaz-empty').forEach(n => n.remove());
+    for (const p of pending) {
+      let card = this._cards.get(p.request_id);
+      if (!card) {
+        card = this._makeCard(p);
+        this._cards.set(p.request_id, card);
+      }
+      // appendChild moves an existing node: keeps the kernel's order.
+      this._pendingList.appendChild(card);
+    }
+    if (pending.length === 0) {
+      this._pendingList.appendChild(
+        el(doc, 'div', 'chaz-empty', connected ? 'Nothing waits for approval.' : '—')
+      );
+    }
+  }
+
+  private _makeCard(p: IPendingApproval): HTMLElement {
+    const doc = this.node.ownerDocument;
+    const card = el(doc, 'div', 'chaz-card');
+    card.dataset.requestId = p.request_id;
+    const head = el(doc, 'div', 'chaz-card-head');
+    head.appendChild(el(doc, 'span', 'chaz-tool-name', p.tool_name));
+    const risk = String(p.risk_level ?? '');
+    if (risk) {
+      head.appendChild(
+        el(doc, 'span', `chaz-risk chaz-risk-${risk.replace(/[^a-z]/gi, '')}`, `${risk} risk`)
+      );
+    }
+    card.appendChild(head);
+    const meta = el(
+      doc,
+      'div',
+      'chaz-card-meta',
+      `${p.agent} · session ${p.session_id}${p.created_at ? ' · ' + formatTime(p.created_at) : ''}`
+    );
+    card.appendChild(meta);
+    const args = el(doc, 'pre', 'chaz-pre chaz-card-args', formatJSON(p.arguments_display ?? {}));
+    args.title = argsPreview(p.arguments_display, 400);
+    card.appendChild(args);
+
+    const reason = el(doc, 'input', 'jp-mod-styled chaz-reason');
+    reason.type = 'text';
+    reason.placeholder = 'reason (optional, sent with Deny)';
+    reason.value = this._reasons.get(p.request_id) ?? '';
+    reason.addEventListener('input', () => {
+      this._reasons.set(p.request_id, reason.value);
+    });
+    card.appendChild(reason);
+
+    const buttons = el(doc, 'div', 'chaz-card-buttons');
+    const approve = el(doc, 'button', 'jp-Button jp-mod-styled jp-mod-accept chaz-approve', 'Approve');
+    approve.addEventListener('click', () => this._decide(p, 'approve', null));
+    const deny = el(doc, 'button', 'jp-Button jp-mod-styled jp-mod-warn chaz-deny', 'Deny');
+    deny.addEventListener('click', () =>
+      this._decide(p, 'deny', reason.value.trim() || null)
+    );
+    buttons.appendChild(approve);
+    buttons.appendChild(deny);
+    card.appendChild(buttons);
+    card.appendChild(el(doc, 'div', 'chaz-card-error'));
+    return card;
+  }
+
+  private _renderSessions(sessions: ISessionSummary[], connected: boolean): void {
+    const doc = this.node.ownerDocument;
+    this._sessionsTitle.textContent = `Sessions (${sessions.length})`;
+    this._sessionList.replaceChildren();
+    for (const s of sessions) {
+      const li = el(doc, 'li', 'chaz-session');
+      li.dataset.sessionId = String(s.id);
+      const head = el(doc, 'div', 'chaz-session-head');
+      head.appendChild(el(doc, 'span', 'chaz-session-id', `#${s.id}`));
+      head.appendChild(el(doc, 'span', 'chaz-agent', s.agent));
+      if (s.kind && s.kind !== 'chat') {
+        head.appendChild(el(doc, 'span', 'chaz-kind', s.kind));
+      }
+      const status = String(s.status ?? '');
+      head.appendChild(
+        el(doc, 'span', `chaz-status chaz-status-${status.replace(/[^a-z]/gi, '')}`, status)
+      );
+      li.appendChild(head);
+      const last = s.last_entry;
+      if (last) {
+        const line = el(doc, 'div', 'chaz-session-last');
+        line.appendChild(el(doc, 'span', 'chaz-badge', last.type));
+        line.appendChild(el(doc, 'span', 'chaz-sender', last.sender));
+        const content = String(last.content ?? '').replace(/\s+/g, ' ');
+        line.appendChild(
+          el(doc, 'span', 'chaz-session-text', content.length > 160 ? content.slice(0, 159) + '…' : content)
+        );
+        if (last.created_at) {
+          line.title = String(last.created_at);
+        }
+        li.appendChild(line);
+      }
+      this._sessionList.appendChild(li);
+    }
+    if (sessions.length === 0) {
+      this._sessionList.appendChild(
+        el(doc, 'li', 'chaz-empty', connected ? 'No sessions yet.' : '—')
+      );
+    }
+  }
+
+  private _client: ChazClient;
+  private _target: HTMLElement;
+  private _statusNode: HTMLElement;
+  private _notice: HTMLElement;
+  private _pendingTitle: HTMLElement;
+  private _pendingList: HTMLElement;
+  private _sessionsTitle: HTMLElement;
+  private _sessionList: HTMLElement;
+  private _cards = new Map<string, HTMLElement>();
+  private _reasons = new Map<string, string>();
+}

@@ -1,0 +1,444 @@
+/**
+ * Pure DOM rendering of a chaz session transcript bundle.
+ *
+ * No JupyterLab imports here: this module is used by the MIME renderer and is
+ * unit tested in jsdom. Every agent/tool/user authored string goes into the DOM
+ * through `textContent` (see `el`), never through innerHTML.
+ */
+import { IEntry, ISessionBundle } from './types';
+
+/** Longest tool output / argument text drawn in full; the rest is elided. */
+export const MAX_TEXT = 20000;
+
+/** A row of the rendered transcript after folding. */
+export type TranscriptItem =
+  | { kind: 'entry'; entry: IEntry }
+  | { kind: 'tool'; call: IEntry | null; result: IEntry | null }
+  | { kind: 'approval'; request: IEntry | null; decision: IEntry | null };
+
+/** Create an element with a class and optional text (set via textContent). */
+export function el<K extends keyof HTMLElementTagNameMap>(
+  doc: Document,
+  tag: K,
+  className?: string,
+  text?: string | null
+): HTMLElementTagNameMap[K] {
+  const node = doc.createElement(tag);
+  if (className) {
+    node.className = className;
+  }
+  if (text !== undefined && text !== null) {
+    node.textContent = text;
+  }
+  return node;
+}
+
+/** Pretty JSON for arguments; never throws. */
+export function formatJSON(value: unknown): string {
+  if (value === undefined) {
+    return '';
+  }
+  if (typeof value === 'string') {
+    return value;
+  }
+  try {
+    const text = JSON.stringify(value, null, 2);
+    return text === undefined ? String(value) : text;
+  } catch {
+    return String(value);
+  }
+}
+
+/** One-line preview of tool arguments: `a=1, b="x"`, cut at `max` characters. */
+export function argsPreview(args: unknown, max = 80): string {
+  let text: string;
+  if (args && typeof args === 'object' && !Array.isArray(args)) {
+    text = Object.entries(args as { [k: string]: unknown })
+      .map(([k, v]) => {
+        let shown: string;
+        try {
+          shown = JSON.stringify(v);
+        } catch {
+          shown = String(v);
+        }
+        return `${k}=${shown === undefined ? String(v) : shown}`;
+      })
+      .join(', ');
+  } else if (args === undefined || args === null) {
+    text = '';
+  } else {
+    text = formatJSON(args).replace(/\s+/g, ' ');
+  }
+  return text.length > max ? text.slice(0, max - 1) + '…' : text;
+}
+
+/** `3 ms`, `1.2 s`, `2 min 5 s`; empty for a missing duration. */
+export function formatDuration(ms: unknown): string {
+  if (typeof ms !== 'number' || !isFinite(ms) || ms < 0) {
+    return '';
+  }
+  if (ms < 1000) {
+    return `${Math.round(ms)} ms`;
+  }
+  if (ms < 60000) {
+    return `${(ms / 1000).toFixed(1)} s`;
+  }
+  const minutes = Math.floor(ms / 60000);
+  const seconds = Math.round((ms % 60000) / 1000);
+  return `${minutes} min ${seconds} s`;
+}
+
+/** `HH:MM:SS` of an ISO timestamp, without timezone conversion. */
+export function formatTime(createdAt: unknown): string {
+  if (typeof createdAt !== 'string') {
+    return '';
+  }
+  const m = /T(\d{2}:\d{2}:\d{2})/.exec(createdAt);
+  return m ? m[1] : createdAt;
+}
+
+/** Cut a long text, saying how much was left out. */
+export function clip(text: string, max = MAX_TEXT): string {
+  if (text.length <= max) {
+    return text;
+  }
+  return `${text.slice(0, max)}\n… (${text.length - max} more characters)`;
+}
+
+function str(value: unknown): string {
+  if (value === undefined || value === null) {
+    return '';
+  }
+  return typeof value === 'string' ? value : formatJSON(value);
+}
+
+function payloadOf(entry: IEntry | null): { [key: string]: any } {
+  const p = entry?.payload;
+  return p && typeof p === 'object' ? p : {};
+}
+
+/**
+ * Fold a list of entries into transcript rows: a ToolCall and its ToolResult
+ * (same tool_call_id) become one row at the position of the call; an
+ * ApprovalRequest and its ApprovalDecision (same payload.request_id) become one
+ * row at the position of the request. Unmatched halves are kept as rows too.
+ */
+export function foldEntries(entries: IEntry[]): TranscriptItem[] {
+  const ordered = entries
+    .map((entry, index) => ({ entry, index }))
+    .sort((a, b) => {
+      const sa = typeof a.entry.seq === 'number' ? a.entry.seq : a.index;
+      const sb = typeof b.entry.seq === 'number' ? b.entry.seq : b.index;
+      return sa - sb || a.index - b.index;
+    })
+    .map(x => x.entry);
+
+  const results = new Map<string, IEntry>();
+  const decisions = new Map<string, IEntry>();
+  for (const entry of ordered) {
+    if (entry.type === 'ToolResult' && entry.tool_call_id) {
+      if (!results.has(entry.tool_call_id)) {
+        results.set(entry.tool_call_id, entry);
+      }
+    } else if (entry.type === 'ApprovalDecision') {
+      const rid = payloadOf(entry).request_id;
+      if (typeof rid === 'string' && !decisions.has(rid)) {
+        decisions.set(rid, entry);
+      }
+    }
+  }
+
+  const consumed = new Set<IEntry>();
+  const items: TranscriptItem[] = [];
+  for (const entry of ordered) {
+    if (consumed.has(entry)) {
+      continue;
+    }
+    switch (entry.type) {
+      case 'ToolCall': {
+        const result =
+          (entry.tool_call_id && results.get(entry.tool_call_id)) || null;
+        if (result) {
+          consumed.add(result);
+        }
+        items.push({ kind: 'tool', call: entry, result });
+        break;
+      }
+      case 'ToolResult':
+        items.push({ kind: 'tool', call: null, result: entry });
+        break;
+      case 'ApprovalRequest': {
+        const rid = payloadOf(entry).request_id;
+        const decision =
+          (typeof rid === 'string' && decisions.get(rid)) || null;
+        if (decision) {
+          consumed.add(decision);
+        }
+        items.push({ kind: 'approval', request: entry, decision });
+        break;
+      }
+      case 'ApprovalDecision':
+        items.push({ kind: 'approval', request: null, decision: entry });
+        break;
+      default:
+        items.push({ kind: 'entry', entry });
+    }
+  }
+  return items;
+}
+
+function entryHead(
+  doc: Document,
+  badge: string,
+  type: string,
+  sender: string | null,
+  createdAt?: string | null
+): HTMLElement {
+  const head = el(doc, 'div', 'chaz-entry-head');
+  const b = el(doc, 'span', `chaz-badge chaz-badge-${type.toLowerCase()}`, badge);
+  head.appendChild(b);
+  if (sender) {
+    head.appendChild(el(doc, 'span', 'chaz-sender', sender));
+  }
+  const time = formatTime(createdAt);
+  if (time) {
+    const t = el(doc, 'span', 'chaz-time', time);
+    t.title = String(createdAt);
+    head.appendChild(t);
+  }
+  return head;
+}
+
+function renderPlainEntry(
+  doc: Document,
+  entry: IEntry,
+  agent: string
+): HTMLElement {
+  const type = String(entry.type || 'Entry');
+  if (type === 'Summary') {
+    const node = el(doc, 'div', 'chaz-entry chaz-summary');
+    node.dataset.type = type;
+    const line = el(doc, 'div', 'chaz-summary-line');
+    line.appendChild(el(doc, 'span', 'chaz-summary-label', 'Summary (context starts here)'));
+    node.appendChild(line);
+    if (entry.content) {
+      const details = el(doc, 'details', 'chaz-summary-details');
+      details.appendChild(el(doc, 'summary', undefined, 'summary text'));
+      details.appendChild(el(doc, 'div', 'chaz-content', entry.content));
+      node.appendChild(details);
+    }
+    return node;
+  }
+  const node = el(doc, 'div', `chaz-entry chaz-type-${type.toLowerCase()}`);
+  node.dataset.type = type;
+  if (entry.sender && entry.sender === agent) {
+    node.classList.add('chaz-from-agent');
+  }
+  node.appendChild(entryHead(doc, type, type, entry.sender, entry.created_at));
+  if (entry.content) {
+    node.appendChild(el(doc, 'div', 'chaz-content', entry.content));
+  }
+  return node;
+}
+
+function renderTool(
+  doc: Document,
+  call: IEntry | null,
+  result: IEntry | null
+): HTMLElement {
+  const callPayload = payloadOf(call);
+  const resultPayload = payloadOf(result);
+  const isError = !!resultPayload.is_error;
+  const name = call?.tool_name || result?.tool_name || 'tool';
+
+  const node = el(doc, 'details', 'chaz-entry chaz-tool');
+  node.dataset.type = 'ToolCall';
+  if (isError) {
+    node.classList.add('chaz-tool-error');
+  }
+  if (!result) {
+    node.classList.add('chaz-tool-pending');
+  }
+  const summary = el(doc, 'summary', 'chaz-tool-summary');
+  summary.appendChild(el(doc, 'span', 'chaz-badge chaz-badge-tool', 'Tool'));
+  summary.appendChild(el(doc, 'span', 'chaz-tool-name', name));
+  if (call) {
+    summary.appendChild(
+      el(doc, 'span', 'chaz-tool-args', `(${argsPreview(callPayload.arguments)})`)
+    );
+  }
+  let state: string;
+  if (!result) {
+    state = 'no result yet';
+  } else {
+    state = isError ? 'error' : 'ok';
+    const duration = formatDuration(resultPayload.duration_ms);
+    if (duration) {
+      state += ` · ${duration}`;
+    }
+  }
+  summary.appendChild(el(doc, 'span', 'chaz-tool-state', state));
+  const who = call?.sender || result?.sender;
+  if (who) {
+    summary.appendChild(el(doc, 'span', 'chaz-sender', who));
+  }
+  node.appendChild(summary);
+
+  const body = el(doc, 'div', 'chaz-tool-body');
+  if (call) {
+    body.appendChild(el(doc, 'div', 'chaz-label', 'arguments'));
+    body.appendChild(
+      el(doc, 'pre', 'chaz-pre chaz-tool-arguments', clip(formatJSON(callPayload.arguments ?? {})))
+    );
+  }
+  if (result) {
+    const output =
+      resultPayload.output !== undefined ? str(resultPayload.output) : result.content;
+    body.appendChild(el(doc, 'div', 'chaz-label', isError ? 'error' : 'output'));
+    body.appendChild(el(doc, 'pre', 'chaz-pre chaz-tool-output', clip(output || '')));
+  }
+  node.appendChild(body);
+  return node;
+}
+
+/** Words for an ApprovalDecision outcome. */
+export function describeDecision(decision: IEntry | null): string {
+  if (!decision) {
+    return 'pending';
+  }
+  const p = payloadOf(decision);
+  const by = p.decided_by || decision.sender;
+  let text: string;
+  switch (p.decision) {
+    case 'approve':
+      text = 'approved';
+      break;
+    case 'approve_all':
+      text = 'approved (all further calls)';
+      break;
+    case 'deny':
+      text = 'denied';
+      break;
+    case 'timed_out':
+      text = 'timed out';
+      break;
+    default:
+      text = String(p.decision ?? 'decided');
+  }
+  if (by && p.decision !== 'timed_out') {
+    text += ` by ${by}`;
+  }
+  if (p.reason) {
+    text += `: ${p.reason}`;
+  }
+  return text;
+}
+
+function renderApproval(
+  doc: Document,
+  request: IEntry | null,
+  decision: IEntry | null
+): HTMLElement {
+  const rp = payloadOf(request);
+  const dp = payloadOf(decision);
+  const node = el(doc, 'div', 'chaz-entry chaz-approval');
+  node.dataset.type = 'ApprovalRequest';
+  const outcome = decision ? String(dp.decision ?? 'decided') : 'pending';
+  node.classList.add(`chaz-approval-${outcome.replace(/[^a-z_]/gi, '')}`);
+
+  const head = entryHead(
+    doc,
+    'Approval',
+    'approval',
+    String(rp.agent || request?.sender || decision?.sender || ''),
+    (request || decision)?.created_at
+  );
+  const toolName = rp.tool_name || request?.tool_name || decision?.tool_name;
+  if (toolName) {
+    head.appendChild(el(doc, 'span', 'chaz-tool-name', String(toolName)));
+  }
+  if (rp.risk_level) {
+    const risk = String(rp.risk_level);
+    head.appendChild(
+      el(doc, 'span', `chaz-risk chaz-risk-${risk.replace(/[^a-z]/gi, '')}`, `${risk} risk`)
+    );
+  }
+  node.appendChild(head);
+  if (request && rp.arguments_display !== undefined) {
+    node.appendChild(el(doc, 'pre', 'chaz-pre chaz-approval-args', clip(formatJSON(rp.arguments_display))));
+  } else if (request?.content) {
+    node.appendChild(el(doc, 'div', 'chaz-content', request.content));
+  }
+  node.appendChild(el(doc, 'div', 'chaz-approval-outcome', describeDecision(decision)));
+  return node;
+}
+
+/** Is this value shaped like a session bundle? */
+export function isSessionBundle(value: unknown): value is ISessionBundle {
+  if (!value || typeof value !== 'object') {
+    return false;
+  }
+  const v = value as { [k: string]: unknown };
+  return (
+    Array.isArray(v.entries) &&
+    !!v.session &&
+    typeof v.session === 'object'
+  );
+}
+
+/** Render a whole session bundle into a new element. */
+export function renderTranscript(
+  bundle: unknown,
+  doc: Document = document
+): HTMLElement {
+  let value = bundle;
+  if (typeof value === 'string') {
+    try {
+      value = JSON.parse(value);
+    } catch {
+      /* handled below */
+    }
+  }
+  const root = el(doc, 'div', 'chaz-transcript');
+  if (!isSessionBundle(value)) {
+    root.classList.add('chaz-invalid');
+    root.appendChild(el(doc, 'div', 'chaz-entry chaz-type-error', 'chaz: this output is not a session transcript this version can read.'));
+    return root;
+  }
+  const session = value.session;
+  const status = String(value.status || 'idle');
+  root.dataset.sessionId = String(session.id);
+
+  const header = el(doc, 'div', 'chaz-header');
+  header.appendChild(el(doc, 'span', 'chaz-title', `Session ${session.id}`));
+  header.appendChild(el(doc, 'span', 'chaz-agent', String(session.agent ?? '')));
+  if (session.kind) {
+    header.appendChild(el(doc, 'span', 'chaz-kind', String(session.kind)));
+  }
+  if (session.parent_id !== null && session.parent_id !== undefined) {
+    header.appendChild(el(doc, 'span', 'chaz-parent', `child of ${session.parent_id}`));
+  }
+  header.appendChild(
+    el(doc, 'span', `chaz-status chaz-status-${status.replace(/[^a-z]/gi, '')}`, status)
+  );
+  const n = value.entries.length;
+  header.appendChild(el(doc, 'span', 'chaz-count', `${n} ${n === 1 ? 'entry' : 'entries'}`));
+  root.appendChild(header);
+
+  const list = el(doc, 'div', 'chaz-entries');
+  const agent = String(session.agent ?? '');
+  for (const item of foldEntries(value.entries)) {
+    if (item.kind === 'tool') {
+      list.appendChild(renderTool(doc, item.call, item.result));
+    } else if (item.kind === 'approval') {
+      list.appendChild(renderApproval(doc, item.request, item.decision));
+    } else {
+      list.appendChild(renderPlainEntry(doc, item.entry, agent));
+    }
+  }
+  if (n === 0) {
+    list.appendChild(el(doc, 'div', 'chaz-empty', 'no entries yet'));
+  }
+  root.appendChild(list);
+  return root;
+}

@@ -1,0 +1,102 @@
+/**
+ * Data contracts shared with the Python side (chaz_nb).
+ *
+ * Every string in these structures is authored by an agent, a tool or a user:
+ * it is only ever put into the DOM through textContent, never as HTML.
+ */
+
+/** MIME type of a session transcript bundle. */
+export const SESSION_MIME = 'application/vnd.chaz.session+json';
+
+/** Kernel comm target name of the sidebar channel. */
+export const COMM_TARGET = 'chaz';
+
+export type EntryType =
+  | 'Message'
+  | 'Directive'
+  | 'ToolCall'
+  | 'ToolResult'
+  | 'Ack'
+  | 'Error'
+  | 'Summary'
+  | 'ApprovalRequest'
+  | 'ApprovalDecision';
+
+export type SessionStatus = 'idle' | 'running' | 'parked';
+
+export interface IEntry {
+  id: number;
+  seq: number;
+  type: EntryType | string;
+  sender: string;
+  content: string;
+  tool_call_id?: string | null;
+  tool_name?: string | null;
+  payload?: { [key: string]: any } | null;
+  created_at?: string | null;
+}
+
+export interface ISessionInfo {
+  id: number;
+  agent: string;
+  kind: string;
+  parent_id?: number | null;
+  depth?: number;
+}
+
+/** Value of the `application/vnd.chaz.session+json` bundle. */
+export interface ISessionBundle {
+  version: number;
+  session: ISessionInfo;
+  status?: SessionStatus | string;
+  entries: IEntry[];
+}
+
+/** One session as listed by the kernel's `state` comm message. */
+export interface ISessionSummary {
+  id: number;
+  agent: string;
+  kind: string;
+  status: SessionStatus | string;
+  last_entry: {
+    type: string;
+    sender: string;
+    content: string;
+    created_at: string | null;
+  } | null;
+}
+
+/** One pending approval as listed by the kernel's `state` comm message. */
+export interface IPendingApproval {
+  request_id: string;
+  session_id: number;
+  agent: string;
+  tool_name: string;
+  risk_level: string;
+  arguments_display: any;
+  created_at: string | null;
+}
+
+export interface IStateMessage {
+  type: 'state';
+  sessions: ISessionSummary[];
+  pending: IPendingApproval[];
+}
+
+export interface IDecidedMessage {
+  type: 'decided';
+  request_id: string;
+  ok: boolean;
+  message: string;
+}
+
+export type KernelToFrontend = IStateMessage | IDecidedMessage;
+
+export type FrontendToKernel =
+  | { type: 'refresh' }
+  | {
+      type: 'decide';
+      request_id: string;
+      decision: 'approve' | 'deny';
+      reason: string | null;
+    };
