@@ -8,6 +8,7 @@ the first model call: importing it costs seconds, and loading the extension must
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
@@ -20,6 +21,8 @@ OFFLINE_MODELS = ("chaz/echo", "chaz/script")
 SCRIPT_KEY = "chaz_script"
 #: metadata key that asks the offline models for a summary (compaction)
 TASK_KEY = "chaz_task"
+#: metadata key: seconds the offline models wait before answering (simulates network latency)
+DELAY_KEY = "chaz_delay"
 
 
 @dataclass
@@ -291,6 +294,9 @@ def _offline_handler_class() -> type:
                               print_verbose, encoding, api_key, logging_obj, optional_params,
                               acompletion=None, litellm_params=None, logger_fn=None, headers={},
                               timeout=None, client=None):  # noqa: B006 - litellm's signature
+            delay = ((litellm_params or {}).get("metadata") or {}).get(DELAY_KEY)
+            if delay:
+                await asyncio.sleep(float(delay))
             return self._respond(model, messages, optional_params, litellm_params)
 
     return OfflineModels

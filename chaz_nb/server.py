@@ -162,6 +162,8 @@ class Server:
         payload: dict[str, Any] | None = None,
     ) -> RunHandle | None:
         """Write an entry; return the handle of the run it triggers, if it triggers one."""
+        if EntryType(entry_type) in (EntryType.MESSAGE, EntryType.DIRECTIVE):
+            self._get_loop()  # refuse before writing rather than write a trigger nobody runs
         entry = self.store.append(session_id, entry_type, sender, content, payload=payload)
         return self._handles.get(entry.id)
 

@@ -1,0 +1,134 @@
+"""Core figures, measured in one run on this machine.
+
+1. Append throughput and append -> on_write callback latency, 10k entries, file store.
+2. Server overhead per ReAct step against a bare litellm.acompletion loop with the same
+   offline model, the same script and the same tool.
+
+Targets (issue 2): append + callback p50 < 1 ms; server overhead < 5 % of the bare loop.
+Run: python bench/bench_core.py [--entries 10000] [--runs 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from chaz_nb import Agent, Server, SessionStore, ToolRegistry, tool  # noqa: E402
+from chaz_nb.backends import litellm_module  # noqa: E402
+from chaz_nb.entries import EntryType  # noqa: E402
+
+STEPS = 8  # tool-calling steps per run (+1 final answer)
+
+
+@tool(in_thread=False)
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+SCRIPT = [{"tool": "add", "args": {"a": i, "b": 1}} for i in range(STEPS)] + ["done {result}"]
+
+
+def pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+
+
+def bench_append(n: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        store = SessionStore(os.path.join(tmp, "bench.duckdb"))
+        sessions = [store.create_session(f"agent{i}") for i in range(10)]
+        written_at: dict[int, float] = {}
+        latencies: list[float] = []
+        store.subscribe(lambda e: latencies.append(time.perf_counter() - written_at[e.id]))
+        next_id = store._next_entry_id
+        t0 = time.perf_counter()
+        for i in range(n):
+            written_at[next_id + i] = time.perf_counter()
+            store.append(sessions[i % 10], EntryType.MESSAGE, "user", f"message {i}", payload={"i": i})
+        elapsed = time.perf_counter() - t0
+        store.close()
+        size = os.path.getsize(store.path)
+    ms = [x * 1000 for x in latencies]
+    print(f"append (file store, {n} entries, one commit each): {n / elapsed:,.0f} entries/s")
+    print(f"append -> callback latency: p50 {pct(ms, 50):.3f} ms, p99 {pct(ms, 99):.3f} ms"
+          f"  (target p50 < 1 ms: {'met' if pct(ms, 50) < 1 else 'NOT met'})")
+    print(f"file size after {n} entries: {size / 1e6:.1f} MB")
+
+
+async def bare_loop(litellm, delay: float) -> float:
+    """The same work without the server: model call, tool call, result fed back."""
+    tools = [add.schema]
+    messages = [{"role": "user", "content": "go"}]
+    t0 = time.perf_counter()
+    while True:
+        resp = await litellm.acompletion(model="chaz/script", messages=messages, tools=tools,
+                                         metadata={"chaz_script": SCRIPT, "chaz_delay": delay})
+        msg = resp.choices[0].message
+        if not msg.tool_calls:
+            break
+        messages.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
+            for c in msg.tool_calls]})
+        for c in msg.tool_calls:
+            out = add.fn(**json.loads(c.function.arguments))
+            messages.append({"role": "tool", "tool_call_id": c.id, "content": json.dumps(out)})
+    return time.perf_counter() - t0
+
+
+async def server_run(server: Server) -> float:
+    session = server.new_session("bench")
+    t0 = time.perf_counter()
+    reply = await (await server.send(session, "go")).wait()
+    elapsed = time.perf_counter() - t0
+    assert reply is not None and reply.content.startswith("done"), reply
+    return elapsed
+
+
+async def bench_overhead(runs: int) -> None:
+    litellm = litellm_module()
+    await bare_loop(litellm, 0)  # warm-up (first call builds litellm's caches)
+    cases = [("memory store", ":memory:", 0.0), ("file store", "file", 0.0),
+             ("file store, model latency 50 ms", "file", 0.05)]
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, where, delay in cases:
+            path = os.path.join(tmp, f"o{delay}.duckdb") if where == "file" else where
+            store = SessionStore(path)
+            server = Server(store, [Agent("bench", model="chaz/script", tools=["add"], script=SCRIPT,
+                                          max_iterations=STEPS + 2,
+                                          model_options={"metadata": {"chaz_delay": delay}})],
+                            ToolRegistry([add]))
+            await server_run(server)
+            bare, served = [], []
+            for _ in range(runs if not delay else max(3, runs // 5)):
+                # interleaved, so machine noise hits both alike
+                bare.append(await bare_loop(litellm, delay))
+                served.append(await server_run(server))
+            b = statistics.median(bare) / (STEPS + 1) * 1000
+            s = statistics.median(served) / (STEPS + 1) * 1000
+            overhead = (s - b) / b * 100
+            print(f"per ReAct step ({label}): bare litellm loop {b:.2f} ms, through the server {s:.2f} ms, "
+                  f"overhead {s - b:.2f} ms = {overhead:.1f} % (target < 5 %: {'met' if overhead < 5 else 'NOT met'})")
+            store.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--entries", type=int, default=10_000)
+    parser.add_argument("--runs", type=int, default=30)
+    args = parser.parse_args()
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    bench_append(args.entries)
+    asyncio.run(bench_overhead(args.runs))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,198 @@
+import asyncio
+import logging
+
+import pytest
+
+from chaz_nb.agents import Agent, AgentError
+from chaz_nb.entries import EntryType as T
+from chaz_nb.server import Server, ServerError
+from chaz_nb.store import SessionStore
+from chaz_nb.tools import ToolRegistry, tool
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add."""
+    return a + b
+
+
+@tool
+def explode() -> str:
+    """Fails."""
+    raise ValueError("no such file")
+
+
+@pytest.fixture
+def server(store):
+    srv = Server(
+        store,
+        [
+            Agent("assistant"),
+            Agent("calc", model="chaz/script", tools=["add"], script=[{"tool": "add", "args": {"a": 2, "b": 3}}, "sum is {result}"]),
+            Agent("quiet", model="chaz/script", script=[""]),
+        ],
+        ToolRegistry([add, explode]),
+    )
+    return srv
+
+
+def types(store, session_id):
+    return [(e.entry_type.value, e.sender) for e in store.entries(session_id)]
+
+
+async def test_message_runs_agent_and_records_the_turn(server, store):
+    s = server.current_session("calc")
+    handle = await server.send(s, "add please")
+    reply = await handle.wait()
+    assert reply.content == "sum is 5" and reply.sender == "calc"
+    assert types(store, s) == [
+        ("Message", "user"), ("Ack", "calc"), ("ToolCall", "calc"), ("ToolResult", "calc"), ("Message", "calc"),
+    ]
+    call, result = store.entries(s)[2:4]
+    assert call.content == 'add({"a": 2, "b": 3})' and call.payload["arguments"] == {"a": 2, "b": 3}
+    assert result.content == "add: 5" and result.payload["output"] == "5" and result.payload["is_error"] is False
+    assert call.tool_call_id == result.tool_call_id
+    ack = store.entries(s)[1]
+    assert {call.payload["run_id"], result.payload["run_id"], reply.payload["run_id"]} == {ack.id}
+    assert reply.payload["steps"] == 2 and reply.payload["cost_usd"] == 0.0
+
+
+async def test_agent_replies_never_retrigger(server, store):
+    s = server.current_session("assistant")
+    await (await server.send(s, "hi")).wait()
+    await server.wait_idle(5)
+    assert types(store, s) == [("Message", "user"), ("Ack", "assistant"), ("Message", "assistant")]
+    # a Message written by a known agent is ignored
+    assert server.post(s, T.MESSAGE, "talking to myself", sender="assistant") is None
+    assert not server.is_busy(s)
+
+
+async def test_directive_from_any_sender_triggers(server, store):
+    s = server.current_session("assistant")
+    handle = server.post(s, T.DIRECTIVE, "do the thing", sender="calc")
+    assert (await handle.wait()).content == "echo: do the thing"
+
+
+async def test_other_entry_types_are_ignored(server, store):
+    s = server.current_session("assistant")
+    for etype in (T.ACK, T.ERROR, T.TOOL_CALL, T.TOOL_RESULT, T.SUMMARY, T.APPROVAL_REQUEST, T.APPROVAL_DECISION):
+        assert server.post(s, etype, "x", sender="user") is None
+    assert not server.is_busy(s)
+
+
+async def test_message_during_a_run_queues_one_more_run(server, store):
+    s = server.current_session("assistant")
+    first = await server.send(s, "one")
+    while store.latest(s).entry_type is not T.ACK:  # the first run has read its context
+        await asyncio.sleep(0)
+    second = await server.send(s, "two")
+    third = await server.send(s, "three")
+    assert server.session_status(s) == "running"
+    assert (await first.wait()).content == "echo: one"
+    follow_up = await second.wait()
+    assert follow_up.content == "echo: three"  # one run on the updated context answers both
+    assert (await third.wait()) == follow_up
+    replies = [e.content for e in store.entries(s) if e.entry_type is T.MESSAGE and e.sender == "assistant"]
+    assert replies == ["echo: one", "echo: three"]
+    assert server.session_status(s) == "idle"
+
+
+async def test_silent_turn_writes_no_message(server, store):
+    s = server.current_session("quiet")
+    assert await (await server.send(s, "anything?")).wait() is None
+    assert types(store, s) == [("Message", "user"), ("Ack", "quiet")]
+
+
+async def test_model_error_writes_one_line_error_entry(store):
+    server = Server(store, [Agent("flaky", model="gpt-4o-mini", model_options={"mock_response": "litellm.InternalServerError"})])
+    s = server.current_session("flaky")
+    outcome = await (await server.send(s, "hi")).wait()
+    assert outcome.entry_type is T.ERROR and outcome.sender == "flaky"
+    assert outcome.content.startswith("model call failed:") and "\n" not in outcome.content
+    assert [e.entry_type for e in store.entries(s)] == [T.MESSAGE, T.ACK, T.ERROR]
+
+
+async def test_litellm_model_string_takes_the_same_path(store):
+    server = Server(store, [Agent("gpt", model="gpt-4o-mini", model_options={"mock_response": "hello there"})])
+    reply = await (await server.send(server.current_session("gpt"), "hi")).wait()
+    assert reply.content == "hello there" and reply.payload["model"] == "gpt-4o-mini"
+
+
+async def test_raising_tool_is_an_error_result_not_a_crash(store):
+    server = Server(store, [Agent("x", model="chaz/script", script=[{"tool": "explode", "args": {}}, "after: {result}"])],
+                    ToolRegistry([explode]))
+    reply = await (await server.send(server.current_session("x"), "go")).wait()
+    assert reply.content == "after: ValueError: no such file"
+    result = [e for e in store.entries(reply.session_id) if e.entry_type is T.TOOL_RESULT][0]
+    assert result.payload["is_error"] is True
+
+
+async def test_tool_outside_the_agents_scope_is_refused(store):
+    server = Server(store, [Agent("x", model="chaz/script", tools=["add"], script=[{"tool": "explode", "args": {}}, "{result}"])],
+                    ToolRegistry([add, explode]))
+    reply = await (await server.send(server.current_session("x"), "go")).wait()
+    assert reply.content == "unknown tool 'explode'; tools available: add"
+
+
+async def test_concurrent_model_calls_are_capped(store):
+    peak = 0
+    active = 0
+
+    class Counting:
+        async def complete(self, model, messages, tools=None, *, script=None, options=None):
+            nonlocal peak, active
+            from chaz_nb.backends import ModelReply
+            active += 1
+            peak = max(peak, active)
+            await asyncio.sleep(0.02)
+            active -= 1
+            return ModelReply("ok")
+
+    server = Server(store, [Agent("a")], backend=Counting(), max_concurrent_calls=3)
+    handles = [await server.send(server.new_session("a"), str(i)) for i in range(10)]
+    await asyncio.gather(*(h.wait() for h in handles))
+    assert peak == 3
+
+
+async def test_stop_cancels_runs_and_records_interruption(store):
+    class Hang:
+        async def complete(self, *a, **k):
+            await asyncio.sleep(60)
+
+    server = Server(store, [Agent("a")], backend=Hang())
+    s = server.current_session("a")
+    handle = await server.send(s, "wait forever")
+    await asyncio.sleep(0.05)
+    await server.stop()
+    assert await handle.wait() is None
+    assert store.latest(s).entry_type is T.ERROR and "interrupted" in store.latest(s).content
+    assert server.post(s, T.MESSAGE, "after stop") is None
+
+
+def test_bad_agent_definitions_say_what_to_change():
+    with pytest.raises(AgentError, match="must start with a letter"):
+        Agent("1bad")
+    with pytest.raises(AgentError, match="reserved"):
+        Agent("user")
+    with pytest.raises(AgentError, match="needs a script"):
+        Agent("s", model="chaz/script")
+
+
+def test_unknown_agent_lists_known_names(server):
+    with pytest.raises(ServerError, match="unknown agent 'nobody'; known agents: assistant, calc, quiet"):
+        server.current_session("nobody")
+
+
+def test_post_without_a_running_loop_is_a_clear_error(store):
+    server = Server(store, [Agent("a")])
+    with pytest.raises(ServerError, match="running asyncio event loop"):
+        server.post(server.current_session("a"), T.MESSAGE, "hi")
+    # refused before the write: nothing half-done is left behind
+    assert store.latest(server.current_session("a")) is None
+
+
+async def test_new_session_starts_fresh_context(server, store):
+    first = server.current_session("assistant")
+    await (await server.send(first, "remember me")).wait()
+    second = server.new_session("assistant")
+    assert second != first and server.current_session("assistant") == second

@@ -1,0 +1,177 @@
+import asyncio
+
+import pytest
+
+from chaz_nb.agents import Agent
+from chaz_nb.entries import EntryType as T
+from chaz_nb.server import Server
+from chaz_nb.spawn import LateBound, LateBoundError
+from chaz_nb.tools import ToolRegistry, tool
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add."""
+    return a + b
+
+
+@tool
+def delete_all() -> str:
+    """Dangerous."""
+    return "deleted"
+
+
+def spawn(agent, task, **extra):
+    return {"tool": "spawn_agent", "args": {"agent": agent, "task": task, **extra}}
+
+
+def log(store, session_id):
+    return [(e.entry_type.value, e.sender, e.content) for e in store.entries(session_id)]
+
+
+def make_server(store, *agents):
+    return Server(store, list(agents), ToolRegistry([add, delete_all]))
+
+
+async def test_spawn_agent_sequence_entry_by_entry(store):
+    server = make_server(
+        store,
+        Agent("parent", model="chaz/script", tools=["spawn_agent", "add"],
+              script=[spawn("child", "add 2 and 3", context="use the add tool"), "child said: {result}"]),
+        Agent("child", model="chaz/script", tools=["add"], script=[{"tool": "add", "args": {"a": 2, "b": 3}}, "the sum is {result}"]),
+    )
+    p = server.current_session("parent")
+    reply = await (await server.send(p, "delegate")).wait()
+    assert reply.content == "child said: the sum is 5"
+    parent_log = log(store, p)
+    assert parent_log[0] == ("Message", "user", "delegate")
+    assert parent_log[1] == ("Ack", "parent", "parent is working")
+    assert parent_log[2][0:2] == ("ToolCall", "parent") and parent_log[2][2].startswith("spawn_agent(")
+    assert parent_log[3] == ("ToolResult", "parent", "spawn_agent: the sum is 5")
+    assert parent_log[4] == ("Message", "parent", "child said: the sum is 5")
+    child = [s for s in store.sessions() if s.parent_id == p][0]
+    assert (child.agent, child.kind, child.depth) == ("child", "child", 1)
+    assert log(store, child.id) == [
+        ("Directive", "parent", "add 2 and 3\n\nContext:\nuse the add tool"),
+        ("Ack", "child", "child is working"),
+        ("ToolCall", "child", 'add({"a": 2, "b": 3})'),
+        ("ToolResult", "child", "add: 5"),
+        ("Message", "child", "the sum is 5"),
+    ]
+    directive = store.entries(child.id)[0]
+    assert directive.payload["parent_session"] == p
+    parent_ack = store.entries(p)[1]
+    child_ack = store.entries(child.id)[1]
+    assert directive.payload["parent_run"] == parent_ack.id == child_ack.payload["parent_run"]
+
+
+async def test_child_never_gets_a_tool_its_parent_lacked(store):
+    server = make_server(
+        store,
+        Agent("parent", model="chaz/script", tools=["spawn_agent", "add"], script=[spawn("child", "go"), "{result}"]),
+        # the child's own definition allows everything, delete_all included
+        Agent("child", model="chaz/script", tools=None, script=[{"tool": "delete_all", "args": {}}, "{result}"]),
+    )
+    reply = await (await server.send(server.current_session("parent"), "go")).wait()
+    assert reply.content.startswith("unknown tool 'delete_all'; tools available: add, spawn_agent")
+
+
+async def test_depth_limit_returns_an_error_result_to_the_parent(store):
+    # max_depth 1: the root (depth 0) may spawn a child, the child may not spawn again
+    server = make_server(
+        store,
+        Agent("root", model="chaz/script", max_depth=1, script=[spawn("mid", "go"), "root got: {result}"]),
+        Agent("mid", model="chaz/script", script=[spawn("leaf", "go"), "mid got: {result}"]),
+        Agent("leaf", model="chaz/script", script=["leaf done"]),
+    )
+    reply = await (await server.send(server.current_session("root"), "go")).wait()
+    assert reply.content.startswith("root got: mid got: spawn depth limit reached")
+    assert not any(s.agent == "leaf" for s in store.sessions())
+
+
+async def test_max_call_depth_defaults_to_max_iterations(store):
+    server = make_server(
+        store,
+        Agent("a", model="chaz/script", max_iterations=2, script=[spawn("a", "again"), "{result}"]),
+    )
+    await (await server.send(server.current_session("a"), "go")).wait()
+    await server.wait_idle(10)
+    depths = sorted(s.depth for s in store.sessions())
+    assert depths == [0, 1, 2]
+
+
+async def test_silent_child_returns_no_response(store):
+    server = make_server(
+        store,
+        Agent("parent", model="chaz/script", script=[spawn("mute", "say nothing"), "{result}"]),
+        Agent("mute", model="chaz/script", script=[""]),
+    )
+    assert (await (await server.send(server.current_session("parent"), "go")).wait()).content == "No response"
+
+
+async def test_child_error_is_an_error_result(store):
+    server = make_server(
+        store,
+        Agent("parent", model="chaz/script", script=[spawn("broken", "x"), "{result}"]),
+        Agent("broken", model="gpt-4o-mini", model_options={"mock_response": "litellm.InternalServerError"}),
+    )
+    reply = await (await server.send(server.current_session("parent"), "go")).wait()
+    assert reply.content.startswith("broken (session 2) failed: model call failed:")
+    result = [e for e in store.entries(reply.session_id) if e.entry_type is T.TOOL_RESULT][0]
+    assert result.payload["is_error"] is True
+
+
+async def test_unknown_agent_is_an_error_result(store):
+    server = make_server(store, Agent("parent", model="chaz/script", script=[spawn("ghost", "x"), "{result}"]))
+    reply = await (await server.send(server.current_session("parent"), "go")).wait()
+    assert reply.content == "unknown agent 'ghost'; known agents: parent"
+
+
+async def test_async_spawn_returns_at_once_and_child_finishes(store):
+    server = make_server(
+        store,
+        Agent("parent", model="chaz/script", script=[spawn("child", "work", **{"async": True}), "{result}"]),
+        Agent("child", model="chaz/script", script=["child finished"]),
+    )
+    reply = await (await server.send(server.current_session("parent"), "go")).wait()
+    assert reply.content.startswith("started child in session 2")
+    await server.wait_idle(5)
+    assert store.latest(2).content == "child finished"
+
+
+async def test_spawn_worker_runs_as_parent_with_narrowed_tools_and_shared_budget(store):
+    server = make_server(
+        store,
+        Agent("boss", model="chaz/script", tools=["spawn_worker", "add", "delete_all"], max_iterations=4,
+              script=[{"tool": "spawn_worker", "args": {"task": "helper task", "tools": ["add"]}}, "worker said: {result}"]),
+    )
+    reply = await (await server.send(server.current_session("boss"), "go")).wait()
+    worker = [s for s in store.sessions() if s.kind == "worker"][0]
+    assert worker.agent == "boss" and worker.depth == 1
+    # the worker plays the same script: its spawn_worker call is outside its narrowed tools
+    worker_results = [e for e in store.entries(worker.id) if e.entry_type is T.TOOL_RESULT]
+    assert worker_results[0].content.startswith("spawn_worker: unknown tool 'spawn_worker'; tools available: add")
+    assert reply.content.startswith("worker said:")
+    # one budget of 4 for both: parent 2 steps + worker 2 steps
+    assert reply.payload["steps"] + store.latest(worker.id).payload["steps"] == 4
+
+
+async def test_spawn_tool_outside_a_run_is_an_error(store):
+    server = make_server(store, Agent("a"))
+    from chaz_nb.tools import ToolError
+
+    with pytest.raises(ToolError, match="only be called by an agent during a run"):
+        await server.tools.get("spawn_agent").run({"agent": "a", "task": "x"})
+
+
+def test_late_bound_handle_is_set_exactly_once(store):
+    handle = LateBound("thing")
+    with pytest.raises(LateBoundError, match="used before a Server was built"):
+        handle.get()
+    handle.set(1)
+    with pytest.raises(LateBoundError, match="already bound"):
+        handle.set(2)
+    registry = ToolRegistry()
+    Server(store, [], registry)
+    with pytest.raises(LateBoundError, match="give each Server its own ToolRegistry"):
+        Server(store, [], registry)

@@ -1,0 +1,193 @@
+import logging
+
+import duckdb
+import pytest
+
+from chaz_nb.entries import EntryType
+from chaz_nb.migrations import MIGRATIONS
+from chaz_nb.store import NewEntry, SessionStore, StoreError, StoreLockedError
+
+
+def test_append_allocates_gapless_seq_per_session(store):
+    a = store.create_session("alice")
+    b = store.create_session("bob")
+    seqs = [store.append(s, EntryType.MESSAGE, "user", str(i)).seq for i, s in enumerate([a, b, a, a, b])]
+    assert seqs == [1, 1, 2, 3, 2]
+    assert [e.content for e in store.entries(a)] == ["0", "2", "3"]
+    assert store.latest(b).content == "4"
+    assert store.latest(store.create_session("carol")) is None
+
+
+def test_entry_round_trips_every_field(store):
+    s = store.create_session("alice")
+    written = store.append(
+        s, EntryType.TOOL_RESULT, "alice", "add: 3", tool_call_id="c1", tool_name="add",
+        payload={"output": "3", "is_error": False, "nested": {"x": [1, 2]}},
+    )
+    read = store.entries(s)[0]
+    assert read == written
+    assert read.payload["nested"] == {"x": [1, 2]}
+    assert store.entry(written.id) == written
+
+
+def test_sessions_record_agent_kind_parent_and_depth(store):
+    parent = store.create_session("alice")
+    child = store.create_session("bob", "child", parent_id=parent)
+    info = store.session(child)
+    assert (info.agent, info.kind, info.parent_id, info.depth) == ("bob", "child", parent, 1)
+    assert [s.id for s in store.sessions()] == [parent, child]
+
+
+def test_unknown_session_is_a_clear_error_and_writes_nothing(store):
+    with pytest.raises(StoreError, match="no session 99"):
+        store.append(99, EntryType.MESSAGE, "user", "hi")
+    with pytest.raises(StoreError, match="no session 42"):
+        store.session(42)
+    assert store.sql("SELECT count(*) FROM entries").fetchall() == [(0,)]
+
+
+def test_on_write_callbacks_run_after_commit_in_order(store):
+    s = store.create_session("alice")
+    seen = []
+
+    def first(entry):
+        # The entry is committed before any callback sees it.
+        seen.append(("first", entry.seq, store.latest(s).id == entry.id))
+
+    store.subscribe(first)
+    store.subscribe(lambda e: seen.append(("second", e.seq, None)))
+    store.append(s, EntryType.MESSAGE, "user", "a")
+    store.append(s, EntryType.MESSAGE, "user", "b")
+    assert seen == [("first", 1, True), ("second", 1, None), ("first", 2, True), ("second", 2, None)]
+
+
+def test_a_raising_callback_is_logged_and_breaks_nothing(store, caplog):
+    s = store.create_session("alice")
+    seen = []
+    store.subscribe(lambda e: 1 / 0)
+    store.subscribe(lambda e: seen.append(e.seq))
+    with caplog.at_level(logging.ERROR):
+        entry = store.append(s, EntryType.MESSAGE, "user", "still written")
+    assert entry.seq == 1 and seen == [1]
+    assert "on_write callback" in caplog.text
+    assert store.latest(s).content == "still written"
+
+
+def test_callbacks_that_append_see_entries_in_commit_order(store):
+    s = store.create_session("alice")
+    order = []
+
+    def reply_once(entry):
+        if entry.sender == "user":
+            store.append(s, EntryType.ACK, "alice", "working")
+
+    store.subscribe(reply_once)
+    store.subscribe(lambda e: order.append(e.seq))
+    store.append(s, EntryType.MESSAGE, "user", "hi")
+    assert order == [1, 2]
+
+
+def test_unsubscribe_stops_callbacks(store):
+    s = store.create_session("alice")
+    seen = []
+    unsubscribe = store.subscribe(lambda e: seen.append(e.seq))
+    store.append(s, EntryType.MESSAGE, "user", "a")
+    unsubscribe()
+    unsubscribe()  # twice is harmless
+    store.append(s, EntryType.MESSAGE, "user", "b")
+    assert seen == [1]
+
+
+def test_append_many_is_one_transaction(store):
+    s = store.create_session("alice")
+    batch = store.append_many([NewEntry(s, EntryType.TOOL_CALL, "alice", "a"), NewEntry(s, EntryType.TOOL_RESULT, "alice", "b")])
+    assert [e.seq for e in batch] == [1, 2]
+    with pytest.raises(StoreError):
+        store.append_many([NewEntry(s, EntryType.MESSAGE, "u", "ok"), NewEntry(404, EntryType.MESSAGE, "u", "bad")])
+    # nothing of the failed batch is written and seq stays gapless
+    assert [e.seq for e in store.entries(s)] == [1, 2]
+    assert store.append(s, EntryType.MESSAGE, "user", "next").seq == 3
+
+
+def test_file_store_survives_reopen_and_continues_seq(db_path):
+    with SessionStore(db_path) as first:
+        s = first.create_session("alice")
+        first.append(s, EntryType.MESSAGE, "user", "one")
+    with SessionStore(db_path) as second:
+        assert second.append(s, EntryType.MESSAGE, "user", "two").seq == 2
+        assert second.create_session("bob") == s + 1
+        assert [e.content for e in second.entries(s)] == ["one", "two"]
+
+
+def test_older_file_is_migrated_in_place(db_path):
+    old = SessionStore(db_path, migrations=MIGRATIONS[:1])
+    assert old.schema_version == 1
+    # the old release wrote sessions without title/metadata
+    old._con.execute("INSERT INTO sessions (id, agent, kind, parent_id, depth, created_at) VALUES (1, 'alice', 'chat', NULL, 0, now()::TIMESTAMP)")
+    old._con.execute(
+        "INSERT INTO entries VALUES (1, 1, 1, 'Message', 'user', 'from the old release', NULL, NULL, '{}', now()::TIMESTAMP)"
+    )
+    old.close()
+    with SessionStore(db_path) as new:
+        assert new.schema_version == len(MIGRATIONS)
+        assert new.entries(1)[0].content == "from the old release"
+        assert new.session(1).title is None
+        assert new.append(1, EntryType.MESSAGE, "user", "after upgrade").seq == 2
+        applied = [r[0] for r in new.sql("SELECT name FROM _chaz_migrations ORDER BY name").fetchall()]
+        assert applied == [m.name for m in MIGRATIONS]
+
+
+def test_file_from_a_newer_release_is_refused(db_path):
+    with SessionStore(db_path):
+        pass
+    con = duckdb.connect(db_path)
+    con.execute("INSERT INTO _chaz_migrations VALUES ('999_future', now()::TIMESTAMP)")
+    con.close()
+    with pytest.raises(RuntimeError, match="newer chaz_nb"):
+        SessionStore(db_path)
+
+
+def test_sql_queries_the_store(store):
+    s = store.create_session("alice")
+    store.append(s, EntryType.MESSAGE, "user", "hi", payload={"k": "v"})
+    rows = store.sql("SELECT entry_type, json_extract_string(payload, '$.k') FROM entries").fetchall()
+    assert rows == [("Message", "v")]
+
+
+def test_locked_file_gives_a_one_line_error(db_path, tmp_path):
+    import subprocess
+    import sys
+    import textwrap
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import sys, duckdb
+            con = duckdb.connect({db_path!r})
+            print("ready", flush=True)
+            sys.stdin.readline()
+        """)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        with pytest.raises(StoreLockedError) as info:
+            SessionStore(db_path)
+        message = str(info.value)
+        assert "\n" not in message and db_path in message and "another" in message
+    finally:
+        holder.communicate("\n", timeout=30)
+
+
+def test_closed_store_says_so(store):
+    store.close()
+    with pytest.raises(StoreError, match="closed"):
+        store.entries(1)
+
+
+def test_redaction_applies_before_the_write(tmp_path):
+    path = str(tmp_path / "r.duckdb")
+    with SessionStore(path, redact=lambda t: t.replace("sk-secret", "[redacted]")) as s:
+        sid = s.create_session("alice")
+        s.append(sid, EntryType.ERROR, "alice", "bad key sk-secret", payload={"detail": ["sk-secret"]})
+        e = s.latest(sid)
+        assert "sk-secret" not in e.content and e.payload["detail"] == ["[redacted]"]

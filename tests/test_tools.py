@@ -1,0 +1,128 @@
+import asyncio
+from typing import Literal
+
+import pytest
+
+from chaz_nb.tools import ScopedTools, Tool, ToolError, ToolRegistry, parse_arguments, tool
+
+
+@tool
+def search(query: str, limit: int = 5, tags: list[str] | None = None) -> list[str]:
+    """Search the notes.
+
+    Args:
+        query: words to look for
+        limit: how many hits to return
+    """
+    return [query] * limit
+
+
+@tool(name="fetch_page", approval="always", risk="high", sensitive_params=["token"])
+async def fetch(url: str, token: str, mode: Literal["fast", "full"] = "fast") -> str:
+    """Fetch a page."""
+    return f"{url}:{mode}"
+
+
+def test_schema_comes_from_signature_and_docstring():
+    fn = search.schema["function"]
+    assert fn["name"] == "search"
+    assert fn["description"] == "Search the notes."
+    assert fn["parameters"] == {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "description": "words to look for"},
+            "limit": {"type": "integer", "description": "how many hits to return", "default": 5},
+            "tags": {"type": "array", "items": {"type": "string"}},
+        },
+        "required": ["query"],
+    }
+    assert fetch.parameters["properties"]["mode"] == {"enum": ["fast", "full"], "default": "fast"}
+    assert (fetch.name, fetch.approval, fetch.risk, fetch.sensitive_params) == ("fetch_page", "always", "high", ("token",))
+
+
+def test_decorated_function_still_callable():
+    assert search("x", limit=2) == ["x", "x"]
+
+
+async def test_sync_and_async_tools_run_with_validated_arguments():
+    assert await search.run({"query": "q", "limit": 1}) == ["q"]
+    assert await fetch.run({"url": "u", "token": "t"}) == "u:fast"
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ({}, "missing required argument(s): query"),
+        ({"query": 3}, "argument 'query' must be string, got integer"),
+        ({"query": "q", "limit": "many"}, "argument 'limit' must be integer"),
+        ({"query": "q", "bogus": 1}, "unknown argument(s): bogus"),
+        ([1, 2], "arguments must be a JSON object, got array"),
+    ],
+)
+def test_arguments_that_do_not_fit_the_schema_are_tool_errors(args, message):
+    with pytest.raises(ToolError) as info:
+        search.validate(args)
+    assert message in str(info.value)
+
+
+def test_trailing_underscore_parameter_is_exposed_without_it():
+    @tool
+    def go(async_: bool = False) -> bool:
+        return async_
+
+    assert "async" in go.parameters["properties"]
+    assert go.validate({"async": True}) == {"async_": True}
+
+
+def test_bad_policy_values_are_refused():
+    def f(x: int) -> int:
+        return x
+
+    with pytest.raises(ValueError, match="approval must be one of"):
+        tool(f, approval="sometimes")
+    with pytest.raises(ValueError, match="not parameters"):
+        tool(f, sensitive_params=["password"])
+    with pytest.raises(ValueError, match="1-64 letters"):
+        tool(lambda: 1)
+
+
+def test_parse_arguments_rejects_invalid_json():
+    assert parse_arguments('{"a": 1}') == {"a": 1}
+    assert parse_arguments("") == {}
+    with pytest.raises(ToolError, match="not valid JSON"):
+        parse_arguments("{oops")
+    with pytest.raises(ToolError, match="JSON object"):
+        parse_arguments("[1]")
+
+
+def test_registry_matches_names_and_globs():
+    reg = ToolRegistry([search, fetch])
+
+    @tool
+    def web_get(url: str) -> str:
+        return url
+
+    reg.register(web_get)
+    assert reg.match(None) == {"search", "fetch_page", "web_get"}
+    assert reg.match(["web_*", "search"]) == {"web_get", "search"}
+    assert reg.match(["nothing*"]) == frozenset()
+
+
+def test_child_scope_is_its_definition_intersected_with_parent_scope():
+    reg = ToolRegistry([search, fetch])
+    parent = reg.scope(["search"])
+    child = reg.scope(None, parent=parent)  # child asks for everything
+    assert child.names == {"search"}
+    grandchild = reg.scope(["fetch_page"], parent=child)
+    assert grandchild.names == frozenset()
+    assert "fetch_page" not in grandchild
+    with pytest.raises(ToolError, match="unknown tool 'fetch_page'; tools available: none"):
+        grandchild.get("fetch_page")
+
+
+def test_scope_narrow_keeps_within_scope():
+    reg = ToolRegistry([search, fetch])
+    scope = reg.scope(["search"])
+    assert scope.narrow(["search", "fetch_page"]).names == {"search"}
+    assert scope.narrow(None) is scope
+    assert [s["function"]["name"] for s in scope.schemas()] == ["search"]
