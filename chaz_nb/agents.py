@@ -83,6 +83,8 @@ class SpawnContext:
     budget: "IterationBudget | None" = None
     parent_session: int | None = None
     parent_run: int | None = None
+    #: auto-approve patterns of every ancestor (a child can only be stricter)
+    auto_approve: tuple[frozenset[str], ...] = ()
 
 
 @dataclass
@@ -98,6 +100,9 @@ class RunContext:
     scope: "ScopedTools"
     budget: "IterationBudget"
     unattended: bool = False  # no person to ask (a schedule fire)
+    #: auto-approve patterns of this agent and of each ancestor; a tool is auto-approved
+    #: only when every level allows it
+    auto_approve: tuple[frozenset[str], ...] = ()
 
 
 current_run: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(

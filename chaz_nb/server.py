@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from . import spawn as spawn_tools
+from .approvals import DEFAULT_TIMEOUT, ApprovalBook, ApprovalProxy
 from .agents import Agent, AgentError, RunContext, SpawnContext, current_run
 from .backends import LiteLLMBackend, ModelBackend
 from .entries import Entry, EntryType, build_context
@@ -87,6 +88,7 @@ class Server:
         backend: ModelBackend | None = None,
         max_concurrent_calls: int = 10,
         tool_timeout: float = 60.0,
+        approval_timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
         self.store = store
         self.tools = tools if tools is not None else ToolRegistry()
@@ -106,7 +108,10 @@ class Server:
         self._current: dict[str, int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped = False
-        self._unsubscribe = store.subscribe(self.process_session)
+        self.approvals = ApprovalBook(self, approval_timeout)
+        self.recovered = self._recover()
+        # Approvals first: a decision must be booked before anything reacts to it.
+        self._unsubscribers = [store.subscribe(self.approvals.on_write), store.subscribe(self.process_session)]
 
     # ------------------------------------------------------------ agents
     def define_agent(self, agent: Agent) -> Agent:
@@ -264,14 +269,17 @@ class Server:
         )
         run_id = ack.id
         self._states[session_id].run_id = run_id
+        own_auto = frozenset(agent.auto_approve)
         if spawn is not None:
             scope = self.tools.scope(agent.tools, parent=spawn.parent_tools)
             call_depth, max_depth = spawn.call_depth, spawn.max_call_depth
             budget = spawn.budget or IterationBudget(agent.max_iterations)
+            auto_approve = (*spawn.auto_approve, own_auto)
         else:
             scope = self.tools.scope(agent.tools)
             call_depth, max_depth = 0, agent.call_depth_limit
             budget = IterationBudget(agent.max_iterations)
+            auto_approve = (own_auto,)
         ctx = RunContext(
             server=self,
             session_id=session_id,
@@ -281,6 +289,7 @@ class Server:
             max_call_depth=max_depth,
             scope=scope,
             budget=budget,
+            auto_approve=auto_approve,
         )
         token = current_run.set(ctx)
         try:
@@ -330,19 +339,68 @@ class Server:
                 session_id, EntryType.ERROR, agent.name, one_line_reason(exc), payload=base
             )
         await self._drain(events, writer)
+        finished = {**base, **result.usage.to_json(), "steps": result.steps, "stop_reason": result.stop_reason}
         if not result.content.strip():
-            return None  # a silent turn writes no Message
+            # A silent turn writes no Message; this status entry closes the run for the audit.
+            self.store.append(
+                session_id, EntryType.ACK, agent.name, f"{agent.name} finished without a reply",
+                payload={**finished, "status": "silent"},
+            )
+            return None
         return self.store.append(
             session_id,
             EntryType.MESSAGE,
             agent.name,
             result.content,
-            payload={**base, **result.usage.to_json(), "steps": result.steps, "stop_reason": result.stop_reason},
+            payload=finished,
         )
 
     def make_executor(self, ctx: RunContext) -> ToolExecutor:
-        """The tool executor for a run (the approval proxy wraps this)."""
-        return ScopedToolExecutor(ctx.scope, self.tool_timeout)
+        """The tool executor for a run: the scope's tools behind the approval proxy."""
+        return ApprovalProxy(self.approvals, ctx, ScopedToolExecutor(ctx.scope, self.tool_timeout))
+
+    # --------------------------------------------------------- approvals
+    def pending_approvals(self) -> list[dict[str, Any]]:
+        """Open approval requests, oldest first (what a person must decide)."""
+        return self.approvals.pending()
+
+    def decide(
+        self, request_id: str, decision: str, reason: str | None = None, decided_by: str = "user"
+    ) -> tuple[bool, str]:
+        """A person's decision on a request (``approve``, ``deny`` or ``approve_all``)."""
+        return self.approvals.decide(request_id, decision, reason, decided_by)
+
+    def _set_parked(self, session_id: int, delta: int) -> None:
+        state = self._states.get(session_id)
+        if state is not None:
+            state.parked = max(0, state.parked + delta)
+
+    def parked_sessions(self) -> list[int]:
+        return sorted(sid for sid, st in self._states.items() if st.parked)
+
+    # ---------------------------------------------------------- recovery
+    def _recover(self) -> dict[str, int]:
+        """Close what a previous process left open: runs with no end, undecided requests."""
+        if self.store.read_only:
+            return {"runs": 0, "approvals": 0}
+        approvals = self.approvals.close_orphans()
+        open_runs = self.store.execute(
+            """
+            SELECT a.id, a.session_id, a.sender FROM entries a
+            WHERE a.entry_type = 'Ack' AND json_extract(a.payload, '$.trigger_id') IS NOT NULL
+              AND NOT EXISTS (
+                SELECT 1 FROM entries e
+                WHERE e.session_id = a.session_id AND e.entry_type IN ('Message', 'Error', 'Ack')
+                  AND TRY_CAST(json_extract_string(e.payload, '$.run_id') AS BIGINT) = a.id)
+            ORDER BY a.id
+            """
+        )
+        for run_id, session_id, sender in open_runs:
+            self.store.append(
+                session_id, EntryType.ERROR, sender, "interrupted: kernel stopped",
+                payload={"run_id": run_id, "interrupted": True},
+            )
+        return {"runs": len(open_runs), "approvals": approvals}
 
     async def _drain(self, events: asyncio.Queue, writer: asyncio.Task) -> None:
         await events.put(None)
@@ -449,7 +507,8 @@ class Server:
     async def stop(self) -> None:
         """Stop reacting to writes and cancel every run (each records an Error entry)."""
         self._stopped = True
-        self._unsubscribe()
+        for unsubscribe in self._unsubscribers:
+            unsubscribe()
         tasks = [s.task for s in self._states.values() if s.task is not None]
         for task in tasks:
             task.cancel()

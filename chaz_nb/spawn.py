@@ -115,6 +115,7 @@ def _child_spawn_context(ctx, *, max_depth: int, parent_tools) -> SpawnContext:
         parent_tools=parent_tools,
         parent_session=ctx.session_id,
         parent_run=ctx.run_id,
+        auto_approve=ctx.auto_approve,
     )
 
 

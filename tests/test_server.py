@@ -100,7 +100,9 @@ async def test_message_during_a_run_queues_one_more_run(server, store):
 async def test_silent_turn_writes_no_message(server, store):
     s = server.current_session("quiet")
     assert await (await server.send(s, "anything?")).wait() is None
-    assert types(store, s) == [("Message", "user"), ("Ack", "quiet")]
+    assert types(store, s) == [("Message", "user"), ("Ack", "quiet"), ("Ack", "quiet")]
+    closing = store.latest(s)
+    assert closing.payload["status"] == "silent" and closing.payload["run_id"] == store.entries(s)[1].id
 
 
 async def test_model_error_writes_one_line_error_entry(store):

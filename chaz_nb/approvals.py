@@ -1,0 +1,394 @@
+"""Tool approvals: the approval proxy, decisions, and deny-by-default timeouts.
+
+Before a tool that needs approval runs, the proxy writes an ApprovalRequest entry in the
+session where the call happens and parks the run until the matching ApprovalDecision entry
+is written by a person's bridge (a widget button, ``%chaz approve``, the JupyterLab
+sidebar). No decision within the timeout is a ``timed_out`` decision: fail closed.
+
+Effective decision of a request: ``timed_out`` if any decision says so, else the first
+decision in entry order. Decisions written by an agent are ignored, with an Error entry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+from .entries import Entry, EntryType
+from .runtime import ToolExecutor, ToolOutcome
+from .tools import Tool, ToolError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .agents import RunContext
+    from .server import Server
+
+log = logging.getLogger(__name__)
+
+DECISIONS = ("approve", "deny", "approve_all", "timed_out")
+DEFAULT_TIMEOUT = 300.0
+MASK = "••••••"
+SYSTEM = "system"
+
+
+class ApprovalError(ValueError):
+    """A decision that cannot be taken; the message says why."""
+
+
+def mask_arguments(t: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
+    """Arguments as shown to the person: sensitive parameters masked."""
+    return {k: (MASK if k in t.sensitive_params else v) for k, v in arguments.items()}
+
+
+def auto_approved(tool_name: str, chain: Sequence[frozenset[str]]) -> bool:
+    """True when every level of the spawn chain auto-approves the tool.
+
+    A child's policy can only be stricter than its parent's: the chain holds the
+    auto-approve patterns of the agent and of every ancestor, and all must agree.
+    """
+    if not chain:
+        return False
+    return all(any(fnmatch.fnmatchcase(tool_name, p) for p in level) for level in chain)
+
+
+def needs_approval(t: Tool, chain: Sequence[frozenset[str]]) -> bool:
+    if t.approval == "always":
+        return True  # cannot be waived
+    if t.approval == "unless_auto_approved":
+        return not auto_approved(t.name, chain)
+    return False
+
+
+def effective_decision(decisions: Iterable[Entry]) -> Entry | None:
+    """``timed_out`` wins over any other decision; otherwise the first in entry order."""
+    decisions = sorted(decisions, key=lambda e: e.id)
+    for d in decisions:
+        if d.payload.get("decision") == "timed_out":
+            return d
+    return decisions[0] if decisions else None
+
+
+@dataclass
+class PendingRequest:
+    entry: Entry
+    future: "asyncio.Future[Entry] | None" = None
+
+    @property
+    def request_id(self) -> str:
+        return self.entry.payload["request_id"]
+
+    def to_json(self) -> dict[str, Any]:
+        p = self.entry.payload
+        return {
+            "request_id": p["request_id"],
+            "entry_id": self.entry.id,
+            "session_id": self.entry.session_id,
+            "agent": p.get("agent", self.entry.sender),
+            "run_id": p.get("run_id"),
+            "tool_name": p.get("tool_name"),
+            "risk_level": p.get("risk_level"),
+            "arguments_display": p.get("arguments_display"),
+            "timeout_secs": p.get("timeout_secs"),
+            "created_at": self.entry.created_at.isoformat() if self.entry.created_at else None,
+        }
+
+
+class ApprovalBook:
+    """Open approval requests of one server, and the decisions that close them."""
+
+    def __init__(self, server: "Server", default_timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.server = server
+        self.default_timeout = default_timeout
+        self._open: dict[str, PendingRequest] = {}
+        self._waiters: dict[str, asyncio.Future] = {}
+        self._decided: dict[str, Entry] = {}
+        self._session_grants: set[tuple[int, str]] = set()
+
+    # -------------------------------------------------------------- queries
+    def pending(self) -> list[dict[str, Any]]:
+        """Open requests, oldest first."""
+        return [p.to_json() for p in sorted(self._open.values(), key=lambda p: p.entry.id)]
+
+    def resolve_id(self, ref: str | int) -> str:
+        """A request id from ``ID`` (request id, its prefix, or the request entry's id) or ``last``."""
+        ref = str(ref).strip()
+        if not self._open and ref in ("last", "oldest"):
+            raise ApprovalError("no pending approval requests")
+        if ref == "last":
+            return max(self._open.values(), key=lambda p: p.entry.id).request_id
+        if ref == "oldest":
+            return min(self._open.values(), key=lambda p: p.entry.id).request_id
+        if ref in self._open or ref in self._decided:
+            return ref
+        matches = [rid for rid in [*self._open, *self._decided] if rid.startswith(ref)]
+        if ref.isdigit():
+            matches += [p.request_id for p in self._open.values() if p.entry.id == int(ref)]
+        if ref:
+            stored = self._find_request(ref)
+            if stored is not None:
+                matches.append(stored.payload["request_id"])
+        matches = sorted(set(matches))
+        if len(matches) == 1:
+            return matches[0]
+        if len(matches) > 1:
+            raise ApprovalError(f"{ref!r} matches several requests ({', '.join(matches)}); give more of the id")
+        raise ApprovalError(f"no approval request {ref!r}; `%chaz pending` lists the open ones")
+
+    def _find_request(self, request_id: str) -> Entry | None:
+        found = self.server.store.find_entries(
+            EntryType.APPROVAL_REQUEST, "json_extract_string(payload, '$.request_id') = ?", [request_id]
+        )
+        return found[0] if found else None
+
+    def _decisions_for(self, request_id: str) -> list[Entry]:
+        return self.server.store.find_entries(
+            EntryType.APPROVAL_DECISION, "json_extract_string(payload, '$.request_id') = ?", [request_id]
+        )
+
+    def decision_of(self, request_id: str) -> Entry | None:
+        """The effective decision of a request, or None while it is open."""
+        if request_id in self._decided:
+            return self._decided[request_id]
+        return effective_decision(
+            d for d in self._decisions_for(request_id) if d.sender not in self.server.agents
+        )
+
+    # ------------------------------------------------------------- deciding
+    def decide(
+        self, request_id: str, decision: str, reason: str | None = None, decided_by: str = "user"
+    ) -> tuple[bool, str]:
+        """Write a person's decision; a second decision is a no-op saying who decided first."""
+        if decision not in ("approve", "deny", "approve_all"):
+            return False, f"decision must be approve, deny or approve_all, not {decision!r}"
+        if decided_by in self.server.agents:
+            return False, f"{decided_by} is an agent; only a person can decide approval requests"
+        try:
+            request_id = self.resolve_id(request_id)
+        except ApprovalError as exc:
+            return False, str(exc)
+        existing = self.decision_of(request_id)
+        if existing is not None:
+            return False, f"request {request_id} was already decided: {_describe(existing)}"
+        pending = self._open.get(request_id)
+        request = pending.entry if pending else self._find_request(request_id)
+        if request is None:
+            return False, f"no approval request {request_id!r}"
+        payload = {"request_id": request_id, "decision": decision, "reason": reason, "decided_by": decided_by}
+        if decision == "approve_all":
+            payload["scope"] = "session"
+            payload["tool_name"] = request.payload.get("tool_name")
+        self.server.store.append(
+            request.session_id, EntryType.APPROVAL_DECISION, decided_by, _decision_text(payload),
+            tool_call_id=request.tool_call_id, tool_name=request.tool_name, payload=payload,
+        )
+        return True, f"{request.payload.get('tool_name')}: {_describe_payload(payload)}"
+
+    def decide_all(self, decision: str, reason: str | None = None, decided_by: str = "user") -> list[tuple[bool, str]]:
+        return [self.decide(rid, decision, reason, decided_by) for rid in list(self._open)]
+
+    # ---------------------------------------------------- on_write callback
+    def on_write(self, entry: Entry) -> None:
+        if entry.entry_type is EntryType.APPROVAL_REQUEST:
+            request_id = entry.payload.get("request_id")
+            if request_id and request_id not in self._decided:
+                self._open[request_id] = PendingRequest(entry, self._waiters.pop(request_id, None))
+                self.server._set_parked(entry.session_id, +1)
+            return
+        if entry.entry_type is not EntryType.APPROVAL_DECISION:
+            return
+        request_id = entry.payload.get("request_id")
+        if entry.sender in self.server.agents:
+            # Agents cannot approve their own (or anyone's) tool calls.
+            self.server.store.append(
+                entry.session_id, EntryType.ERROR, SYSTEM,
+                f"ApprovalDecision from agent {entry.sender} ignored: only a person can decide",
+                payload={"request_id": request_id, "ignored_entry": entry.id},
+            )
+            return
+        if entry.payload.get("decision") not in DECISIONS:
+            self.server.store.append(
+                entry.session_id, EntryType.ERROR, SYSTEM,
+                f"ApprovalDecision ignored: decision must be one of {', '.join(DECISIONS)}",
+                payload={"request_id": request_id, "ignored_entry": entry.id},
+            )
+            return
+        first = self._decided.get(request_id)
+        if first is not None and entry.payload.get("decision") != "timed_out":
+            self.server.store.append(
+                entry.session_id, EntryType.ERROR, SYSTEM,
+                f"second decision for request {request_id} ignored: already decided ({_describe(first)})",
+                payload={"request_id": request_id, "ignored_entry": entry.id},
+            )
+            return
+        self._decided[request_id] = entry if first is None else effective_decision([first, entry])
+        if entry.payload.get("decision") == "approve_all" and entry.payload.get("scope") == "session":
+            tool_name = entry.payload.get("tool_name")
+            if tool_name:
+                self._session_grants.add((entry.session_id, tool_name))
+        pending = self._open.pop(request_id, None)
+        if pending is not None:
+            self.server._set_parked(pending.entry.session_id, -1)
+            if pending.future is not None and not pending.future.done():
+                pending.future.set_result(self._decided[request_id])
+
+    # ------------------------------------------------------------- the proxy
+    async def request(self, ctx: "RunContext", t: Tool, call_id: str, arguments: dict[str, Any]) -> Entry:
+        """Write an ApprovalRequest, park the run, and return the effective decision entry."""
+        store = self.server.store
+        timeout = ctx.agent.approval_timeout if ctx.agent.approval_timeout is not None else self.default_timeout
+        request_id = uuid.uuid4().hex[:10]
+        shown = mask_arguments(t, arguments)
+        payload = {
+            "request_id": request_id,
+            "tool_name": t.name,
+            "risk_level": t.risk,
+            "arguments_display": shown,
+            "timeout_secs": timeout,
+            "agent": ctx.agent.name,
+            "run_id": ctx.run_id,
+        }
+        text = f"{t.name}({json.dumps(shown, ensure_ascii=False, default=str)}) needs approval (risk {t.risk})"
+        future: asyncio.Future[Entry] = asyncio.get_running_loop().create_future()
+        # The waiter is known before the write: on_write opens the request with it, and a
+        # decision written by another on_write callback finds it.
+        self._waiters[request_id] = future
+        try:
+            store.append(
+                ctx.session_id, EntryType.APPROVAL_REQUEST, ctx.agent.name, text,
+                tool_call_id=call_id, tool_name=t.name, payload=payload,
+            )
+        finally:
+            self._waiters.pop(request_id, None)
+        if ctx.unattended:
+            self._close(request_id, "deny", "no person to ask (unattended run); auto-approve the tool to allow it")
+            return await future
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), timeout)
+        except asyncio.TimeoutError:
+            self._close(request_id, "timed_out", f"no decision within {timeout:g} s")
+            return await future
+        except asyncio.CancelledError:
+            if request_id in self._open:
+                self._close(request_id, "timed_out", "run cancelled before a decision")
+            raise
+
+    def _close(self, request_id: str, decision: str, reason: str) -> None:
+        pending = self._open.get(request_id)
+        if pending is None:
+            return
+        payload = {"request_id": request_id, "decision": decision, "reason": reason, "decided_by": SYSTEM}
+        self.server.store.append(
+            pending.entry.session_id, EntryType.APPROVAL_DECISION, SYSTEM, _decision_text(payload),
+            tool_call_id=pending.entry.tool_call_id, tool_name=pending.entry.tool_name, payload=payload,
+        )
+
+    def session_grant(self, session_id: int, tool_name: str) -> bool:
+        return (session_id, tool_name) in self._session_grants
+
+    # ------------------------------------------------------------- recovery
+    def close_orphans(self) -> int:
+        """Close requests left open by a previous process as timed_out; return how many."""
+        store = self.server.store
+        rows = store.execute(
+            """
+            SELECT r.id FROM entries r
+            WHERE r.entry_type = 'ApprovalRequest'
+              AND NOT EXISTS (
+                SELECT 1 FROM entries d
+                WHERE d.entry_type = 'ApprovalDecision'
+                  AND json_extract_string(d.payload, '$.request_id') = json_extract_string(r.payload, '$.request_id'))
+            ORDER BY r.id
+            """
+        )
+        for (entry_id,) in rows:
+            request = store.entry(entry_id)
+            payload = {
+                "request_id": request.payload.get("request_id"),
+                "decision": "timed_out",
+                "reason": "kernel stopped before a decision",
+                "decided_by": SYSTEM,
+            }
+            store.append(
+                request.session_id, EntryType.APPROVAL_DECISION, SYSTEM, _decision_text(payload),
+                tool_call_id=request.tool_call_id, tool_name=request.tool_name, payload=payload,
+            )
+        # Session-wide grants survive a restart: they are in the log.
+        for d in store.find_entries(
+            EntryType.APPROVAL_DECISION, "json_extract_string(payload, '$.scope') = 'session'"
+        ):
+            if d.sender not in self.server.agents and d.payload.get("tool_name"):
+                self._session_grants.add((d.session_id, d.payload["tool_name"]))
+        return len(rows)
+
+
+class ApprovalProxy:
+    """A ToolExecutor that asks before running tools that need approval."""
+
+    def __init__(self, book: ApprovalBook, ctx: "RunContext", inner: ToolExecutor) -> None:
+        self.book = book
+        self.ctx = ctx
+        self.inner = inner
+        self.approve_all = False  # set by an approve_all decision, for the rest of this run
+
+    def schemas(self) -> list[dict[str, Any]]:
+        return self.inner.schemas()
+
+    async def call(self, call_id: str, name: str, arguments: dict[str, Any]) -> ToolOutcome:
+        try:
+            t = self.ctx.scope.get(name)
+        except ToolError:
+            return await self.inner.call(call_id, name, arguments)  # reports the unknown tool
+        if not needs_approval(t, self.ctx.auto_approve):
+            return await self.inner.call(call_id, name, arguments)
+        if t.approval != "always" and (self.approve_all or self.book.session_grant(self.ctx.session_id, name)):
+            outcome = await self.inner.call(call_id, name, arguments)
+            outcome.extra.update({"approval": "approved", "decided_by": "approve_all"})
+            return outcome
+        try:
+            t.validate(arguments)  # never ask a person about a call that cannot run
+        except ToolError as exc:
+            return ToolOutcome(str(exc), is_error=True)
+        started = time.perf_counter()
+        decision = await self.book.request(self.ctx, t, call_id, arguments)
+        waited = round((time.perf_counter() - started) * 1000, 3)
+        verdict = decision.payload.get("decision")
+        info = {
+            "request_id": decision.payload.get("request_id"),
+            "decided_by": decision.payload.get("decided_by", decision.sender),
+            "approval_wait_ms": waited,
+        }
+        if verdict in ("approve", "approve_all"):
+            if verdict == "approve_all":
+                self.approve_all = True
+            outcome = await self.inner.call(call_id, name, arguments)
+            outcome.extra.update({"approval": "approved", **info})
+            return outcome
+        reason = decision.payload.get("reason")
+        if verdict == "timed_out":
+            text = f"{name} was not run: approval timed out ({reason or 'no decision'}); denied by default"
+            approval = "timeout"
+        else:
+            text = f"{name} was denied by the user" + (f": {reason}" if reason else "")
+            approval = "denied"
+        return ToolOutcome(text, is_error=True, extra={"approval": approval, **info})
+
+
+def _decision_text(payload: dict[str, Any]) -> str:
+    return f"{payload['decision']} {payload['request_id']}" + (
+        f": {payload['reason']}" if payload.get("reason") else ""
+    )
+
+
+def _describe_payload(payload: dict[str, Any]) -> str:
+    who = payload.get("decided_by") or "?"
+    text = f"{payload.get('decision')} by {who}"
+    return text + (f" ({payload['reason']})" if payload.get("reason") else "")
+
+
+def _describe(entry: Entry) -> str:
+    return _describe_payload({**entry.payload, "decided_by": entry.payload.get("decided_by", entry.sender)})

@@ -1,0 +1,250 @@
+import asyncio
+
+import pytest
+
+from chaz_nb.agents import Agent
+from chaz_nb.entries import EntryType as T
+from chaz_nb.server import Server
+from chaz_nb.store import SessionStore
+from chaz_nb.tools import ToolRegistry, tool
+
+ran = []
+
+
+@tool(approval="always", risk="high", sensitive_params=["token"])
+def deploy(target: str, token: str) -> str:
+    """Deploy to a target."""
+    ran.append(("deploy", target, token))
+    return f"deployed {target}"
+
+
+@tool(approval="unless_auto_approved", risk="medium")
+def search(query: str) -> str:
+    """Search."""
+    ran.append(("search", query))
+    return f"hits for {query}"
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add."""
+    return a + b
+
+
+@pytest.fixture(autouse=True)
+def clear_ran():
+    ran.clear()
+
+
+def deployer(name="ops", **kw):
+    script = kw.pop("script", [{"tool": "deploy", "args": {"target": "prod", "token": "s3cret"}}, "result: {result}"])
+    return Agent(name, model="chaz/script", script=script, **kw)
+
+
+def make(store, *agents, **kw):
+    return Server(store, list(agents), ToolRegistry([deploy, search, add]), **kw)
+
+
+async def until(predicate, timeout=30.0):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not reached")
+        await asyncio.sleep(0.005)
+
+
+async def parked(server, n=1):
+    await until(lambda: len(server.pending_approvals()) >= n)
+    return server.pending_approvals()
+
+
+async def test_request_parks_the_run_and_approve_runs_the_exact_call(store):
+    server = make(store, deployer())
+    s = server.current_session("ops")
+    handle = await server.send(s, "ship it")
+    [req] = await parked(server)
+    assert server.session_status(s) == "parked"
+    assert (req["tool_name"], req["risk_level"], req["agent"]) == ("deploy", "high", "ops")
+    assert req["arguments_display"] == {"target": "prod", "token": "••••••"}
+    assert req["timeout_secs"] == 300
+    request_entry = store.entries(s)[-1]
+    assert request_entry.entry_type is T.APPROVAL_REQUEST and "s3cret" not in request_entry.content
+    assert ran == []
+    ok, message = server.decide(req["request_id"], "approve")
+    assert ok and "approve by user" in message
+    reply = await handle.wait()
+    assert reply.content == "result: deployed prod"
+    assert ran == [("deploy", "prod", "s3cret")]
+    kinds = [e.entry_type.value for e in store.entries(s)]
+    assert kinds == ["Message", "Ack", "ToolCall", "ApprovalRequest", "ApprovalDecision", "ToolResult", "Message"]
+    result = store.entries(s)[5]
+    assert result.payload["approval"] == "approved" and result.payload["decided_by"] == "user"
+    assert server.session_status(s) == "idle"
+
+
+async def test_deny_feeds_an_error_with_the_reason_and_the_run_goes_on(store):
+    server = make(store, deployer())
+    handle = await server.send(server.current_session("ops"), "ship it")
+    [req] = await parked(server)
+    assert server.decide(req["request_id"], "deny", reason="not on a Friday")[0]
+    reply = await handle.wait()
+    assert reply.content == "result: deploy was denied by the user: not on a Friday"
+    assert ran == []
+    result = [e for e in store.entries(reply.session_id) if e.entry_type is T.TOOL_RESULT][0]
+    assert result.payload["is_error"] and result.payload["approval"] == "denied"
+
+
+async def test_no_decision_in_time_is_denied_by_default(store):
+    server = make(store, deployer(approval_timeout=0.1))
+    reply = await (await server.send(server.current_session("ops"), "ship it")).wait()
+    assert reply.content.startswith("result: deploy was not run: approval timed out")
+    decision = [e for e in store.entries(reply.session_id) if e.entry_type is T.APPROVAL_DECISION][0]
+    assert decision.sender == "system" and decision.payload["decision"] == "timed_out"
+    assert ran == []
+    # a decision after the timeout changes nothing
+    ok, message = server.decide(decision.payload["request_id"], "approve")
+    assert not ok and "already decided: timed_out by system" in message
+
+
+async def test_agent_cannot_decide_and_its_decision_is_ignored_with_an_error(store):
+    server = make(store, deployer(), Agent("sneaky"))
+    s = server.current_session("ops")
+    handle = await server.send(s, "ship it")
+    [req] = await parked(server)
+    ok, message = server.decide(req["request_id"], "approve", decided_by="sneaky")
+    assert not ok and "only a person" in message
+    store.append(s, T.APPROVAL_DECISION, "sneaky", "approve", payload={"request_id": req["request_id"], "decision": "approve"})
+    assert store.latest(s).entry_type is T.ERROR and "only a person can decide" in store.latest(s).content
+    assert server.pending_approvals() and not handle.done()
+    server.decide(req["request_id"], "deny")
+    assert (await handle.wait()).content.startswith("result: deploy was denied")
+
+
+async def test_second_decision_is_a_no_op_naming_the_first(store):
+    server = make(store, deployer())
+    s = server.current_session("ops")
+    handle = await server.send(s, "ship it")
+    [req] = await parked(server)
+    assert server.decide(req["request_id"], "deny")[0]
+    ok, message = server.decide(req["request_id"], "approve")
+    assert not ok and "already decided: deny by user" in message
+    await handle.wait()
+    decisions = [e for e in store.entries(s) if e.entry_type is T.APPROVAL_DECISION]
+    assert len(decisions) == 1
+    # a raw second decision entry is flagged, and the first still stands
+    store.append(s, T.APPROVAL_DECISION, "user", "approve", payload={"request_id": req["request_id"], "decision": "approve"})
+    assert "already decided (deny by user)" in store.latest(s).content
+    assert server.approvals.decision_of(req["request_id"]).payload["decision"] == "deny"
+
+
+async def test_approve_all_covers_the_rest_of_the_run(store):
+    script = [{"tool": "search", "args": {"query": "a"}}, {"tool": "search", "args": {"query": "b"}}, "done"]
+    server = make(store, deployer("finder", script=script))
+    handle = await server.send(server.current_session("finder"), "go")
+    [req] = await parked(server)
+    server.decide(req["request_id"], "approve_all")
+    assert (await handle.wait()).content == "done"
+    assert ran == [("search", "a"), ("search", "b")]
+    assert len([e for e in store.entries(handle.session_id) if e.entry_type is T.APPROVAL_REQUEST]) == 1
+
+
+async def test_auto_approve_skips_the_question_but_never_waives_always(store):
+    script = [{"tool": "search", "args": {"query": "x"}}, {"tool": "deploy", "args": {"target": "t", "token": "k"}}, "{result}"]
+    server = make(store, deployer("auto", script=script, auto_approve=["search", "deploy"]))
+    handle = await server.send(server.current_session("auto"), "go")
+    [req] = await parked(server)
+    assert req["tool_name"] == "deploy"  # search ran without asking
+    assert ran == [("search", "x")]
+    server.decide("last", "approve")
+    assert (await handle.wait()).content == "deployed t"
+
+
+async def test_child_policy_is_never_looser_than_its_parent(store):
+    server = make(
+        store,
+        Agent("parent", model="chaz/script", auto_approve=[], script=[{"tool": "spawn_agent", "args": {"agent": "child", "task": "look"}}, "{result}"]),
+        Agent("child", model="chaz/script", auto_approve=["search"], script=[{"tool": "search", "args": {"query": "q"}}, "child: {result}"]),
+    )
+    handle = await server.send(server.current_session("parent"), "go")
+    [req] = await parked(server)
+    assert req["tool_name"] == "search" and req["agent"] == "child"
+    child_session = req["session_id"]
+    assert store.session(child_session).kind == "child"
+    assert server.session_status(child_session) == "parked"
+    server.decide(req["request_id"], "approve")
+    assert (await handle.wait()).content == "child: hits for q"
+
+
+async def test_child_inherits_auto_approval_only_where_both_allow(store):
+    server = make(
+        store,
+        Agent("parent", model="chaz/script", auto_approve=["search"], script=[{"tool": "spawn_agent", "args": {"agent": "child", "task": "look"}}, "{result}"]),
+        Agent("child", model="chaz/script", auto_approve=["search"], script=[{"tool": "search", "args": {"query": "q"}}, "child: {result}"]),
+    )
+    reply = await (await server.send(server.current_session("parent"), "go")).wait()
+    assert reply.content == "child: hits for q" and server.pending_approvals() == []
+
+
+async def test_unattended_run_is_denied_at_once(store):
+    from chaz_nb.approvals import ApprovalProxy
+    from chaz_nb.runtime import ScopedToolExecutor
+
+    server = make(store, deployer())
+    original = server.make_executor
+
+    def unattended(ctx):
+        ctx.unattended = True
+        return original(ctx)
+
+    server.make_executor = unattended
+    reply = await (await server.send(server.current_session("ops"), "ship it")).wait()
+    assert "was denied by the user: no person to ask" in reply.content
+    assert ran == []
+
+
+async def test_several_parked_runs_decided_out_of_order(store):
+    server = make(store, *(deployer(f"ops{i}", script=[{"tool": "deploy", "args": {"target": f"t{i}", "token": "k"}}, "{result}"]) for i in range(3)))
+    handles = [await server.send(server.current_session(f"ops{i}"), "go") for i in range(3)]
+    requests = await parked(server, 3)
+    by_target = {r["arguments_display"]["target"]: r["request_id"] for r in requests}
+    server.decide(by_target["t2"], "approve")
+    assert (await handles[2].wait()).content == "deployed t2"
+    assert not handles[0].done() and not handles[1].done()
+    server.decide(by_target["t0"], "deny")
+    server.decide(by_target["t1"], "approve")
+    assert (await handles[0].wait()).content == "deploy was denied by the user"
+    assert (await handles[1].wait()).content == "deployed t1"
+
+
+async def test_request_left_open_by_a_dead_kernel_is_closed_as_timed_out(db_path):
+    store = SessionStore(db_path)
+    server = make(store, deployer())
+    s = server.current_session("ops")
+    await server.send(s, "ship it")
+    [req] = await parked(server)
+    # the kernel dies: no stop(), no decision; the file is all that is left
+    store._con.close()
+    reopened = SessionStore(db_path)
+    server2 = make(reopened, deployer())
+    assert server2.recovered == {"runs": 1, "approvals": 1}
+    decision = [e for e in reopened.entries(s) if e.entry_type is T.APPROVAL_DECISION]
+    assert [d.payload["decision"] for d in decision] == ["timed_out"]
+    assert reopened.latest(s).entry_type is T.ERROR and reopened.latest(s).content == "interrupted: kernel stopped"
+    assert server2.pending_approvals() == []
+    ok, message = server2.decide(req["request_id"], "approve")
+    assert not ok and "timed_out" in message
+    reopened.close()
+
+
+async def test_bad_references_and_decisions_say_what_to_do(store):
+    server = make(store, deployer())
+    assert server.decide("nope", "approve") == (False, "no approval request 'nope'; `%chaz pending` lists the open ones")
+    assert not server.decide("last", "approve")[0]
+    assert "must be approve, deny or approve_all" in server.decide("x", "maybe")[1]
+
+
+async def test_invalid_arguments_are_refused_before_asking(store):
+    server = make(store, deployer(script=[{"tool": "deploy", "args": {"target": "prod"}}, "{result}"]))
+    reply = await (await server.send(server.current_session("ops"), "go")).wait()
+    assert "missing required argument(s): token" in reply.content
+    assert server.pending_approvals() == []
