@@ -60,9 +60,63 @@ def _m002_session_title_metadata(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("ALTER TABLE sessions ADD COLUMN metadata JSON")
 
 
+def _m003_audit_views(con: duckdb.DuckDBPyConnection) -> None:
+    from .audit import create_audit_views
+
+    con.execute("CREATE INDEX entries_type ON entries (entry_type)")
+    create_audit_views(con)
+
+
+def _m004_schedules(con: duckdb.DuckDBPyConnection) -> None:
+    # Agent-owned schedules (chaz_nb/schedules.py) and one row per fire.
+    con.execute(
+        """
+        CREATE TABLE schedules (
+            id BIGINT PRIMARY KEY,
+            agent VARCHAR NOT NULL,
+            trigger VARCHAR NOT NULL,
+            kind VARCHAR NOT NULL,
+            prompt VARCHAR NOT NULL,
+            session_id BIGINT,
+            enabled BOOLEAN NOT NULL DEFAULT true,
+            consecutive_failures INTEGER NOT NULL DEFAULT 0,
+            max_failures INTEGER NOT NULL DEFAULT 3,
+            expires_at TIMESTAMP,
+            max_fires INTEGER,
+            fire_count INTEGER NOT NULL DEFAULT 0,
+            next_fire_at TIMESTAMP,
+            last_fired_at TIMESTAMP,
+            disabled_reason VARCHAR,
+            created_by VARCHAR NOT NULL DEFAULT 'user',
+            created_at TIMESTAMP NOT NULL
+        )
+        """
+    )
+    con.execute(
+        """
+        CREATE TABLE schedule_fires (
+            id BIGINT PRIMARY KEY,
+            schedule_id BIGINT NOT NULL,
+            session_id BIGINT,
+            run_id BIGINT,
+            status VARCHAR NOT NULL,
+            reason VARCHAR,
+            prompt_tokens BIGINT,
+            completion_tokens BIGINT,
+            cost_usd DOUBLE,
+            scheduled_for TIMESTAMP,
+            started_at TIMESTAMP NOT NULL,
+            finished_at TIMESTAMP
+        )
+        """
+    )
+
+
 MIGRATIONS: list[Migration] = [
     Migration("001_sessions_entries", _m001_sessions_entries),
     Migration("002_session_title_metadata", _m002_session_title_metadata),
+    Migration("003_audit_views", _m003_audit_views),
+    Migration("004_schedules", _m004_schedules),
 ]
 
 

@@ -135,8 +135,8 @@ class SessionStore:
 
     def _scalar(self, query: str, params: Sequence[Any] | None = None) -> Any:
         with self._lock:
-            row = self._con.execute(query, params or []).fetchone()
-        return row[0] if row else None
+            rows = self._con.execute(query, params or []).fetchall()
+        return rows[0][0] if rows else None
 
     def _read_schema_version(self) -> int:
         try:
@@ -220,7 +220,8 @@ class SessionStore:
                 "SELECT id, agent, kind, parent_id, depth, created_at, title, metadata"
                 " FROM sessions WHERE id = ?",
                 [int(session_id)],
-            ).fetchone()
+            ).fetchall()
+            row = row[0] if row else None
         if row is None:
             raise StoreError(f"no session {session_id} in {self.path}; `%chaz sessions` lists them")
         return _session_from_row(row)
@@ -336,7 +337,7 @@ class SessionStore:
         if nxt is None:
             exists = self._con.execute(
                 "SELECT count(*) FROM sessions WHERE id = ?", [session_id]
-            ).fetchone()[0]
+            ).fetchall()[0][0]
             if not exists:
                 raise StoreError(
                     f"no session {session_id} in {self.path}; create it with create_session first"
@@ -344,7 +345,7 @@ class SessionStore:
             nxt = (
                 self._con.execute(
                     "SELECT coalesce(max(seq), 0) FROM entries WHERE session_id = ?", [session_id]
-                ).fetchone()[0]
+                ).fetchall()[0][0]
                 + 1
             )
             self._next_seq[session_id] = nxt
@@ -378,7 +379,8 @@ class SessionStore:
             row = self._con.execute(
                 f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE session_id = ? ORDER BY seq DESC LIMIT 1",
                 [int(session_id)],
-            ).fetchone()
+            ).fetchall()
+            row = row[0] if row else None
         entry = _entry_from_row(row) if row else None
         if entry is not None and not self.read_only:
             # This process is the only writer, so the cache cannot go stale.
@@ -390,7 +392,8 @@ class SessionStore:
         with self._lock:
             row = self._con.execute(
                 f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE id = ?", [int(entry_id)]
-            ).fetchone()
+            ).fetchall()
+            row = row[0] if row else None
         return _entry_from_row(row) if row else None
 
     def find_entries(
@@ -443,9 +446,7 @@ class SessionStore:
         """Run SQL against the store and return DuckDB's relation (``.fetchall()``, ``.df()``)."""
         self._check_open()
         with self._lock:
-            if params:
-                return self._con.execute(query, list(params))
-            return self._con.sql(query)
+            return self._con.sql(query, params=list(params) if params else None)
 
     def execute(self, query: str, params: Sequence[Any] | None = None) -> list[tuple]:
         """Run SQL and fetch all rows (used by the server's own tables)."""

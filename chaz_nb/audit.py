@@ -1,0 +1,160 @@
+"""SQL audit views over the entries table: tool_calls, runs, approvals, messages.
+
+The views read only what was recorded at write time (token usage and cost live in the
+entries' payload), so they need no model at query time and work on any notebook's store.
+They are created by a migration; a change to a view is a new migration that replaces it.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+# Decisions that the approval book ignored (an agent's, or a second one) carry an Error
+# entry pointing at them; the views leave them out.
+_IGNORED = """
+    SELECT TRY_CAST(json_extract_string(payload, '$.ignored_entry') AS BIGINT) AS id
+    FROM entries WHERE entry_type = 'Error' AND json_extract(payload, '$.ignored_entry') IS NOT NULL
+"""
+
+APPROVALS_VIEW = f"""
+CREATE OR REPLACE VIEW approvals AS
+WITH requests AS (
+    SELECT e.id AS entry_id, e.session_id, e.seq,
+           json_extract_string(e.payload, '$.request_id') AS request_id,
+           coalesce(json_extract_string(e.payload, '$.agent'), e.sender) AS agent,
+           TRY_CAST(json_extract_string(e.payload, '$.run_id') AS BIGINT) AS run_id,
+           e.tool_call_id,
+           json_extract_string(e.payload, '$.tool_name') AS tool_name,
+           json_extract_string(e.payload, '$.risk_level') AS risk_level,
+           json_extract(e.payload, '$.arguments_display') AS arguments_display,
+           TRY_CAST(json_extract_string(e.payload, '$.timeout_secs') AS DOUBLE) AS timeout_secs,
+           e.created_at AS requested_at
+    FROM entries e WHERE e.entry_type = 'ApprovalRequest'
+),
+decisions AS (
+    SELECT d.id, json_extract_string(d.payload, '$.request_id') AS request_id,
+           json_extract_string(d.payload, '$.decision') AS decision,
+           coalesce(json_extract_string(d.payload, '$.decided_by'), d.sender) AS decided_by,
+           json_extract_string(d.payload, '$.reason') AS reason,
+           d.created_at AS decided_at
+    FROM entries d
+    WHERE d.entry_type = 'ApprovalDecision' AND d.id NOT IN ({_IGNORED})
+),
+effective AS (
+    -- timed_out wins over any other decision; otherwise the first in entry order
+    SELECT * FROM (
+        SELECT *, row_number() OVER (
+            PARTITION BY request_id ORDER BY (decision = 'timed_out') DESC, id) AS rank
+        FROM decisions)
+    WHERE rank = 1
+)
+SELECT r.request_id, r.session_id, r.agent, r.run_id, r.tool_call_id, r.tool_name, r.risk_level,
+       r.arguments_display, r.timeout_secs, r.requested_at,
+       coalesce(d.decision, 'pending') AS decision, d.decided_by, d.reason, d.decided_at,
+       CASE WHEN d.decided_at IS NULL THEN NULL
+            ELSE date_diff('microsecond', r.requested_at, d.decided_at) / 1000.0 END AS wait_ms,
+       r.entry_id
+FROM requests r LEFT JOIN effective d ON d.request_id = r.request_id
+"""
+
+TOOL_CALLS_VIEW = """
+CREATE OR REPLACE VIEW tool_calls AS
+WITH calls AS (
+    SELECT id, session_id, sender AS agent,
+           TRY_CAST(json_extract_string(payload, '$.run_id') AS BIGINT) AS run_id,
+           tool_call_id, tool_name, json_extract(payload, '$.arguments') AS arguments,
+           created_at
+    FROM entries WHERE entry_type = 'ToolCall'
+),
+results AS (
+    SELECT id, session_id, TRY_CAST(json_extract_string(payload, '$.run_id') AS BIGINT) AS run_id,
+           tool_call_id,
+           json_extract_string(payload, '$.output') AS output,
+           coalesce(TRY_CAST(json_extract_string(payload, '$.is_error') AS BOOLEAN), false) AS is_error,
+           TRY_CAST(json_extract_string(payload, '$.duration_ms') AS DOUBLE) AS total_ms,
+           coalesce(TRY_CAST(json_extract_string(payload, '$.approval_wait_ms') AS DOUBLE), 0) AS wait_ms,
+           json_extract_string(payload, '$.approval') AS approval,
+           json_extract_string(payload, '$.decided_by') AS decided_by,
+           created_at
+    FROM entries WHERE entry_type = 'ToolResult'
+)
+SELECT c.session_id, c.agent, c.run_id, c.tool_call_id, c.tool_name AS tool, c.arguments,
+       r.output, r.is_error,
+       c.created_at AS started_at, r.created_at AS finished_at,
+       -- time in the tool itself; the wait for a person is in the approvals view
+       greatest(r.total_ms - r.wait_ms, 0) AS duration_ms,
+       coalesce(r.approval, 'none') AS approval, r.decided_by,
+       c.id AS call_entry_id, r.id AS result_entry_id
+FROM calls c
+LEFT JOIN results r
+  ON r.session_id = c.session_id AND r.run_id IS NOT DISTINCT FROM c.run_id AND r.tool_call_id = c.tool_call_id
+"""
+
+RUNS_VIEW = """
+CREATE OR REPLACE VIEW runs AS
+WITH acks AS (
+    SELECT a.id AS run_id, a.session_id, a.sender AS agent, a.created_at AS started_at,
+           TRY_CAST(json_extract_string(a.payload, '$.trigger_id') AS BIGINT) AS trigger_entry_id,
+           json_extract_string(a.payload, '$.trigger_type') AS trigger_kind,
+           json_extract_string(a.payload, '$.schedule_id') AS schedule_id,
+           json_extract_string(a.payload, '$.model') AS model,
+           TRY_CAST(json_extract_string(a.payload, '$.parent_run') AS BIGINT) AS parent_run
+    FROM entries a
+    WHERE a.entry_type = 'Ack' AND json_extract(a.payload, '$.trigger_id') IS NOT NULL
+),
+ends AS (
+    SELECT * FROM (
+        SELECT TRY_CAST(json_extract_string(payload, '$.run_id') AS BIGINT) AS run_id,
+               entry_type, created_at, payload,
+               row_number() OVER (PARTITION BY json_extract_string(payload, '$.run_id') ORDER BY id) AS rank
+        FROM entries
+        WHERE entry_type IN ('Message', 'Error', 'Ack') AND json_extract(payload, '$.run_id') IS NOT NULL)
+    WHERE rank = 1
+),
+steps_seen AS (
+    SELECT TRY_CAST(json_extract_string(payload, '$.run_id') AS BIGINT) AS run_id, count(*) AS tool_calls
+    FROM entries WHERE entry_type = 'ToolCall' GROUP BY 1
+),
+open_requests AS (
+    SELECT DISTINCT run_id FROM approvals WHERE decision = 'pending'
+)
+SELECT a.session_id, a.agent, a.run_id,
+       a.trigger_entry_id,
+       CASE WHEN a.trigger_kind = 'schedule' THEN 'schedule' ELSE t.entry_type END AS trigger_type,
+       a.schedule_id,
+       a.started_at, e.created_at AS finished_at,
+       CASE WHEN e.run_id IS NULL AND o.run_id IS NOT NULL THEN 'parked'
+            WHEN e.run_id IS NULL THEN 'running'
+            WHEN e.entry_type = 'Error' AND json_extract_string(e.payload, '$.interrupted') = 'true' THEN 'interrupted'
+            WHEN e.entry_type = 'Error' THEN 'error'
+            ELSE 'ok' END AS status,
+       TRY_CAST(json_extract_string(e.payload, '$.steps') AS INTEGER) AS steps,
+       coalesce(s.tool_calls, 0) AS tool_calls,
+       TRY_CAST(json_extract_string(e.payload, '$.prompt_tokens') AS BIGINT) AS prompt_tokens,
+       TRY_CAST(json_extract_string(e.payload, '$.completion_tokens') AS BIGINT) AS completion_tokens,
+       TRY_CAST(json_extract_string(e.payload, '$.cost_usd') AS DOUBLE) AS cost_usd,
+       CASE WHEN e.created_at IS NULL THEN NULL
+            ELSE date_diff('microsecond', a.started_at, e.created_at) / 1000.0 END AS latency_ms,
+       a.model, a.parent_run
+FROM acks a
+LEFT JOIN ends e ON e.run_id = a.run_id
+LEFT JOIN entries t ON t.id = a.trigger_entry_id
+LEFT JOIN steps_seen s ON s.run_id = a.run_id
+LEFT JOIN open_requests o ON o.run_id = a.run_id
+"""
+
+MESSAGES_VIEW = """
+CREATE OR REPLACE VIEW messages AS
+SELECT e.session_id, s.agent AS session_agent, s.kind AS session_kind, e.seq, e.entry_type,
+       e.sender, e.content, e.created_at, e.id AS entry_id
+FROM entries e JOIN sessions s ON s.id = e.session_id
+WHERE e.entry_type IN ('Message', 'Directive', 'Summary')
+"""
+
+VIEWS = ("approvals", "tool_calls", "runs", "messages")
+
+
+def create_audit_views(con: duckdb.DuckDBPyConnection) -> None:
+    """Create (or replace) the audit views; approvals first, runs reads it."""
+    for ddl in (APPROVALS_VIEW, TOOL_CALLS_VIEW, RUNS_VIEW, MESSAGES_VIEW):
+        con.execute(ddl)
