@@ -178,7 +178,8 @@ class ApprovalBook:
         request = pending.entry if pending else self._find_request(request_id)
         if request is None:
             return False, f"no approval request {request_id!r}"
-        payload = {"request_id": request_id, "decision": decision, "reason": reason, "decided_by": decided_by}
+        payload = {"request_id": request_id, "decision": decision, "reason": reason,
+                   "decided_by": decided_by, "run_id": request.payload.get("run_id")}
         if decision == "approve_all":
             payload["scope"] = "session"
             payload["tool_name"] = request.payload.get("tool_name")
@@ -281,7 +282,8 @@ class ApprovalBook:
         pending = self._open.get(request_id)
         if pending is None:
             return
-        payload = {"request_id": request_id, "decision": decision, "reason": reason, "decided_by": SYSTEM}
+        payload = {"request_id": request_id, "decision": decision, "reason": reason, "decided_by": SYSTEM,
+                   "run_id": pending.entry.payload.get("run_id")}
         self.server.store.append(
             pending.entry.session_id, EntryType.APPROVAL_DECISION, SYSTEM, _decision_text(payload),
             tool_call_id=pending.entry.tool_call_id, tool_name=pending.entry.tool_name, payload=payload,
@@ -312,6 +314,7 @@ class ApprovalBook:
                 "decision": "timed_out",
                 "reason": "kernel stopped before a decision",
                 "decided_by": SYSTEM,
+                "run_id": request.payload.get("run_id"),
             }
             store.append(
                 request.session_id, EntryType.APPROVAL_DECISION, SYSTEM, _decision_text(payload),

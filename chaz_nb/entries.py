@@ -55,6 +55,9 @@ class Entry:
 
     @property
     def run_id(self) -> int | None:
+        """The run this entry belongs to (a run's opening Ack is the run itself)."""
+        if self.entry_type is EntryType.ACK and "trigger_id" in self.payload:
+            return self.id
         return self.payload.get("run_id")
 
     def to_json(self) -> dict[str, Any]:
@@ -93,6 +96,7 @@ def build_context(
     agent_name: str,
     system: str = "",
     label_other_agents: frozenset[str] | set[str] = frozenset(),
+    context_tokens: int | None = None,
 ) -> list[dict[str, Any]]:
     """OpenAI-format messages for ``agent_name`` from a session log.
 
@@ -101,6 +105,8 @@ def build_context(
     the context starts at the latest Summary; ToolCall/ToolResult/Ack/Error and the approval
     control entries are audit only. Messages from senders in ``label_other_agents`` (other
     agents in a shared session) are prefixed with their sender so the model knows who spoke.
+    With ``context_tokens`` the context is filled newest-first within that budget (see
+    ``fit_to_budget``).
     """
     messages: list[dict[str, Any]] = []
     if system:
@@ -117,4 +123,33 @@ def build_context(
                 messages.append({"role": "user", "content": f"[@{entry.sender}] {entry.content}"})
             else:
                 messages.append({"role": "user", "content": entry.content})
+    if context_tokens is not None:
+        return fit_to_budget(messages, context_tokens)
     return messages
+
+
+def approx_tokens(text: str) -> int:
+    """About four characters a token (the offline models count the same way)."""
+    return -(-len(text) // 4) if text else 0
+
+
+def fit_to_budget(messages: list[dict[str, Any]], max_tokens: int) -> list[dict[str, Any]]:
+    """Keep the system prompt and the Summary, then fill newest-first within ``max_tokens``.
+
+    The newest message is always kept, even when it alone is over the budget.
+    """
+    head: list[dict[str, Any]] = []
+    rest = list(messages)
+    while rest and rest[0]["role"] == "system":
+        head.append(rest.pop(0))
+    if rest and rest[0]["role"] == "user" and str(rest[0]["content"]).startswith(SUMMARY_PREFIX):
+        head.append(rest.pop(0))
+    used = sum(approx_tokens(str(m["content"] or "")) for m in head)
+    kept: list[dict[str, Any]] = []
+    for message in reversed(rest):
+        cost = approx_tokens(str(message["content"] or ""))
+        if kept and used + cost > max_tokens:
+            break
+        kept.append(message)
+        used += cost
+    return head + kept[::-1]

@@ -119,6 +119,11 @@ class SessionStore:
         self._next_session_id = self._scalar("SELECT coalesce(max(id), 0) FROM sessions") + 1
         self._next_seq: dict[int, int] = {}
         self._latest: dict[int, Entry] = {}
+        self._has_run_id = bool(
+            self._scalar(
+                "SELECT count(*) FROM duckdb_columns() WHERE table_name = 'entries' AND column_name = 'run_id'"
+            )
+        )
 
     # ----------------------------------------------------------------- basics
     def __repr__(self) -> str:
@@ -297,29 +302,31 @@ class SessionStore:
                     payload=json.loads(payload_json),
                     created_at=now,
                 )
-                rows.append(
-                    [
-                        entry.id,
-                        sid,
-                        entry.seq,
-                        entry_type.value,
-                        entry.sender,
-                        content,
-                        entry.tool_call_id,
-                        entry.tool_name,
-                        payload_json,
-                        now,
-                    ]
-                )
+                row = [
+                    entry.id,
+                    sid,
+                    entry.seq,
+                    entry_type.value,
+                    entry.sender,
+                    content,
+                    entry.tool_call_id,
+                    entry.tool_name,
+                    payload_json,
+                    now,
+                ]
+                if self._has_run_id:
+                    row.append(_run_id_of(entry))
+                rows.append(row)
                 entries.append(entry)
                 next_id += 1
                 next_seq[sid] += 1
             try:
                 # One multi-row INSERT in autocommit is one transaction; each DuckDB statement
                 # costs ~1 ms here, so BEGIN + executemany + COMMIT would triple the price.
-                placeholders = ", ".join([_ROW_PLACEHOLDER] * len(rows))
+                columns = _ENTRY_COLUMNS + (", run_id" if self._has_run_id else "")
+                one_row = "(" + ", ".join("?" * len(rows[0])) + ")"
                 self._con.execute(
-                    f"INSERT INTO entries ({_ENTRY_COLUMNS}) VALUES {placeholders}",
+                    f"INSERT INTO entries ({columns}) VALUES {', '.join([one_row] * len(rows))}",
                     [value for row in rows for value in row],
                 )
             except duckdb.Error as exc:
@@ -455,7 +462,12 @@ class SessionStore:
             return self._con.execute(query, list(params or [])).fetchall()
 
 
-_ROW_PLACEHOLDER = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+def _run_id_of(entry: Entry) -> int | None:
+    """The run an entry belongs to; a run's opening Ack is the run (its id is the run id)."""
+    if entry.entry_type is EntryType.ACK and "trigger_id" in entry.payload:
+        return entry.id
+    run_id = entry.payload.get("run_id")
+    return run_id if isinstance(run_id, int) and not isinstance(run_id, bool) else None
 
 
 def _text(value: Any) -> str:
