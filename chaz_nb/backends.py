@@ -17,6 +17,7 @@ from typing import Any, Protocol, Sequence
 
 OFFLINE_PROVIDER = "chaz"
 OFFLINE_MODELS = ("chaz/echo", "chaz/script")
+DEFAULT_RETRIES = 2
 #: metadata key that carries an agent's script to the scripted model
 SCRIPT_KEY = "chaz_script"
 #: metadata key that asks the offline models for a summary (compaction)
@@ -123,6 +124,10 @@ class LiteLLMBackend:
             metadata = dict(kwargs.pop("metadata", None) or {})
             metadata[SCRIPT_KEY] = script
             kwargs["metadata"] = metadata
+        else:
+            # Rate limits and transient provider errors: litellm's own bounded retry with
+            # backoff; anything still failing becomes the run's one-line Error entry.
+            kwargs.setdefault("num_retries", DEFAULT_RETRIES)
         response = await litellm.acompletion(model=model, messages=messages, **kwargs)
         return _reply_from_response(litellm, model, response)
 

@@ -21,6 +21,7 @@ import duckdb
 
 from .entries import Entry, EntryType
 from .migrations import MIGRATIONS, Migration, apply_migrations
+from .redaction import redact as redact_secrets
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ class SessionStore:
         self._dispatching = False
         self._closed = False
         # Redaction runs on every string before it is written (secrets never reach the file).
-        self.redact: Callable[[str], str] = redact or (lambda text: text)
+        self.redact: Callable[[str], str] = redact or redact_secrets
         if read_only:
             self.schema_version = self._read_schema_version()
         else:

@@ -57,3 +57,29 @@ async def test_real_model_name_goes_through_litellm_with_mock_response(backend):
     )
     assert reply.content == "hello from mock"
     assert reply.usage.cost_usd is None or reply.usage.cost_usd >= 0
+
+
+async def test_transient_errors_are_retried_by_litellm_then_reported(backend, monkeypatch):
+    import litellm
+
+    retried = []
+    original = litellm.acompletion_with_retries
+
+    async def spy(*args, **kwargs):
+        retried.append(kwargs.get("num_retries"))
+        kwargs["retry_strategy"] = "constant_retry"  # keep the test fast
+        return await original(*args, **kwargs)
+
+    monkeypatch.setattr(litellm, "acompletion_with_retries", spy)
+    with pytest.raises(litellm.InternalServerError):
+        await backend.complete("gpt-4o-mini", [{"role": "user", "content": "x"}],
+                               options={"mock_response": "litellm.InternalServerError"})
+    assert retried == [2]  # litellm's bounded retry ran with our default
+
+
+async def test_offline_models_are_not_retried(backend, monkeypatch):
+    import litellm
+
+    monkeypatch.setattr(litellm, "acompletion_with_retries", None)  # would raise if used
+    with pytest.raises(Exception, match="unknown offline model"):
+        await backend.complete("chaz/bogus", [{"role": "user", "content": "x"}])
