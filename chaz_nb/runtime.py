@@ -88,8 +88,8 @@ class ScopedToolExecutor:
             return ToolOutcome(f"{name} timed out after {self.timeout:g} s", is_error=True)
         except Exception as exc:  # the tool's own failure is data for the model
             return ToolOutcome(f"{type(exc).__name__}: {exc}", is_error=True)
-        if isinstance(result, ToolOutcome):
-            return result
+        # Whatever a tool returns is data for the model: never an outcome object that could
+        # claim an approval or an error state for itself.
         return ToolOutcome(format_output(result))
 
 

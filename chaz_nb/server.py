@@ -19,6 +19,8 @@ from .approvals import DEFAULT_TIMEOUT, ApprovalBook, ApprovalProxy
 from .agents import Agent, AgentError, RunContext, SpawnContext, current_run
 from .backends import LiteLLMBackend, ModelBackend
 from .entries import Entry, EntryType, build_context
+from . import compaction, rooms, schedules
+from .invocation import Invocation
 from .runtime import (
     IterationBudget,
     ModelCallError,
@@ -112,6 +114,10 @@ class Server:
         self.recovered = self._recover()
         # Approvals first: a decision must be booked before anything reacts to it.
         self._unsubscribers = [store.subscribe(self.approvals.on_write), store.subscribe(self.process_session)]
+        # schedules, rooms, compaction: own modules (they register their tools here)
+        self.schedules = schedules.Schedules(self)
+        self.rooms = rooms.Rooms(self)
+        self.compaction = compaction.Compaction(self)
 
     # ------------------------------------------------------------ agents
     def define_agent(self, agent: Agent) -> Agent:
@@ -196,8 +202,8 @@ class Server:
 
     def process_session(self, entry: Entry) -> None:
         """on_write callback: start (or queue) the session's agent when the entry calls for it."""
-        if self._stopped or not self.triggers_run(entry):
-            return
+        if self._stopped or self.rooms.route(entry) or not self.triggers_run(entry):
+            return  # (a room routes its own entries: mention-gated turns, see rooms.py)
         loop = self._get_loop()
         future: asyncio.Future = loop.create_future()
         self._handles[entry.id] = RunHandle(entry, future)
@@ -213,12 +219,15 @@ class Server:
             self._session_loop(entry.session_id, entry), name=f"chaz-session-{entry.session_id}"
         )
 
-    async def _session_loop(self, session_id: int, trigger: Entry) -> None:
+    async def _session_loop(
+        self, session_id: int, trigger: Entry | None, invocation: Invocation | None = None
+    ) -> None:
         state = self._states[session_id]
         try:
             while True:
                 try:
-                    outcome = await self._run_once(session_id, trigger)
+                    outcome = await self._run_once(session_id, trigger, invocation)
+                    invocation = None  # queued follow-ups are plain runs
                 except asyncio.CancelledError:
                     outcome = None
                     self._resolve(state.futures + state.queued_futures, None)
@@ -248,15 +257,18 @@ class Server:
             del self._handles[trigger_id]
 
     # --------------------------------------------------------------- run
-    async def _run_once(self, session_id: int, trigger: Entry) -> Entry | None:
+    async def _run_once(
+        self, session_id: int, trigger: Entry | None, invocation: Invocation | None = None
+    ) -> Entry | None:
         session = self.store.session(session_id)
-        agent = self.agents.get(session.agent)
+        agent_name = invocation.agent if invocation and invocation.agent else session.agent
+        agent = self.agents.get(agent_name)
         if agent is None:
             return self.store.append(
                 session_id,
                 EntryType.ERROR,
                 "system",
-                f"unknown agent {session.agent!r}; define it before writing to its session",
+                f"unknown agent {agent_name!r}; define it before writing to its session",
             )
         spawn = self._spawn.get(session_id)
         ack = self.store.append(
@@ -264,8 +276,9 @@ class Server:
             EntryType.ACK,
             agent.name,
             f"{agent.name} is working",
-            payload={"trigger_id": trigger.id, "trigger_type": trigger.entry_type.value, "model": agent.model,
-                     "parent_run": spawn.parent_run if spawn else None},
+            payload={"trigger_id": trigger.id if trigger else None,
+                     "trigger_type": trigger.entry_type.value if trigger else None, "model": agent.model,
+                     "parent_run": spawn.parent_run if spawn else None, **(invocation.ack if invocation else {})},
         )
         run_id = ack.id
         self._states[session_id].run_id = run_id
@@ -290,10 +303,12 @@ class Server:
             scope=scope,
             budget=budget,
             auto_approve=auto_approve,
+            unattended=bool(invocation and invocation.unattended),
         )
         token = current_run.set(ctx)
         try:
-            messages = build_context(self.store.entries(session_id), agent.name, agent.system)
+            # room labels/notes, Summary boundary, token budget, auto-compaction (compaction.py)
+            messages = await self.compaction.run_messages(session_id, agent, invocation)
             return await self._execute_and_record(ctx, messages)
         finally:
             current_run.reset(token)
@@ -453,11 +468,11 @@ class Server:
             tool_call_id=event.id,
             tool_name=event.name,
             payload={
+                **event.extra,  # approval facts from the proxy; the fields below always win
                 "run_id": run_id,
                 "output": output,
                 "is_error": event.is_error,
                 "duration_ms": round(event.duration_ms, 3),
-                **event.extra,
             },
         )
 
@@ -513,4 +528,34 @@ class Server:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self.schedules.stop()
 
+    # ------------------------------- schedules, rooms, compaction (see their own modules)
+    def start_run(self, session_id: int, invocation: Invocation) -> "asyncio.Future[Entry | None] | None":
+        """Run with no trigger entry (a schedule fire); None when the session is busy or stopped."""
+        if self._stopped or session_id in self._states:
+            return None
+        loop = self._get_loop()
+        future: asyncio.Future = loop.create_future()
+        state = _SessionState(futures=[future])
+        self._states[session_id] = state
+        state.task = loop.create_task(
+            self._session_loop(session_id, None, invocation), name=f"chaz-session-{session_id}"
+        )
+        return future
+
+    async def fire_agent_schedule(self, schedule: "schedules.Schedule | int") -> "schedules.Fire":
+        """Fire a schedule now on the standalone path (its wake prompt is not written)."""
+        return await self.schedules.fire(schedule)
+
+    def create_room(self, name: str, agents: Iterable[str], host: str | None = None, burst_budget: int = 6) -> int:
+        """A session shared by several agents; see rooms.py."""
+        return self.rooms.create(name, agents, host=host, burst_budget=burst_budget)
+
+    def room_speaker(self, room_id: int, text: str, explicit: str | None = None, default: str | None = None) -> str | None:
+        """Which agent answers a person's message in a room (explicit, mention, host, first, default)."""
+        return self.rooms.speaker(room_id, text, explicit=explicit, default=default)
+
+    async def compact(self, session_id: int, by: str = "system") -> Entry:
+        """Summarize the context since the last Summary into a new Summary entry."""
+        return await self.compaction.compact(session_id, by=by)
