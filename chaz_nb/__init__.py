@@ -44,6 +44,11 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'chaz_nb' has no attribute {name!r}")
 
 
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    """Where the prebuilt JupyterLab extension lives (for `jupyter labextension develop`)."""
+    return [{"src": "labextension", "dest": "chaz-nb"}]
+
+
 def load_ipython_extension(ipython: Any) -> None:
     from .notebook import extension
 

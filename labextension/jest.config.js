@@ -3,6 +3,7 @@ module.exports = {
   testEnvironment: 'jsdom',
   roots: ['<rootDir>/test'],
   testMatch: ['**/*.spec.ts'],
+  setupFiles: ['<rootDir>/test/setup.js'],
   transform: {
     '^.+\\.tsx?$': [
       'ts-jest',

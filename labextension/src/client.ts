@@ -2,9 +2,12 @@
  * The frontend end of the `chaz` kernel comm for one notebook session context.
  *
  * It opens a comm to the kernel of the notebook it follows, reconnects when the
- * kernel changes or restarts, and retries (throttled) after the kernel went
- * busy -> idle while chaz was not loaded yet, so running `%load_ext chaz_nb`
- * in the notebook connects the sidebar without a click.
+ * kernel changes or restarts, and, while chaz is not loaded in the kernel,
+ * retries (throttled) each time a cell finishes executing, so running
+ * `%load_ext chaz_nb` in the notebook connects the sidebar without a click.
+ *
+ * Only execute_request idles count as "a cell finished": the kernel also goes
+ * busy -> idle for our own comm_open, and reacting to that would retry forever.
  */
 import { ISessionContext } from '@jupyterlab/apputils';
 import { Kernel, KernelMessage } from '@jupyterlab/services';
@@ -90,7 +93,7 @@ export class ChazClient {
       return;
     }
     this._comm = comm;
-    this._kernel = kernel;
+    this._watch(kernel);
     this._gotState = false;
     comm.onMsg = (msg: KernelMessage.ICommMsgMsg) => {
       if (comm !== this._comm) {
@@ -195,46 +198,56 @@ export class ChazClient {
       this._needsRetry = true;
       return;
     }
-    if (status === 'busy') {
-      this._sawBusy = true;
-      return;
+    if (status === 'idle' && this._needsRetry) {
+      this._scheduleRetry();
     }
-    if (status !== 'idle') {
-      return;
-    }
-    const kernelNow = this._context?.session?.kernel ?? null;
-    const stale =
-      this._status === 'no-kernel' ||
-      this._status === 'unavailable' ||
-      this._status === 'disconnected' ||
-      this._needsRetry ||
-      (kernelNow !== null && kernelNow !== this._kernel);
-    if (!stale || !(this._sawBusy || this._needsRetry)) {
-      return;
-    }
-    const wait = this._lastAttempt + RETRY_INTERVAL - Date.now();
-    if (wait > 0) {
-      if (this._retryTimer === null) {
-        this._retryTimer = window.setTimeout(() => {
-          this._retryTimer = null;
-          this._retry();
-        }, wait);
-      }
-      return;
-    }
-    this._retry();
   }
 
-  private _retry(): void {
-    this._sawBusy = false;
-    this._needsRetry = false;
-    if (this._status === 'connected' || this._status === 'connecting') {
-      const kernelNow = this._context?.session?.kernel ?? null;
-      if (kernelNow === this._kernel) {
-        return;
-      }
+  /** Listen to the iopub stream of the kernel we talk to (for cell ends). */
+  private _watch(kernel: Kernel.IKernelConnection | null): void {
+    if (kernel === this._kernel) {
+      return;
     }
-    this.connect();
+    if (this._kernel && this._kernel.iopubMessage) {
+      this._kernel.iopubMessage.disconnect(this._onIOPub, this);
+    }
+    this._kernel = kernel;
+    if (kernel && kernel.iopubMessage) {
+      kernel.iopubMessage.connect(this._onIOPub, this);
+    }
+  }
+
+  private _onIOPub(
+    _: Kernel.IKernelConnection,
+    msg: KernelMessage.IIOPubMessage
+  ): void {
+    if (
+      msg.header.msg_type !== 'status' ||
+      (msg.parent_header as any)?.msg_type !== 'execute_request' ||
+      (msg.content as any).execution_state !== 'idle'
+    ) {
+      return;
+    }
+    // A cell finished: if chaz was not reachable, try again.
+    if (
+      this._status === 'unavailable' ||
+      this._status === 'disconnected' ||
+      this._needsRetry
+    ) {
+      this._scheduleRetry();
+    }
+  }
+
+  private _scheduleRetry(): void {
+    if (this._retryTimer !== null) {
+      return;
+    }
+    const wait = Math.max(0, this._lastAttempt + RETRY_INTERVAL - Date.now());
+    this._retryTimer = window.setTimeout(() => {
+      this._retryTimer = null;
+      this._needsRetry = false;
+      this.connect();
+    }, wait);
   }
 
   private _closeComm(): void {
@@ -244,7 +257,7 @@ export class ChazClient {
     }
     const comm = this._comm;
     this._comm = null;
-    this._kernel = null;
+    this._watch(null);
     if (comm && !comm.isDisposed) {
       try {
         comm.close();
@@ -268,7 +281,6 @@ export class ChazClient {
   private _status: ConnectionStatus = 'no-notebook';
   private _state: IStateMessage | null = null;
   private _gotState = false;
-  private _sawBusy = false;
   private _needsRetry = false;
   private _lastAttempt = 0;
   private _retryTimer: number | null = null;

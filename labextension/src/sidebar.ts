@@ -233,7 +233,7 @@ export class ChazPanel extends Widget {
 
     const reason = el(doc, 'input', 'jp-mod-styled chaz-reason');
     reason.type = 'text';
-    reason.placeholder = 'reason (optional, sent with Deny)';
+    reason.placeholder = 'reason for Deny (optional)';
     reason.value = this._reasons.get(p.request_id) ?? '';
     reason.addEventListener('input', () => {
       this._reasons.set(p.request_id, reason.value);

@@ -353,14 +353,17 @@ function renderApproval(
     String(rp.agent || request?.sender || decision?.sender || ''),
     (request || decision)?.created_at
   );
+  // tool name and risk go right after the sender, before the time
+  const time = head.querySelector('.chaz-time');
   const toolName = rp.tool_name || request?.tool_name || decision?.tool_name;
   if (toolName) {
-    head.appendChild(el(doc, 'span', 'chaz-tool-name', String(toolName)));
+    head.insertBefore(el(doc, 'span', 'chaz-tool-name', String(toolName)), time);
   }
   if (rp.risk_level) {
     const risk = String(rp.risk_level);
-    head.appendChild(
-      el(doc, 'span', `chaz-risk chaz-risk-${risk.replace(/[^a-z]/gi, '')}`, `${risk} risk`)
+    head.insertBefore(
+      el(doc, 'span', `chaz-risk chaz-risk-${risk.replace(/[^a-z]/gi, '')}`, `${risk} risk`),
+      time
     );
   }
   node.appendChild(head);

@@ -1,0 +1,429 @@
+"""Kernel side of the ``chaz`` comm used by the JupyterLab "Chaz" sidebar.
+
+The frontend opens a comm with target name ``chaz``. On open, and whenever
+entries are written (throttled), the kernel sends::
+
+    {"type": "state", "sessions": [...], "pending": [...]}
+
+The frontend sends ``{"type": "refresh"}`` and
+``{"type": "decide", "request_id", "decision": "approve"|"deny", "reason"}``;
+a decide is answered with ``{"type": "decided", "request_id", "ok", "message"}``
+and then a fresh state.
+
+Only this server interface is used: ``server.store.subscribe(cb) -> unsubscribe``,
+``server.store.sessions()``, ``server.store.latest(session_id)``,
+``server.session_status(session_id)``, ``server.pending_approvals()`` and
+``server.decide(request_id, decision, reason=None, decided_by="user")``.
+
+Nothing here prints: sends from background callbacks go over the comm only, and
+failures are logged to the ``chaz_nb.labcomm`` logger (which has a NullHandler,
+so Python's last-resort handler never writes them into a cell's stderr).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import enum
+import inspect
+import logging
+import threading
+import time
+from typing import Any, Callable
+
+__all__ = ["TARGET_NAME", "LabBridge", "register_comm_target"]
+
+TARGET_NAME = "chaz"
+
+#: Minimum seconds between two background state broadcasts (at most ~4/s).
+MIN_INTERVAL = 0.25
+#: Longest last-entry content sent to the sidebar (it shows one line).
+MAX_CONTENT = 500
+#: Most sessions listed in a state message (newest first).
+MAX_SESSIONS = 200
+
+log = logging.getLogger("chaz_nb.labcomm")
+log.addHandler(logging.NullHandler())
+
+
+def _jsonable(value: Any) -> Any:
+    """Make a value JSON-serialisable: datetimes to ISO strings, enums to values."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, enum.Enum):
+        return _jsonable(value.value)
+    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_jsonable(v) for v in value]
+    return str(value)
+
+
+def _value(x: Any) -> Any:
+    return x.value if isinstance(x, enum.Enum) else x
+
+
+def _key(comm: Any) -> Any:
+    return getattr(comm, "comm_id", None) or id(comm)
+
+
+def _last_entry(entry: Any) -> dict | None:
+    if entry is None:
+        return None
+    content = getattr(entry, "content", "") or ""
+    if not isinstance(content, str):
+        content = str(content)
+    if len(content) > MAX_CONTENT:
+        content = content[: MAX_CONTENT - 1] + "…"
+    return {
+        "type": str(_value(getattr(entry, "entry_type", None)) or ""),
+        "sender": str(getattr(entry, "sender", "") or ""),
+        "content": content,
+        "created_at": _jsonable(getattr(entry, "created_at", None)),
+    }
+
+
+def build_state(server: Any) -> dict:
+    """The ``state`` message for the current server contents."""
+    store = server.store
+    sessions = list(store.sessions())
+    sessions.sort(key=lambda s: getattr(s, "id", 0), reverse=True)
+    out = []
+    for s in sessions[:MAX_SESSIONS]:
+        sid = s.id
+        try:
+            status = server.session_status(sid)
+        except Exception:  # noqa: BLE001 - a broken session must not hide the others
+            log.debug("session_status(%s) failed", sid, exc_info=True)
+            status = "idle"
+        try:
+            last = _last_entry(store.latest(sid))
+        except Exception:  # noqa: BLE001
+            log.debug("latest(%s) failed", sid, exc_info=True)
+            last = None
+        out.append(
+            {
+                "id": _jsonable(sid),
+                "agent": str(getattr(s, "agent", "") or ""),
+                "kind": str(_value(getattr(s, "kind", "")) or ""),
+                "status": str(_value(status) or "idle"),
+                "last_entry": last,
+            }
+        )
+    pending = []
+    for p in server.pending_approvals() or []:
+        p = dict(p)
+        pending.append(
+            {
+                "request_id": str(p.get("request_id", "")),
+                "session_id": _jsonable(p.get("session_id")),
+                "agent": str(p.get("agent", "") or ""),
+                "tool_name": str(p.get("tool_name", "") or ""),
+                "risk_level": str(_value(p.get("risk_level", "")) or ""),
+                "arguments_display": _jsonable(p.get("arguments_display", {})),
+                "created_at": _jsonable(p.get("created_at")),
+            }
+        )
+    return {"type": "state", "sessions": out, "pending": pending}
+
+
+class LabBridge:
+    """Serves the ``chaz`` comms of one kernel from one server.
+
+    ``call_later(delay, fn)`` schedules ``fn`` on the kernel loop and returns a
+    handle with ``cancel()``; by default it uses the loop captured at creation
+    (thread-safe). Tests pass their own scheduler and clock.
+    """
+
+    def __init__(
+        self,
+        server: Any,
+        *,
+        min_interval: float = MIN_INTERVAL,
+        call_later: Callable[[float, Callable[[], None]], Any] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.server = server
+        self.min_interval = float(min_interval)
+        self.comms: dict[str, Any] = {}
+        self._clock = clock
+        self._call_later = call_later or self._loop_call_later
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        if call_later is None:
+            try:
+                self._loop = asyncio.get_running_loop()
+            except RuntimeError:
+                self._loop = None
+            self._loop_thread = threading.get_ident()
+        self._last_sent = float("-inf")
+        self._interval = self.min_interval
+        self._scheduled: Any = None
+        self._lock = threading.Lock()
+        self._closed = False
+        self._unsubscribe: Callable[[], Any] | None = None
+        try:
+            self._unsubscribe = server.store.subscribe(self._on_write)
+        except Exception:  # noqa: BLE001
+            log.warning("could not subscribe to store writes", exc_info=True)
+
+    # -- scheduling ---------------------------------------------------------
+
+    def _loop_call_later(self, delay: float, fn: Callable[[], None]) -> Any:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            # No event loop (not in a kernel cell): a daemon timer thread.
+            timer = threading.Timer(max(0.0, delay), fn)
+            timer.daemon = True
+            timer.start()
+            return timer
+        if threading.get_ident() == self._loop_thread:
+            return loop.call_later(max(0.0, delay), fn)
+        # From another thread: hop onto the loop first.
+        holder: dict[str, Any] = {}
+
+        class _Handle:
+            def cancel(self) -> None:
+                holder["cancelled"] = True
+                h = holder.get("h")
+                if h is not None:
+                    h.cancel()
+
+        def arm() -> None:
+            if not holder.get("cancelled"):
+                holder["h"] = loop.call_later(max(0.0, delay), fn)
+
+        loop.call_soon_threadsafe(arm)
+        return _Handle()
+
+    def _on_write(self, *args: Any, **kwargs: Any) -> None:
+        """Store write callback: schedule a throttled broadcast. Never raises."""
+        try:
+            self.schedule_broadcast()
+        except Exception:  # noqa: BLE001
+            log.debug("scheduling a broadcast failed", exc_info=True)
+
+    def schedule_broadcast(self) -> None:
+        """Broadcast the state soon, at most once per interval."""
+        with self._lock:
+            if self._closed or not self.comms or self._scheduled is not None:
+                return
+            delay = max(0.0, self._last_sent + self._interval - self._clock())
+            self._scheduled = True  # placeholder while the handle is created
+        try:
+            handle = self._call_later(delay, self._flush)
+        except Exception:  # noqa: BLE001
+            log.debug("call_later failed", exc_info=True)
+            with self._lock:
+                self._scheduled = None
+            return
+        with self._lock:
+            if self._scheduled is True:
+                self._scheduled = handle if handle is not None else True
+
+    def _flush(self) -> None:
+        with self._lock:
+            self._scheduled = None
+        if self._closed:
+            return
+        self.broadcast()
+
+    # -- sending --------------------------------------------------------------
+
+    def state(self) -> dict:
+        return build_state(self.server)
+
+    def broadcast(self) -> None:
+        """Send a fresh state to every open comm now."""
+        if self._closed or not self.comms:
+            return
+        started = self._clock()
+        try:
+            msg = self.state()
+        except Exception:  # noqa: BLE001
+            log.warning("building the chaz state failed", exc_info=True)
+            return
+        finished = self._clock()
+        self._last_sent = finished
+        # Keep state building under ~20% of the loop's time.
+        self._interval = max(self.min_interval, 5 * (finished - started))
+        for comm in list(self.comms.values()):
+            self._send(comm, msg)
+
+    def _send(self, comm: Any, msg: dict) -> None:
+        try:
+            comm.send(msg)
+        except Exception:  # noqa: BLE001
+            log.debug("comm send failed; dropping comm", exc_info=True)
+            self.comms.pop(_key(comm), None)
+
+    def send_state(self, comm: Any) -> None:
+        try:
+            msg = self.state()
+        except Exception:  # noqa: BLE001
+            log.warning("building the chaz state failed", exc_info=True)
+            msg = {"type": "state", "sessions": [], "pending": []}
+        self._send(comm, msg)
+
+    # -- comm lifecycle ---------------------------------------------------------
+
+    def open(self, comm: Any, open_msg: Any = None) -> None:
+        """Comm target callback: adopt a comm the frontend opened."""
+        if self._closed:
+            comm.close()
+            return
+        key = _key(comm)
+        self.comms[key] = comm
+
+        def on_msg(msg: Any) -> None:
+            self.handle_msg(comm, msg)
+
+        def on_close(msg: Any) -> None:
+            self.comms.pop(key, None)
+
+        comm.on_msg(on_msg)
+        comm.on_close(on_close)
+        self.send_state(comm)
+
+    def handle_msg(self, comm: Any, msg: Any) -> None:
+        try:
+            data = msg["content"]["data"]
+        except (KeyError, TypeError):
+            data = None
+        if not isinstance(data, dict):
+            return
+        kind = data.get("type")
+        if kind == "refresh":
+            self.send_state(comm)
+        elif kind == "decide":
+            self._decide(comm, data)
+        else:
+            log.debug("unknown chaz comm message %r", kind)
+
+    def _decide(self, comm: Any, data: dict) -> None:
+        request_id = str(data.get("request_id") or "")
+        decision = data.get("decision")
+        reason = data.get("reason") or None
+        if decision not in ("approve", "deny"):
+            self._decided(comm, request_id, False, f"unknown decision {decision!r}")
+            return
+        if not request_id:
+            self._decided(comm, request_id, False, "missing request_id")
+            return
+        try:
+            result = self.server.decide(
+                request_id, decision, reason=reason, decided_by="user"
+            )
+        except Exception as exc:  # noqa: BLE001
+            log.debug("decide failed", exc_info=True)
+            self._decided(comm, request_id, False, f"{type(exc).__name__}: {exc}")
+            return
+        if inspect.isawaitable(result):
+            async def finish() -> None:
+                try:
+                    res = await result
+                except Exception as exc:  # noqa: BLE001
+                    self._decided(comm, request_id, False, f"{type(exc).__name__}: {exc}")
+                    return
+                self._decided_result(comm, request_id, res)
+
+            try:
+                asyncio.ensure_future(finish())
+            except RuntimeError:
+                self._decided(comm, request_id, False, "no event loop to finish the decision")
+            return
+        self._decided_result(comm, request_id, result)
+
+    def _decided_result(self, comm: Any, request_id: str, result: Any) -> None:
+        try:
+            ok, message = result
+        except (TypeError, ValueError):
+            ok, message = bool(result), ""
+        self._decided(comm, request_id, bool(ok), str(message or ""))
+
+    def _decided(self, comm: Any, request_id: str, ok: bool, message: str) -> None:
+        self._send(
+            comm,
+            {"type": "decided", "request_id": request_id, "ok": ok, "message": message},
+        )
+        # "... and then a fresh state", to every open sidebar, right away.
+        self.broadcast()
+
+    def close(self) -> None:
+        """Stop: unsubscribe, cancel a pending send, close the comms."""
+        with self._lock:
+            self._closed = True
+            handle, self._scheduled = self._scheduled, None
+        if handle is not None and hasattr(handle, "cancel"):
+            try:
+                handle.cancel()
+            except Exception:  # noqa: BLE001
+                pass
+        if self._unsubscribe is not None:
+            try:
+                self._unsubscribe()
+            except Exception:  # noqa: BLE001
+                log.debug("unsubscribe failed", exc_info=True)
+            self._unsubscribe = None
+        for comm in list(self.comms.values()):
+            try:
+                comm.close()
+            except Exception:  # noqa: BLE001
+                pass
+        self.comms.clear()
+
+
+def _comm_manager(ipython: Any) -> Any:
+    kernel = getattr(ipython, "kernel", None)
+    if kernel is None:
+        return None
+    manager = getattr(kernel, "comm_manager", None)
+    if manager is not None:
+        return manager
+    try:
+        import comm  # ipykernel >= 6.? installs its manager as comm's default
+
+        return comm.get_comm_manager()
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def register_comm_target(ipython: Any, server: Any) -> Callable[[], None]:
+    """Register the ``chaz`` comm target on the kernel of ``ipython``.
+
+    Returns a callable that unregisters it (idempotent). Without a kernel
+    (plain IPython), nothing is registered and the callable does nothing.
+    """
+    manager = _comm_manager(ipython)
+    if manager is None:
+        log.debug("no kernel comm manager: the chaz sidebar is not available")
+        return lambda: None
+
+    bridge = LabBridge(server)
+
+    def target(comm: Any, open_msg: Any) -> None:
+        bridge.open(comm, open_msg)
+
+    manager.register_target(TARGET_NAME, target)
+    done = False
+
+    def unregister() -> None:
+        nonlocal done
+        if done:
+            return
+        done = True
+        targets = getattr(manager, "targets", None)
+        if isinstance(targets, dict):
+            if targets.get(TARGET_NAME) is target:
+                targets.pop(TARGET_NAME, None)
+        else:
+            try:
+                manager.unregister_target(TARGET_NAME, target)
+            except Exception:  # noqa: BLE001
+                pass
+        bridge.close()
+
+    unregister.bridge = bridge  # type: ignore[attr-defined]
+    return unregister

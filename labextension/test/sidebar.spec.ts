@@ -1,0 +1,269 @@
+/**
+ * Sidebar + comm client against a fake kernel (jsdom, no JupyterLab server).
+ */
+import { Signal } from '@lumino/signaling';
+import { Widget } from '@lumino/widgets';
+
+import { ChazClient } from '../src/client';
+import { ChazPanel, oldestPending } from '../src/sidebar';
+import { IPendingApproval, IStateMessage } from '../src/types';
+
+class FakeComm {
+  constructor(public target: string) {}
+  onMsg: (msg: any) => void = () => undefined;
+  onClose: (msg: any) => void = () => undefined;
+  opened = false;
+  closed = false;
+  isDisposed = false;
+  sent: any[] = [];
+  open(): void {
+    this.opened = true;
+  }
+  send(data: any): void {
+    this.sent.push(data);
+  }
+  close(): void {
+    this.closed = true;
+  }
+  /** Kernel -> frontend. */
+  receive(data: any): void {
+    this.onMsg({ content: { comm_id: 'x', data } });
+  }
+}
+
+class FakeKernel {
+  comms: FakeComm[] = [];
+  isDisposed = false;
+  iopubMessage = new Signal<this, any>(this);
+  /** The kernel reports idle after handling a message of this type. */
+  idleAfter(parentType: string): void {
+    this.iopubMessage.emit({
+      header: { msg_type: 'status' },
+      parent_header: { msg_type: parentType },
+      content: { execution_state: 'idle' }
+    });
+  }
+  createComm(target: string): FakeComm {
+    const c = new FakeComm(target);
+    this.comms.push(c);
+    return c;
+  }
+  get last(): FakeComm {
+    return this.comms[this.comms.length - 1];
+  }
+}
+
+class FakeContext {
+  kernelChanged = new Signal<this, any>(this);
+  statusChanged = new Signal<this, string>(this);
+  session: { kernel: FakeKernel | null };
+  constructor(kernel: FakeKernel | null) {
+    this.session = { kernel };
+  }
+}
+
+const pending: IPendingApproval[] = [
+  {
+    request_id: 'r2',
+    session_id: 4,
+    agent: 'writer',
+    tool_name: 'send_mail',
+    risk_level: 'medium',
+    arguments_display: { to: 'x@y.z', body: '<script>alert(1)</script>' },
+    created_at: '2026-12-02T15:00:05'
+  },
+  {
+    request_id: 'r1',
+    session_id: 3,
+    agent: 'assistant',
+    tool_name: 'delete_file',
+    risk_level: 'high',
+    arguments_display: { path: '/tmp/x' },
+    created_at: '2026-12-02T15:00:01'
+  }
+];
+
+function state(p: IPendingApproval[] = pending): IStateMessage {
+  return {
+    type: 'state',
+    sessions: [
+      {
+        id: 3,
+        agent: 'assistant',
+        kind: 'chat',
+        status: 'parked',
+        last_entry: {
+          type: 'ApprovalRequest',
+          sender: 'assistant',
+          content: 'delete_file needs approval',
+          created_at: '2026-12-02T15:00:01'
+        }
+      },
+      { id: 4, agent: 'writer', kind: 'child', status: 'idle', last_entry: null }
+    ],
+    pending: p
+  };
+}
+
+function setup() {
+  const kernel = new FakeKernel();
+  const context = new FakeContext(kernel);
+  const client = new ChazClient();
+  const panel = new ChazPanel(client);
+  Widget.attach(panel, document.body);
+  client.follow(context as any);
+  return { kernel, context, client, panel };
+}
+
+afterEach(() => {
+  document.body.replaceChildren();
+});
+
+describe('ChazPanel', () => {
+  it('says when there is no notebook or no kernel', () => {
+    const client = new ChazClient();
+    const panel = new ChazPanel(client);
+    expect(panel.node.querySelector('.chaz-panel-status')?.textContent).toContain('No notebook');
+    client.follow(new FakeContext(null) as any);
+    expect(panel.node.querySelector('.chaz-panel-status')?.textContent).toBe('This notebook has no kernel.');
+  });
+
+  it('opens the chaz comm and renders sessions and pending approvals', () => {
+    const { kernel, panel, client } = setup();
+    expect(kernel.comms.length).toBe(1);
+    expect(kernel.last.target).toBe('chaz');
+    expect(kernel.last.opened).toBe(true);
+    expect(client.status).toBe('connecting');
+
+    kernel.last.receive(state());
+    expect(client.status).toBe('connected');
+    const sessions = Array.from(panel.node.querySelectorAll('.chaz-session'));
+    expect(sessions.map(s => s.querySelector('.chaz-agent')?.textContent)).toEqual(['assistant', 'writer']);
+    expect(sessions[0].querySelector('.chaz-status')?.textContent).toBe('parked');
+    expect(sessions[0].querySelector('.chaz-session-text')?.textContent).toBe('delete_file needs approval');
+    const cards = Array.from(panel.node.querySelectorAll('.chaz-card'));
+    expect(cards.map(c => c.querySelector('.chaz-tool-name')?.textContent)).toEqual(['send_mail', 'delete_file']);
+    expect(panel.node.querySelectorAll('script').length).toBe(0);
+    expect(cards[0].querySelector('.chaz-card-args')?.textContent).toContain('<script>alert(1)</script>');
+    expect(panel.node.querySelector('.chaz-panel-section')?.textContent).toBe('Pending approvals (2)');
+  });
+
+  it('sends approve and deny (with reason) decisions, keeping a typed reason across updates', () => {
+    const { kernel, panel } = setup();
+    const comm = kernel.last;
+    comm.receive(state());
+    const card = panel.node.querySelector('.chaz-card[data-request-id="r2"]') as HTMLElement;
+    const input = card.querySelector('.chaz-reason') as HTMLInputElement;
+    input.value = 'wrong recipient';
+    input.dispatchEvent(new Event('input'));
+    // a fresh state must not wipe the reason being typed
+    comm.receive(state());
+    const again = panel.node.querySelector('.chaz-card[data-request-id="r2"]') as HTMLElement;
+    expect(again).toBe(card);
+    expect((again.querySelector('.chaz-reason') as HTMLInputElement).value).toBe('wrong recipient');
+
+    (card.querySelector('.chaz-deny') as HTMLButtonElement).click();
+    expect(comm.sent).toEqual([
+      { type: 'decide', request_id: 'r2', decision: 'deny', reason: 'wrong recipient' }
+    ]);
+    expect((card.querySelector('.chaz-approve') as HTMLButtonElement).disabled).toBe(true);
+
+    const other = panel.node.querySelector('.chaz-card[data-request-id="r1"]') as HTMLElement;
+    (other.querySelector('.chaz-approve') as HTMLButtonElement).click();
+    expect(comm.sent[1]).toEqual({ type: 'decide', request_id: 'r1', decision: 'approve', reason: null });
+
+    comm.receive({ type: 'decided', request_id: 'r1', ok: true, message: 'approved delete_file' });
+    comm.receive(state([pending[0]]));
+    expect(panel.node.querySelectorAll('.chaz-card').length).toBe(1);
+    expect(panel.node.querySelector('.chaz-panel-notice')?.textContent).toBe('approved delete_file');
+  });
+
+  it('re-enables the buttons when the kernel refuses a decision', () => {
+    const { kernel, panel } = setup();
+    kernel.last.receive(state());
+    const card = panel.node.querySelector('.chaz-card[data-request-id="r1"]') as HTMLElement;
+    (card.querySelector('.chaz-approve') as HTMLButtonElement).click();
+    kernel.last.receive({ type: 'decided', request_id: 'r1', ok: false, message: 'already decided' });
+    expect((card.querySelector('.chaz-approve') as HTMLButtonElement).disabled).toBe(false);
+    expect(card.querySelector('.chaz-card-error')?.textContent).toBe('already decided');
+    expect(panel.node.querySelector('.chaz-panel-notice')?.classList.contains('chaz-notice-error')).toBe(true);
+  });
+
+  it('approves the oldest pending request', () => {
+    const { kernel, panel } = setup();
+    expect(panel.approveOldest()).toBe(false);
+    kernel.last.receive(state());
+    expect(panel.approveOldest()).toBe(true);
+    expect(kernel.last.sent).toEqual([{ type: 'decide', request_id: 'r1', decision: 'approve', reason: null }]);
+    expect(oldestPending([])).toBeNull();
+  });
+
+  it('reports a kernel without chaz, then reconnects on kernel change', () => {
+    const { kernel, context, client, panel } = setup();
+    kernel.last.onClose({});
+    expect(client.status).toBe('unavailable');
+    expect(panel.node.querySelector('.chaz-panel-status')?.textContent).toContain('%load_ext chaz_nb');
+    const k2 = new FakeKernel();
+    context.session.kernel = k2;
+    context.kernelChanged.emit({});
+    expect(k2.comms.length).toBe(1);
+    k2.last.receive(state([]));
+    expect(client.status).toBe('connected');
+    expect(panel.node.querySelector('.chaz-pending-list .chaz-empty')?.textContent).toBe('Nothing waits for approval.');
+  });
+
+  it('retries after a cell finishes, never after its own comm_open', () => {
+    jest.useFakeTimers();
+    try {
+      const { kernel, client } = setup();
+      kernel.last.onClose({}); // target not registered
+      expect(client.status).toBe('unavailable');
+      // the kernel goes idle after our comm_open: no retry, or it would loop
+      kernel.idleAfter('comm_open');
+      jest.advanceTimersByTime(10000);
+      expect(kernel.comms.length).toBe(1);
+      // a cell (e.g. %load_ext chaz_nb) finished: retry, throttled
+      kernel.idleAfter('execute_request');
+      kernel.idleAfter('execute_request');
+      jest.advanceTimersByTime(10000);
+      expect(kernel.comms.length).toBe(2);
+      kernel.last.receive(state([]));
+      expect(client.status).toBe('connected');
+      // connected: cells finishing do not reopen the comm
+      kernel.idleAfter('execute_request');
+      jest.advanceTimersByTime(10000);
+      expect(kernel.comms.length).toBe(2);
+    } finally {
+      jest.useRealTimers();
+    }
+  });
+
+  it('reconnects after a kernel restart', () => {
+    jest.useFakeTimers();
+    try {
+      const { kernel, context, client } = setup();
+      kernel.last.receive(state());
+      context.statusChanged.emit('restarting');
+      expect(client.status).toBe('connecting');
+      context.statusChanged.emit('idle');
+      jest.advanceTimersByTime(5000);
+      expect(kernel.comms.length).toBe(2);
+      kernel.last.receive(state([]));
+      expect(client.status).toBe('connected');
+    } finally {
+      jest.useRealTimers();
+    }
+  });
+
+  it('closes the old comm when following another notebook', () => {
+    const { kernel, client } = setup();
+    const first = kernel.last;
+    const other = new FakeKernel();
+    client.follow(new FakeContext(other) as any);
+    expect(first.closed).toBe(true);
+    expect(other.comms.length).toBe(1);
+    client.follow(null);
+    expect(other.last.closed).toBe(true);
+    expect(client.status).toBe('no-notebook');
+  });
+});

@@ -1,0 +1,248 @@
+/**
+ * Unit tests of the transcript renderer (pure DOM, jsdom).
+ */
+import {
+  argsPreview,
+  describeDecision,
+  foldEntries,
+  formatDuration,
+  renderTranscript
+} from '../src/transcript';
+import { IEntry, ISessionBundle } from '../src/types';
+
+let nextId = 1;
+function entry(type: string, extra: Partial<IEntry> = {}): IEntry {
+  const id = nextId++;
+  return {
+    id,
+    seq: id,
+    type,
+    sender: 'user',
+    content: '',
+    tool_call_id: null,
+    tool_name: null,
+    payload: {},
+    created_at: '2026-12-02T15:00:00.123456',
+    ...extra
+  };
+}
+
+function bundle(entries: IEntry[], status = 'idle'): ISessionBundle {
+  return {
+    version: 1,
+    session: { id: 3, agent: 'assistant', kind: 'chat', parent_id: null, depth: 0 },
+    status,
+    entries
+  };
+}
+
+function texts(root: Element, selector: string): string[] {
+  return Array.from(root.querySelectorAll(selector)).map(n => n.textContent ?? '');
+}
+
+beforeEach(() => {
+  nextId = 1;
+});
+
+describe('renderTranscript', () => {
+  it('draws header, type badges, senders and contents', () => {
+    const root = renderTranscript(
+      bundle(
+        [
+          entry('Message', { content: 'What is 2+3?' }),
+          entry('Ack', { sender: 'system', content: 'run started' }),
+          entry('Message', { sender: 'assistant', content: 'It is 5.' })
+        ],
+        'running'
+      )
+    );
+    expect(root.querySelector('.chaz-title')?.textContent).toBe('Session 3');
+    expect(root.querySelector('.chaz-header .chaz-agent')?.textContent).toBe('assistant');
+    expect(root.querySelector('.chaz-status')?.textContent).toBe('running');
+    expect(root.querySelector('.chaz-count')?.textContent).toBe('3 entries');
+    expect(texts(root, '.chaz-entries > .chaz-entry .chaz-badge')).toEqual([
+      'Message',
+      'Ack',
+      'Message'
+    ]);
+    expect(texts(root, '.chaz-entries .chaz-sender')).toEqual(['user', 'system', 'assistant']);
+    expect(texts(root, '.chaz-content')).toEqual(['What is 2+3?', 'run started', 'It is 5.']);
+    const agentRows = root.querySelectorAll('.chaz-from-agent');
+    expect(agentRows.length).toBe(1);
+    expect(agentRows[0].textContent).toContain('It is 5.');
+    expect(root.querySelector('.chaz-time')?.textContent).toBe('15:00:00');
+  });
+
+  it('never interprets agent text as HTML', () => {
+    const evil = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned=2">';
+    const root = renderTranscript(
+      bundle([
+        entry('Message', { sender: '<b>mallory</b>', content: evil }),
+        entry('ToolCall', {
+          tool_call_id: 'c1',
+          tool_name: '<i>tool</i>',
+          payload: { arguments: { html: evil } }
+        }),
+        entry('ToolResult', { tool_call_id: 'c1', payload: { output: evil, is_error: false } }),
+        entry('Error', { content: evil })
+      ])
+    );
+    document.body.appendChild(root);
+    expect(root.querySelectorAll('script').length).toBe(0);
+    expect(root.querySelectorAll('img').length).toBe(0);
+    expect(root.querySelectorAll('b').length).toBe(0);
+    expect(root.querySelectorAll('i').length).toBe(0);
+    expect((window as any).__pwned).toBeUndefined();
+    // the text is shown literally
+    expect(root.querySelector('.chaz-type-message .chaz-content')?.textContent).toBe(evil);
+    expect(root.querySelector('.chaz-type-message .chaz-sender')?.textContent).toBe('<b>mallory</b>');
+    expect(root.querySelector('.chaz-tool-output')?.textContent).toBe(evil);
+    expect(root.querySelector('.chaz-tool-name')?.textContent).toBe('<i>tool</i>');
+    expect(root.innerHTML).toContain('&lt;script&gt;');
+    root.remove();
+  });
+
+  it('folds a ToolCall and its ToolResult into one collapsible row', () => {
+    const root = renderTranscript(
+      bundle([
+        entry('Message', { content: 'add 2 and 3' }),
+        entry('ToolCall', {
+          sender: 'assistant',
+          tool_call_id: 'call_1',
+          tool_name: 'add',
+          payload: { arguments: { a: 2, b: 3 }, run_id: 1 }
+        }),
+        entry('ToolResult', {
+          sender: 'assistant',
+          tool_call_id: 'call_1',
+          tool_name: 'add',
+          content: '5',
+          payload: { output: '5', is_error: false, duration_ms: 3.4 }
+        }),
+        entry('Message', { sender: 'assistant', content: '5' })
+      ])
+    );
+    const tools = root.querySelectorAll('details.chaz-tool');
+    expect(tools.length).toBe(1);
+    const tool = tools[0] as HTMLDetailsElement;
+    expect(tool.open).toBe(false);
+    expect(tool.querySelector('summary')?.textContent).toBe('Tooladd(a=2, b=3)ok · 3 msassistant');
+    expect(tool.querySelector('.chaz-tool-arguments')?.textContent).toBe('{\n  "a": 2,\n  "b": 3\n}');
+    expect(tool.querySelector('.chaz-tool-output')?.textContent).toBe('5');
+    expect(tool.classList.contains('chaz-tool-error')).toBe(false);
+    // order kept: message, tool row, message
+    expect(
+      Array.from(root.querySelectorAll('.chaz-entries > *')).map(n => (n as HTMLElement).dataset.type)
+    ).toEqual(['Message', 'ToolCall', 'Message']);
+  });
+
+  it('styles failed tool results as errors and keeps unmatched halves', () => {
+    const root = renderTranscript(
+      bundle([
+        entry('ToolCall', { tool_call_id: 'a', tool_name: 'div', payload: { arguments: { x: 1, y: 0 } } }),
+        entry('ToolCall', { tool_call_id: 'b', tool_name: 'slow', payload: { arguments: {} } }),
+        entry('ToolResult', {
+          tool_call_id: 'a',
+          tool_name: 'div',
+          payload: { output: 'ZeroDivisionError: division by zero', is_error: true, duration_ms: 1500 }
+        }),
+        entry('ToolResult', { tool_call_id: 'zzz', tool_name: 'orphan', payload: { output: 'late' } })
+      ])
+    );
+    const tools = Array.from(root.querySelectorAll('details.chaz-tool'));
+    expect(tools.length).toBe(3);
+    expect(tools[0].classList.contains('chaz-tool-error')).toBe(true);
+    expect(tools[0].querySelector('.chaz-tool-state')?.textContent).toBe('error · 1.5 s');
+    expect(tools[0].querySelector('.chaz-label:last-of-type')?.textContent).toBe('error');
+    expect(tools[1].classList.contains('chaz-tool-pending')).toBe(true);
+    expect(tools[1].querySelector('.chaz-tool-state')?.textContent).toBe('no result yet');
+    expect(tools[2].querySelector('.chaz-tool-name')?.textContent).toBe('orphan');
+    expect(tools[2].querySelector('.chaz-tool-output')?.textContent).toBe('late');
+  });
+
+  it('shows an approval request with its decision', () => {
+    const root = renderTranscript(
+      bundle([
+        entry('ApprovalRequest', {
+          sender: 'assistant',
+          tool_name: 'delete_file',
+          payload: {
+            request_id: 'r1',
+            tool_name: 'delete_file',
+            risk_level: 'high',
+            arguments_display: { path: '/tmp/x', token: '***' },
+            timeout_secs: 300,
+            agent: 'assistant'
+          }
+        }),
+        entry('ApprovalDecision', {
+          payload: { request_id: 'r1', decision: 'deny', reason: 'not today', decided_by: 'user' }
+        }),
+        entry('ApprovalRequest', {
+          payload: { request_id: 'r2', tool_name: 'send_mail', risk_level: 'medium', arguments_display: {} }
+        })
+      ])
+    );
+    const approvals = Array.from(root.querySelectorAll('.chaz-approval'));
+    expect(approvals.length).toBe(2);
+    expect(approvals[0].querySelector('.chaz-tool-name')?.textContent).toBe('delete_file');
+    expect(approvals[0].querySelector('.chaz-risk')?.textContent).toBe('high risk');
+    expect(approvals[0].querySelector('.chaz-approval-args')?.textContent).toContain('"token": "***"');
+    expect(approvals[0].querySelector('.chaz-approval-outcome')?.textContent).toBe('denied by user: not today');
+    expect(approvals[0].classList.contains('chaz-approval-deny')).toBe(true);
+    expect(approvals[1].querySelector('.chaz-approval-outcome')?.textContent).toBe('pending');
+  });
+
+  it('draws errors in red and summaries as a boundary', () => {
+    const root = renderTranscript(
+      bundle([
+        entry('Summary', { sender: 'system', content: 'Earlier: the user asked for sums.' }),
+        entry('Error', { sender: 'system', content: 'model call failed: timeout' })
+      ])
+    );
+    const summary = root.querySelector('.chaz-summary');
+    expect(summary?.querySelector('.chaz-summary-label')?.textContent).toContain('Summary');
+    expect(summary?.querySelector('.chaz-content')?.textContent).toBe('Earlier: the user asked for sums.');
+    const err = root.querySelector('.chaz-type-error');
+    expect(err?.querySelector('.chaz-content')?.textContent).toBe('model call failed: timeout');
+  });
+
+  it('accepts a JSON string and rejects non-bundles gracefully', () => {
+    const fromString = renderTranscript(JSON.stringify(bundle([entry('Message', { content: 'hi' })])));
+    expect(fromString.querySelector('.chaz-content')?.textContent).toBe('hi');
+    const bad = renderTranscript({ hello: 'world' });
+    expect(bad.classList.contains('chaz-invalid')).toBe(true);
+    expect(bad.textContent).toContain('not a session transcript');
+    const empty = renderTranscript(bundle([]));
+    expect(empty.querySelector('.chaz-empty')?.textContent).toBe('no entries yet');
+    expect(empty.querySelector('.chaz-count')?.textContent).toBe('0 entries');
+  });
+});
+
+describe('helpers', () => {
+  it('folds entries in seq order', () => {
+    const items = foldEntries([
+      entry('ToolResult', { seq: 3, tool_call_id: 'x' }),
+      entry('ToolCall', { seq: 2, tool_call_id: 'x' }),
+      entry('Message', { seq: 1 })
+    ]);
+    expect(items.map(i => i.kind)).toEqual(['entry', 'tool']);
+    const tool = items[1] as { kind: 'tool'; call: IEntry; result: IEntry };
+    expect(tool.call.seq).toBe(2);
+    expect(tool.result.seq).toBe(3);
+  });
+
+  it('formats durations, arguments and decisions', () => {
+    expect(formatDuration(3.4)).toBe('3 ms');
+    expect(formatDuration(1500)).toBe('1.5 s');
+    expect(formatDuration(125000)).toBe('2 min 5 s');
+    expect(formatDuration(undefined)).toBe('');
+    expect(argsPreview({ a: 1, s: 'x' })).toBe('a=1, s="x"');
+    expect(argsPreview({ long: 'y'.repeat(200) }, 20)).toHaveLength(20);
+    expect(describeDecision(null)).toBe('pending');
+    expect(describeDecision(entry('ApprovalDecision', { payload: { decision: 'approve', decided_by: 'user' } }))).toBe(
+      'approved by user'
+    );
+    expect(describeDecision(entry('ApprovalDecision', { payload: { decision: 'timed_out' } }))).toBe('timed out');
+  });
+});

@@ -1,0 +1,421 @@
+"""Unit tests of the kernel side of the ``chaz`` comm (no kernel, fakes only)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import enum
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from chaz_nb.notebook import labcomm
+from chaz_nb.notebook.labcomm import LabBridge, build_state, register_comm_target
+
+
+class EntryType(str, enum.Enum):
+    Message = "Message"
+    ApprovalRequest = "ApprovalRequest"
+
+
+class FakeStore:
+    def __init__(self):
+        self.subscribers = []
+        self._sessions = [
+            SimpleNamespace(id=1, agent="assistant", kind="chat", parent_id=None, depth=0),
+            SimpleNamespace(id=2, agent="helper", kind="child", parent_id=1, depth=1),
+        ]
+        self._latest = {
+            1: SimpleNamespace(
+                id=7,
+                seq=3,
+                entry_type=EntryType.ApprovalRequest,
+                sender="assistant",
+                content="x" * 2000,
+                payload={},
+                created_at=dt.datetime(2026, 12, 2, 15, 0, 0, 123456),
+            ),
+            2: None,
+        }
+        self.latest_calls = 0
+
+    def subscribe(self, cb):
+        self.subscribers.append(cb)
+        return lambda: self.subscribers.remove(cb)
+
+    def sessions(self):
+        return list(self._sessions)
+
+    def latest(self, session_id):
+        self.latest_calls += 1
+        return self._latest.get(session_id)
+
+    def write(self):
+        for cb in list(self.subscribers):
+            cb(SimpleNamespace(id=99))
+
+
+class FakeServer:
+    def __init__(self):
+        self.store = FakeStore()
+        self.decisions = []
+        self.pending = [
+            {
+                "request_id": "req-1",
+                "session_id": 1,
+                "agent": "assistant",
+                "tool_name": "delete_file",
+                "risk_level": "high",
+                "arguments_display": {"path": "/tmp/x", "token": "***"},
+                "created_at": dt.datetime(2026, 12, 2, 15, 0, 1),
+            }
+        ]
+
+    def session_status(self, session_id):
+        return "parked" if session_id == 1 else "idle"
+
+    def pending_approvals(self):
+        return list(self.pending)
+
+    def decide(self, request_id, decision, reason=None, decided_by="user"):
+        self.decisions.append((request_id, decision, reason, decided_by))
+        if request_id != "req-1":
+            return False, f"no pending request {request_id}"
+        self.pending = []
+        return True, f"{decision}d delete_file"
+
+
+class FakeComm:
+    _n = 0
+
+    def __init__(self):
+        FakeComm._n += 1
+        self.comm_id = f"comm-{FakeComm._n}"
+        self.sent = []
+        self.closed = False
+        self._on_msg = None
+        self._on_close = None
+
+    def send(self, data):
+        json.dumps(data)  # must be JSON-serialisable, as on the wire
+        self.sent.append(data)
+
+    def on_msg(self, cb):
+        self._on_msg = cb
+
+    def on_close(self, cb):
+        self._on_close = cb
+
+    def close(self):
+        self.closed = True
+
+    # frontend -> kernel
+    def receive(self, data):
+        self._on_msg({"content": {"comm_id": self.comm_id, "data": data}})
+
+    def frontend_close(self):
+        self._on_close({"content": {"comm_id": self.comm_id, "data": {}}})
+
+
+class FakeScheduler:
+    """call_later that records calls; run() fires due ones."""
+
+    def __init__(self, clock):
+        self.clock = clock
+        self.calls = []
+
+    def __call__(self, delay, fn):
+        handle = SimpleNamespace(when=self.clock.now + delay, fn=fn, cancelled=False)
+        handle.cancel = lambda: setattr(handle, "cancelled", True)
+        self.calls.append(handle)
+        return handle
+
+    def run_due(self):
+        due = [c for c in self.calls if c.when <= self.clock.now and not c.cancelled]
+        self.calls = [c for c in self.calls if c not in due]
+        for c in due:
+            c.fn()
+        return len(due)
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def env():
+    clock = Clock()
+    sched = FakeScheduler(clock)
+    server = FakeServer()
+    bridge = LabBridge(server, call_later=sched, clock=clock, min_interval=0.25)
+    return SimpleNamespace(clock=clock, sched=sched, server=server, bridge=bridge)
+
+
+def test_state_message_shape():
+    state = build_state(FakeServer())
+    assert state["type"] == "state"
+    assert [s["id"] for s in state["sessions"]] == [2, 1]  # newest first
+    s1 = next(s for s in state["sessions"] if s["id"] == 1)
+    assert s1 == {
+        "id": 1,
+        "agent": "assistant",
+        "kind": "chat",
+        "status": "parked",
+        "last_entry": {
+            "type": "ApprovalRequest",
+            "sender": "assistant",
+            "content": "x" * (labcomm.MAX_CONTENT - 1) + "…",
+            "created_at": "2026-12-02T15:00:00.123456",
+        },
+    }
+    s2 = next(s for s in state["sessions"] if s["id"] == 2)
+    assert s2["last_entry"] is None and s2["kind"] == "child" and s2["status"] == "idle"
+    assert state["pending"] == [
+        {
+            "request_id": "req-1",
+            "session_id": 1,
+            "agent": "assistant",
+            "tool_name": "delete_file",
+            "risk_level": "high",
+            "arguments_display": {"path": "/tmp/x", "token": "***"},
+            "created_at": "2026-12-02T15:00:01",
+        }
+    ]
+    json.dumps(state)
+
+
+def test_open_sends_state_and_refresh(env):
+    comm = FakeComm()
+    env.bridge.open(comm, {})
+    assert [m["type"] for m in comm.sent] == ["state"]
+    comm.receive({"type": "refresh"})
+    assert [m["type"] for m in comm.sent] == ["state", "state"]
+    comm.receive({"type": "bogus"})
+    comm.receive("not a dict")
+    assert len(comm.sent) == 2
+
+
+def test_writes_are_throttled(env):
+    comm = FakeComm()
+    env.bridge.open(comm, {})
+    comm.sent.clear()
+    # First write after a long quiet time: scheduled with no delay.
+    env.server.store.write()
+    assert len(env.sched.calls) == 1 and env.sched.calls[0].when == env.clock.now
+    # More writes before it fires: coalesced, nothing new scheduled.
+    for _ in range(50):
+        env.server.store.write()
+    assert len(env.sched.calls) == 1
+    env.sched.run_due()
+    assert [m["type"] for m in comm.sent] == ["state"]
+    # A write right after a send waits for the interval.
+    env.server.store.write()
+    assert len(env.sched.calls) == 1
+    assert env.sched.calls[0].when == pytest.approx(env.clock.now + 0.25)
+    assert env.sched.run_due() == 0
+    env.clock.now += 0.25
+    assert env.sched.run_due() == 1
+    assert len(comm.sent) == 2
+
+
+def test_at_most_four_per_second(env):
+    comm = FakeComm()
+    env.bridge.open(comm, {})
+    comm.sent.clear()
+    for _ in range(100):  # a write every 10 ms for one second
+        env.server.store.write()
+        env.clock.now += 0.01
+        env.sched.run_due()
+    assert 3 <= len(comm.sent) <= 5
+
+
+def test_no_broadcast_without_comms(env):
+    env.server.store.write()
+    assert env.sched.calls == []
+
+
+def test_broadcast_to_all_comms_and_close(env):
+    a, b = FakeComm(), FakeComm()
+    env.bridge.open(a, {})
+    env.bridge.open(b, {})
+    env.server.store.write()
+    env.sched.run_due()
+    assert len(a.sent) == 2 and len(b.sent) == 2
+    b.frontend_close()
+    env.clock.now += 1
+    env.server.store.write()
+    env.sched.run_due()
+    assert len(a.sent) == 3 and len(b.sent) == 2
+
+
+def test_decide_answers_then_fresh_state(env):
+    a, b = FakeComm(), FakeComm()
+    env.bridge.open(a, {})
+    env.bridge.open(b, {})
+    a.sent.clear()
+    b.sent.clear()
+    a.receive({"type": "decide", "request_id": "req-1", "decision": "deny", "reason": "no"})
+    assert env.server.decisions == [("req-1", "deny", "no", "user")]
+    assert a.sent[0] == {"type": "decided", "request_id": "req-1", "ok": True, "message": "denyd delete_file"}
+    assert a.sent[1]["type"] == "state" and a.sent[1]["pending"] == []
+    assert [m["type"] for m in b.sent] == ["state"]
+
+
+def test_decide_failures_are_reported(env):
+    comm = FakeComm()
+    env.bridge.open(comm, {})
+    comm.sent.clear()
+    comm.receive({"type": "decide", "request_id": "nope", "decision": "approve", "reason": None})
+    assert comm.sent[0] == {"type": "decided", "request_id": "nope", "ok": False, "message": "no pending request nope"}
+    comm.sent.clear()
+    comm.receive({"type": "decide", "request_id": "req-1", "decision": "approve_all"})
+    assert comm.sent[0]["ok"] is False and "unknown decision" in comm.sent[0]["message"]
+    assert env.server.decisions == [("nope", "approve", None, "user")]
+
+    def boom(*a, **k):
+        raise RuntimeError("store is closed")
+
+    env.server.decide = boom
+    comm.sent.clear()
+    comm.receive({"type": "decide", "request_id": "req-1", "decision": "approve"})
+    assert comm.sent[0]["ok"] is False and comm.sent[0]["message"] == "RuntimeError: store is closed"
+
+
+def test_broken_comm_is_dropped_and_nothing_printed(env, capsys):
+    class Broken(FakeComm):
+        def send(self, data):
+            raise OSError("socket closed")
+
+    bad, good = Broken(), FakeComm()
+    env.bridge.open(bad, {})
+    env.bridge.open(good, {})
+    assert bad.comm_id not in env.bridge.comms
+    env.server.store.write()
+    env.sched.run_due()
+    assert len(good.sent) == 2
+
+    def broken_sessions():
+        raise RuntimeError("db gone")
+
+    env.server.store.sessions = broken_sessions
+    env.clock.now += 1
+    env.server.store.write()
+    env.sched.run_due()  # state building fails: logged, not raised, not printed
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == ""
+
+
+def test_close_unsubscribes_and_closes_comms(env):
+    comm = FakeComm()
+    env.bridge.open(comm, {})
+    env.server.store.write()
+    assert len(env.sched.calls) == 1
+    env.bridge.close()
+    assert env.sched.calls[0].cancelled
+    assert env.server.store.subscribers == []
+    assert comm.closed
+    late = FakeComm()
+    env.bridge.open(late, {})
+    assert late.closed and late.sent == []
+
+
+class FakeManager:
+    def __init__(self):
+        self.targets = {}
+
+    def register_target(self, name, f):
+        self.targets[name] = f
+
+
+def test_register_comm_target_with_fake_kernel():
+    manager = FakeManager()
+    ipython = SimpleNamespace(kernel=SimpleNamespace(comm_manager=manager))
+    server = FakeServer()
+    unregister = register_comm_target(ipython, server)
+    assert set(manager.targets) == {"chaz"}
+    comm = FakeComm()
+    manager.targets["chaz"](comm, {"content": {"target_name": "chaz", "data": {}}})
+    assert comm.sent[0]["type"] == "state"
+    assert len(server.store.subscribers) == 1
+
+    # A second registration (e.g. %reload_ext) replaces the target; the first
+    # unregister must not remove the second one's target.
+    unregister2 = register_comm_target(ipython, server)
+    unregister()
+    assert "chaz" in manager.targets
+    assert comm.closed
+    unregister2()
+    unregister2()  # idempotent
+    assert manager.targets == {}
+    assert server.store.subscribers == []
+
+
+def test_register_without_kernel_is_a_noop():
+    unregister = register_comm_target(SimpleNamespace(), FakeServer())
+    unregister()
+    assert register_comm_target(SimpleNamespace(kernel=None), FakeServer())() is None
+
+
+async def test_default_scheduler_on_a_running_loop():
+    server = FakeServer()
+    bridge = LabBridge(server, min_interval=0.05)
+    comm = FakeComm()
+    bridge.open(comm, {})
+    for _ in range(20):
+        server.store.write()
+    await asyncio.sleep(0.01)
+    assert len(comm.sent) == 2
+    server.store.write()
+    await asyncio.sleep(0.01)
+    assert len(comm.sent) == 2  # still inside the interval
+    await asyncio.sleep(0.1)
+    assert len(comm.sent) == 3
+    bridge.close()
+
+
+async def test_write_from_another_thread_is_sent_on_the_loop():
+    import threading
+
+    server = FakeServer()
+    bridge = LabBridge(server, min_interval=0.0)
+    comm = FakeComm()
+    bridge.open(comm, {})
+    loop_thread = threading.get_ident()
+    threads = []
+    orig = comm.send
+
+    def send(data):
+        threads.append(threading.get_ident())
+        orig(data)
+
+    comm.send = send
+    t = threading.Thread(target=server.store.write)
+    t.start()
+    t.join()
+    await asyncio.sleep(0.05)
+    assert threads == [loop_thread]
+    bridge.close()
+
+
+async def test_async_decide_is_awaited():
+    server = FakeServer()
+    sync_decide = server.decide
+
+    async def decide(*a, **k):
+        await asyncio.sleep(0)
+        return sync_decide(*a, **k)
+
+    server.decide = decide
+    bridge = LabBridge(server)
+    comm = FakeComm()
+    bridge.open(comm, {})
+    comm.sent.clear()
+    comm.receive({"type": "decide", "request_id": "req-1", "decision": "approve", "reason": None})
+    await asyncio.sleep(0.01)
+    assert comm.sent[0] == {"type": "decided", "request_id": "req-1", "ok": True, "message": "approved delete_file"}
+    bridge.close()
