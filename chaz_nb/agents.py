@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextvars
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 if TYPE_CHECKING:  # pragma: no cover
     import asyncio
@@ -103,6 +103,8 @@ class RunContext:
     #: auto-approve patterns of this agent and of each ancestor; a tool is auto-approved
     #: only when every level allows it
     auto_approve: tuple[frozenset[str], ...] = ()
+    #: waits until the run's ToolCall/ToolResult events are committed
+    flush_events: "Callable[[], Awaitable[None]] | None" = None
 
 
 current_run: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 
 REDACTED = "[REDACTED]"
 
@@ -48,11 +49,26 @@ def secret_values(environ: dict[str, str] | None = None) -> list[str]:
     return sorted(values, key=len, reverse=True)
 
 
+_cache: tuple[float, int, list[str]] = (0.0, -1, [])
+CACHE_SECONDS = 0.5
+
+
+def _current_secret_values() -> list[str]:
+    # Scanning os.environ costs ~0.3 ms; every string of every entry is redacted, so the
+    # scan is reused for half a second (the shape patterns below need no environment).
+    global _cache
+    now = time.monotonic()
+    if now - _cache[0] > CACHE_SECONDS or len(os.environ) != _cache[1]:
+        _cache = (now, len(os.environ), secret_values())
+    return _cache[2]
+
+
 def redact(text: str, environ: dict[str, str] | None = None) -> str:
     """``text`` with secret values and Authorization credentials replaced by [REDACTED]."""
     if not text:
         return text
-    for value in secret_values(environ):
+    values = secret_values(environ) if environ is not None else _current_secret_values()
+    for value in values:
         if value in text:
             text = text.replace(value, REDACTED)
     for pattern, replacement in _PATTERNS:

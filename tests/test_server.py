@@ -80,20 +80,38 @@ async def test_other_entry_types_are_ignored(server, store):
     assert not server.is_busy(s)
 
 
-async def test_message_during_a_run_queues_one_more_run(server, store):
+async def test_message_during_a_run_queues_one_more_run(store):
+    from chaz_nb.backends import ModelReply
+
+    gate = asyncio.Event()
+
+    class Gated:
+        """Echoes the last user message; the first call waits for the gate."""
+
+        calls = 0
+
+        async def complete(self, model, messages, tools=None, *, script=None, options=None):
+            Gated.calls += 1
+            if Gated.calls == 1:
+                await gate.wait()
+            return ModelReply("echo: " + [m for m in messages if m["role"] == "user"][-1]["content"])
+
+    server = Server(store, [Agent("assistant")], backend=Gated())
     s = server.current_session("assistant")
     first = await server.send(s, "one")
-    while store.latest(s).entry_type is not T.ACK:  # the first run has read its context
-        await asyncio.sleep(0)
+    while Gated.calls == 0:  # the first run has read its context and is at the model
+        await asyncio.sleep(0.001)
     second = await server.send(s, "two")
     third = await server.send(s, "three")
     assert server.session_status(s) == "running"
+    gate.set()
     assert (await first.wait()).content == "echo: one"
     follow_up = await second.wait()
     assert follow_up.content == "echo: three"  # one run on the updated context answers both
     assert (await third.wait()) == follow_up
     replies = [e.content for e in store.entries(s) if e.entry_type is T.MESSAGE and e.sender == "assistant"]
     assert replies == ["echo: one", "echo: three"]
+    assert Gated.calls == 2
     assert server.session_status(s) == "idle"
 
 
