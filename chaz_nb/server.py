@@ -142,6 +142,10 @@ class Server:
         self._current[agent_name] = session_id
         return session_id
 
+    def current_session_id(self, agent_name: str) -> int | None:
+        """The agent's current chat session, or None when it has none yet (creates nothing)."""
+        return self._current.get(agent_name)
+
     def current_session(self, agent_name: str) -> int:
         """The agent's current chat session (created on first use)."""
         self.agent(agent_name)
@@ -271,7 +275,7 @@ class Server:
                 f"unknown agent {agent_name!r}; define it before writing to its session",
             )
         spawn = self._spawn.get(session_id)
-        ack = self.store.append(
+        ack = await self.store.write_one(
             session_id,
             EntryType.ACK,
             agent.name,
@@ -309,7 +313,9 @@ class Server:
         try:
             # room labels/notes, Summary boundary, token budget, auto-compaction (compaction.py)
             messages = await self.compaction.run_messages(session_id, agent, invocation)
-            return await self._execute_and_record(ctx, messages)
+            outcome = await self._execute_and_record(ctx, messages)
+            await self.compaction.after_run(session_id, agent)  # optional automatic compaction
+            return outcome
         finally:
             current_run.reset(token)
 
@@ -320,6 +326,7 @@ class Server:
             self._write_events(session_id, agent.name, run_id, events)
         )
         base = {"run_id": run_id, "model": agent.model}
+        ctx.flush_events = events.join  # the approval proxy lets ToolCall land before its request
         try:
             result: RunResult = await execute(
                 model=agent.model,
@@ -340,7 +347,7 @@ class Server:
             raise
         except ModelCallError as exc:
             await self._drain(events, writer)
-            return self.store.append(
+            return await self.store.write_one(
                 session_id,
                 EntryType.ERROR,
                 agent.name,
@@ -350,19 +357,19 @@ class Server:
         except Exception as exc:  # a bug must not lose the run's trail: record it
             log.exception("run %s in session %s failed", run_id, session_id)
             await self._drain(events, writer)
-            return self.store.append(
+            return await self.store.write_one(
                 session_id, EntryType.ERROR, agent.name, one_line_reason(exc), payload=base
             )
         await self._drain(events, writer)
         finished = {**base, **result.usage.to_json(), "steps": result.steps, "stop_reason": result.stop_reason}
         if not result.content.strip():
             # A silent turn writes no Message; this status entry closes the run for the audit.
-            self.store.append(
+            await self.store.write_one(
                 session_id, EntryType.ACK, agent.name, f"{agent.name} finished without a reply",
                 payload={**finished, "status": "silent"},
             )
             return None
-        return self.store.append(
+        return await self.store.write_one(
             session_id,
             EntryType.MESSAGE,
             agent.name,
@@ -439,9 +446,11 @@ class Server:
                 items.append(self._event_entry(session_id, sender, run_id, event))
             if items:
                 try:
-                    self.store.append_many(items)
+                    await self.store.write(items)
                 except Exception:
                     log.exception("could not write tool events of run %s", run_id)
+            for _ in batch:
+                events.task_done()
 
     @staticmethod
     def _event_entry(session_id: int, sender: str, run_id: int, event: Any) -> NewEntry:

@@ -1,0 +1,167 @@
+"""/compact: Summary boundaries, and the context a run is given.
+
+``Compaction.compact`` asks the model, in a call of its own, for a summary of the context
+since the latest Summary and writes it as a Summary entry (sender ``system``). Agents get a
+``compact`` tool that writes the summary they give (sender = the agent). Nothing is deleted:
+older entries stay in the store for audit; the context of later runs simply starts at the
+latest Summary (``entries.context_slice``).
+
+``Compaction.run_messages`` builds the messages of one run: the room's labels and system note
+(rooms.py), the Summary boundary, an optional token budget filled newest-first
+(``context_tokens``) and a schedule fire's invocation-scoped wake prompt. ``after_run``
+compacts automatically once a run leaves a context larger than ``auto_compact_tokens``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from .agents import Agent, current_run
+from .backends import TASK_KEY
+from .entries import CONTEXT_TYPES, Entry, EntryType, approx_tokens, build_context, context_slice
+from .invocation import Invocation
+from .runtime import one_line_reason
+from .tools import ToolError, ToolRegistry, tool
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .server import Server
+
+log = logging.getLogger(__name__)
+
+MIN_ENTRIES = 3
+SUMMARIZE_PROMPT = (
+    "Summarize the conversation below for your own later use: the goals, the facts learned, "
+    "decisions made, open questions and what was promised. Be concise; write only the summary."
+)
+
+
+class CompactionError(ValueError):
+    """A compaction that cannot be done; the message is one line saying why."""
+
+
+class Compaction:
+    """Compaction and context building for one server."""
+
+    def __init__(self, server: "Server") -> None:
+        self.server = server
+        #: token budget of a run's context (approx. chars/4); None = the whole context
+        self.context_tokens: int | None = None
+        #: compact automatically after a run that leaves a context over this many tokens
+        self.auto_compact_tokens: int | None = None
+        install(server.tools)
+
+    # ------------------------------------------------------------ context
+    def _context_entries(self, session_id: int) -> list[Entry]:
+        return self.server.store.entries(session_id, types=CONTEXT_TYPES)
+
+    async def run_messages(
+        self, session_id: int, agent: Agent, invocation: Invocation | None = None
+    ) -> list[dict[str, Any]]:
+        """The messages a run of ``agent`` in ``session_id`` starts with."""
+        entries = self._context_entries(session_id)
+        system, labels = self.server.rooms.context_for(session_id, agent)
+        messages = build_context(entries, agent.name, system, labels, context_tokens=self.context_tokens)
+        if invocation is not None and invocation.input:
+            messages.append({"role": "user", "content": invocation.input})
+        return messages
+
+    async def after_run(self, session_id: int, agent: Agent) -> Entry | None:
+        """Automatic compaction: once a run is done, compact when the context passed the budget.
+
+        Done after the run (not before the next one) so that the Summary covers the whole
+        exchange and the next run's new message comes after it.
+        """
+        if self.auto_compact_tokens is None:
+            return None
+        system, labels = self.server.rooms.context_for(session_id, agent)
+        full = build_context(self._context_entries(session_id), agent.name, system, labels)
+        if sum(approx_tokens(str(m["content"] or "")) for m in full) <= self.auto_compact_tokens:
+            return None
+        try:
+            return await self.compact(session_id, by="auto")
+        except CompactionError as exc:
+            log.info("no automatic compaction of session %s: %s", session_id, exc)
+        except Exception:
+            log.exception("automatic compaction of session %s failed", session_id)
+        return None
+
+    # ------------------------------------------------------------ compact
+    def _summarizer(self, session_id: int) -> Agent:
+        session = self.server.store.session(session_id)
+        candidates = [session.agent, *self.server.rooms.members(session_id)]
+        for name in candidates:
+            if name in self.server.agents:
+                return self.server.agents[name]
+        raise CompactionError(
+            f"cannot compact session {session_id}: its agent {session.agent!r} is not defined"
+        )
+
+    async def compact(self, session_id: int, by: str = "system") -> Entry:
+        """Write a Summary of the context since the latest Summary (a model call of its own)."""
+        store = self.server.store
+        entries = self._context_entries(session_id)
+        since = context_slice(entries)
+        new = [e for e in since if e.entry_type is not EntryType.SUMMARY]
+        if len(new) < MIN_ENTRIES:
+            raise CompactionError(
+                f"nothing to compact in session {session_id}: {len(new)} message(s) since the last "
+                f"Summary; compaction needs at least {MIN_ENTRIES}"
+            )
+        agent = self._summarizer(session_id)
+        labels = frozenset(self.server.rooms.members(session_id)) - {agent.name}
+        messages = [{"role": "system", "content": SUMMARIZE_PROMPT}, *build_context(since, agent.name, "", labels)]
+        options = dict(agent.model_options or {})
+        options["metadata"] = {**(options.get("metadata") or {}), TASK_KEY: "summarize"}
+        try:
+            async with self.server._get_limiter():
+                reply = await self.server.backend.complete(
+                    agent.model, messages, None, script=agent.script, options=options
+                )
+        except Exception as exc:
+            raise CompactionError(f"compaction of session {session_id} failed: {one_line_reason(exc)}") from None
+        summary = reply.content.strip()
+        if not summary:
+            raise CompactionError(f"compaction of session {session_id} failed: the model returned no summary")
+        return store.append(
+            session_id,
+            EntryType.SUMMARY,
+            "system",
+            summary,
+            payload={
+                "by": by,
+                "model": agent.model,
+                "from_seq": new[0].seq,
+                "to_seq": new[-1].seq,
+                "entries": len(new),
+                **reply.usage.to_json(),
+            },
+        )
+
+
+def install(registry: ToolRegistry) -> None:
+    """Register the agents' ``compact`` tool."""
+
+    @tool(in_thread=False)
+    def compact(summary: str) -> str:
+        """Replace the conversation so far with your summary: later turns start from it.
+
+        Args:
+            summary: everything you need to remember (goals, facts, decisions, open items)
+        """
+        ctx = current_run.get()
+        if ctx is None:
+            raise ToolError("compact can only be called by an agent during a run")
+        if not summary.strip():
+            raise ToolError("compact needs a non-empty summary")
+        entry = ctx.server.store.append(
+            ctx.session_id,
+            EntryType.SUMMARY,
+            ctx.agent.name,
+            summary.strip(),
+            payload={"by": ctx.agent.name, "run_id": ctx.run_id, "completion_tokens": approx_tokens(summary)},
+        )
+        return f"compacted: later turns start from this summary (entry #{entry.seq})"
+
+    if compact.name not in registry:
+        registry.register(compact)

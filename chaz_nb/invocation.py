@@ -1,0 +1,24 @@
+"""What a run gets beyond its trigger entry: schedule fires and room turns.
+
+A plain run is "the session's agent, on the session's context". A schedule fire adds a wake
+prompt that is input to that one run and is never written to the log; a room turn names
+which of the room's agents takes the turn. Both go through the server's one run path
+(``Server._run_once``) with an ``Invocation``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Invocation:
+    #: run this agent instead of the session's own (a room member, a schedule's owner)
+    agent: str | None = None
+    #: invocation-scoped user message appended to the context, not written as an entry
+    input: str | None = None
+    #: extra Ack payload (``trigger_type``, ``schedule_id``, ``room`` ...) for the audit trail
+    ack: dict[str, Any] = field(default_factory=dict)
+    #: no person is there to answer approval requests (a schedule fire)
+    unattended: bool = False

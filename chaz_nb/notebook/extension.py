@@ -1,0 +1,302 @@
+"""``%load_ext chaz_nb``: the Server on the kernel's own event loop, plus the magics.
+
+Loading opens the DuckDB store (``$CHAZ_DB``, else ``.chaz/sessions.duckdb`` under the
+working directory), builds a Server with the default agent ``assistant`` (model
+``$CHAZ_MODEL``, else the offline ``chaz/echo``), attaches it to the running loop, registers
+``%chaz`` / ``%%chaz`` and prints one line. When another kernel holds the file, this kernel
+says so in that line and uses a file of its own (``.chaz/sessions-<pid>.duckdb`` beside it).
+
+This module imports nothing heavy at import time: litellm is imported by the core on the first
+real model call.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+DEFAULT_DB = os.path.join(".chaz", "sessions.duckdb")
+DEFAULT_AGENT = "assistant"
+DEFAULT_MODEL = "chaz/echo"
+
+
+class NotLoadedError(RuntimeError):
+    """chaz_nb.current() / ask() before ``%load_ext chaz_nb``."""
+
+
+@dataclass
+class ExtensionState:
+    """What the extension holds for one kernel."""
+
+    shell: Any
+    loop: Any
+    server: Any
+    db_line: str
+    magics: Any = None
+    unregister_comm: Callable[[], None] | None = None
+    last_session: int | None = None
+    views: list[Any] = field(default_factory=list)
+
+    @property
+    def store(self) -> Any:
+        return self.server.store
+
+
+_state: ExtensionState | None = None
+
+
+def default_model() -> str:
+    return os.environ.get("CHAZ_MODEL", "").strip() or DEFAULT_MODEL
+
+
+def default_db() -> str:
+    return os.environ.get("CHAZ_DB", "").strip() or DEFAULT_DB
+
+
+def fallback_db(path: str) -> str:
+    """The file a kernel uses when ``path`` is held by another process."""
+    root, ext = os.path.splitext(path)
+    return f"{root}-{os.getpid()}{ext or '.duckdb'}"
+
+
+def open_store(path: str) -> tuple[Any, str]:
+    """Open the store at ``path``; if another kernel holds it, a file of this kernel's own.
+
+    Returns ``(store, note)``; ``note`` is empty, or says why another file is used.
+    """
+    from ..store import SessionStore, StoreLockedError
+
+    try:
+        return SessionStore(path), ""
+    except StoreLockedError:
+        if path == ":memory:":  # pragma: no cover - memory is never locked
+            raise
+    alt = fallback_db(path)
+    try:
+        return SessionStore(alt), f"{path} is held by another kernel; this kernel uses {alt}"
+    except StoreLockedError:  # pragma: no cover - our own pid file, locked: very unlikely
+        return SessionStore(":memory:"), f"{path} is held by another kernel; this kernel uses :memory:"
+
+
+def build_server(store: Any, loop: Any, agents: Any = None, tools: Any = None) -> Any:
+    """A Server on ``store`` running its agents on ``loop`` (with the default agent)."""
+    from ..agents import Agent
+    from ..server import Server
+    from ..tools import ToolRegistry
+
+    registry = ToolRegistry()
+    if tools is not None:  # carry the user's tools over (config db=...), not the built-ins
+        for name in tools.names():
+            if name not in ("spawn_agent", "spawn_worker"):
+                registry.register(tools.get(name))
+    server = Server(store, tools=registry)
+    if agents:
+        for agent in agents.values():
+            server.define_agent(agent)
+    if DEFAULT_AGENT not in server.agents:
+        server.define_agent(Agent(DEFAULT_AGENT, model=default_model()))
+    server.attach_loop(loop)
+    return server
+
+
+def _describe(store: Any, server: Any, note: str = "") -> str:
+    model = server.agents[DEFAULT_AGENT].model if DEFAULT_AGENT in server.agents else "?"
+    where = store.path
+    if note:
+        return f"chaz_nb: {note} · agent {DEFAULT_AGENT} uses {model}"
+    return f"chaz_nb: sessions in {where} · agent {DEFAULT_AGENT} uses {model}"
+
+
+_MAGIC_LINE = re.compile(r"^(?P<indent>[ \t]*)%chaz(?:[ \t]+(?P<args>.*?))?[ \t]*$")
+
+
+def protect_question_marks(lines: list[str]) -> list[str]:
+    """Input transformer: a ``%chaz`` line that ends with ``?`` is a question, not help.
+
+    IPython reads ``%chaz @assistant who are you?`` as a request for help on ``you``
+    (``you?``). Before its help transformer runs, turn such a line into the call IPython would
+    make for the magic anyway: ``get_ipython().run_line_magic('chaz', '...')``.
+    """
+    first = next((line for line in lines if line.strip()), "")
+    if first.lstrip().startswith("%%"):
+        return lines  # a cell magic: its body is passed as it is
+    out = []
+    for line in lines:
+        if line.rstrip().endswith("?"):
+            m = _MAGIC_LINE.match(line.rstrip("\r\n"))
+            if m:
+                nl = line[len(line.rstrip("\r\n")) :]
+                line = f"{m.group('indent')}get_ipython().run_line_magic('chaz', {m.group('args') or ''!r}){nl}"
+        out.append(line)
+    return out
+
+
+def load_ipython_extension(ip: Any) -> None:
+    global _state
+    from .kernel_loop import get_loop
+    from .magics import ChazMagics
+
+    if _state is not None:
+        unload_ipython_extension(_state.shell)
+    loop = get_loop()
+    store, note = open_store(default_db())
+    try:
+        server = build_server(store, loop)
+    except Exception:
+        store.close()
+        raise
+    line = _describe(store, server, note)
+    state = ExtensionState(shell=ip, loop=loop, server=server, db_line=line)
+    magics = ChazMagics(ip, state_getter=current_state)
+    ip.register_magics(magics)
+    state.magics = magics
+    cleanup = getattr(ip, "input_transformers_cleanup", None)
+    if cleanup is not None and protect_question_marks not in cleanup:
+        cleanup.append(protect_question_marks)
+    _state = state
+    _connect_sidebar(state)
+    print(line)
+
+
+def _connect_sidebar(state: ExtensionState) -> None:
+    """The JupyterLab sidebar's comm target (a no-op without a kernel)."""
+    try:
+        from . import labcomm
+
+        state.unregister_comm = labcomm.register_comm_target(state.shell, state.server)
+    except Exception:  # the sidebar is optional; never fail the load for it
+        state.unregister_comm = None
+
+
+def _disconnect_sidebar(state: ExtensionState) -> None:
+    if state.unregister_comm is not None:
+        try:
+            state.unregister_comm()
+        except Exception:
+            pass
+        state.unregister_comm = None
+
+
+def _stop_server(state: ExtensionState) -> None:
+    from .kernel_loop import run_sync
+
+    for view in state.views:
+        try:
+            view.finish()
+        except Exception:
+            pass
+    state.views.clear()
+    try:
+        run_sync(state.server.stop(), state.loop)
+    finally:
+        state.server.store.close()
+
+
+def unload_ipython_extension(ip: Any) -> None:
+    """Stop every run, close the database, remove the magics."""
+    global _state
+    state, _state = _state, None
+    if state is None:
+        return
+    _disconnect_sidebar(state)
+    try:
+        _stop_server(state)
+    finally:
+        cleanup = getattr(ip, "input_transformers_cleanup", None)
+        if cleanup is not None and protect_question_marks in cleanup:
+            cleanup.remove(protect_question_marks)
+        mm = getattr(ip, "magics_manager", None)
+        if mm is not None:
+            for kind in ("line", "cell"):
+                mm.magics[kind].pop("chaz", None)
+
+
+def reopen(path: str) -> str:
+    """``%chaz config db=PATH``: move this kernel to another database (agents, tools kept)."""
+    state = current_state()
+    old = state.server
+    store, note = open_store(path)
+    _disconnect_sidebar(state)
+    try:
+        _stop_server(state)
+    except Exception:
+        pass
+    state.server = build_server(store, state.loop, agents=old.agents, tools=old.tools)
+    state.last_session = None
+    state.db_line = _describe(store, state.server, note)
+    _connect_sidebar(state)
+    return state.db_line
+
+
+def current_state() -> ExtensionState:
+    if _state is None:
+        raise NotLoadedError("chaz_nb is not loaded in this kernel; run %load_ext chaz_nb first")
+    return _state
+
+
+def current() -> Any:
+    """The Server that ``%load_ext chaz_nb`` started in this kernel."""
+    return current_state().server
+
+
+def origin(shell: Any = None) -> dict[str, Any]:
+    """Where a write from a cell comes from: notebook path, cell id, execution count, kernel.
+
+    Unknown fields are ``None`` (nbclient, for one, sends no cell id).
+    """
+    shell = shell if shell is not None else (_state.shell if _state is not None else None)
+    out: dict[str, Any] = {
+        "notebook": None,
+        "cell_id": None,
+        "execution_count": None,
+        "kernel_id": None,
+    }
+    if shell is None:
+        return out
+    out["execution_count"] = getattr(shell, "execution_count", None)
+    ns = getattr(shell, "user_ns", {}) or {}
+    out["notebook"] = (
+        ns.get("__vsc_ipynb_file__")
+        or ns.get("__session__")
+        or os.environ.get("JPY_SESSION_NAME")
+        or None
+    )
+    kernel = getattr(shell, "kernel", None)
+    if kernel is not None:
+        try:
+            parent = kernel.get_parent("shell") or {}
+        except Exception:
+            parent = {}
+        meta = parent.get("metadata") or {}
+        out["cell_id"] = meta.get("cellId") or (parent.get("content") or {}).get("cell_id")
+        try:
+            from ipykernel.connect import get_connection_file
+
+            name = os.path.splitext(os.path.basename(get_connection_file()))[0]
+            out["kernel_id"] = name[len("kernel-") :] if name.startswith("kernel-") else name
+        except Exception:
+            pass
+    return out
+
+
+async def ask(text: str, *, display: bool = True, directive: bool = False, **kwargs: Any) -> Any:
+    """``await chaz_nb.ask("@NAME text")``: write a Message and await the run's outcome.
+
+    Returns the outcome Entry (the reply Message, an Error, or None for a silent turn). With
+    ``display=True`` the turn is shown live, as ``%chaz`` does. The run is shielded: cancelling
+    the await (an interrupt) leaves it running.
+    """
+    from .magics import parse_address, send_turn
+
+    state = current_state()
+    name, body = parse_address(text, state.server)
+    handle, view = send_turn(state, name, body, directive=directive, display=display)
+    try:
+        if handle is None:
+            return None
+        return await handle.wait()
+    finally:
+        if view is not None:
+            view.flush(final=True)

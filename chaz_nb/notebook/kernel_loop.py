@@ -1,0 +1,183 @@
+"""Driving the kernel's asyncio loop from synchronous code (a line or cell magic).
+
+IPython never awaits what a magic returns, so a magic that waits for an agent run has to run
+the kernel's *already running* loop itself, re-entrantly. Measured on this stack (ipykernel
+7.4, Python 3.11), in a real kernel:
+
+- ``nest_asyncio`` 1.6: nested ``run_until_complete`` works and background tasks keep
+  ticking, but a shell message that arrives meanwhile (a widget click: ``comm_msg``) fails
+  with ``RuntimeError: cannot enter context ... is already entered`` (ipykernel 7 runs every
+  shell handler in one shared ``Context``, which the waiting cell has entered). The error is
+  printed into the cell and the click is lost.
+- ``nest_asyncio2`` 1.7.4 (a dependency of ipykernel 7.4 already): the same wait works and
+  such a handle is deferred until the nested run returns; the click is then processed.
+
+So we use ``nest_asyncio2``, applied lazily, the first time a magic has to wait on a running
+loop. Widget clicks are therefore handled only *after* a synchronous wait returns, which is
+why a wait stops as soon as the run parks on something a person must do.
+
+Outside a kernel (plain IPython, tests) no loop is running; the loop IPython uses for
+``await`` in cells is driven with a plain ``run_until_complete``.
+
+Ctrl-C / "interrupt kernel" during a wait must stop *waiting* only: the default SIGINT
+handler would raise ``KeyboardInterrupt`` inside whatever task happens to be running (an
+agent's run), killing it. While we wait, SIGINT only cancels the wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, TypeVar
+
+T = TypeVar("T")
+
+#: how often a wait re-checks the session status (parked runs have no future to await)
+POLL_INTERVAL = 0.05
+
+
+class WaitInterrupted(Exception):
+    """The user interrupted a wait; the run goes on. Shown by IPython as one line."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def _render_traceback_(self) -> list[str]:  # IPython: no traceback, just this line
+        return [f"\x1b[0;31m{self.message}\x1b[0m"]
+
+
+def get_loop() -> asyncio.AbstractEventLoop:
+    """The kernel's running loop; else the loop IPython runs ``await`` cells on."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    try:
+        from IPython.core.async_helpers import get_asyncio_loop
+
+        return get_asyncio_loop()
+    except Exception:  # pragma: no cover - IPython always has it (>= 8)
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        return loop
+
+
+def make_reentrant(loop: asyncio.AbstractEventLoop) -> None:
+    """Patch a running loop so that ``run_until_complete`` can nest (nest_asyncio2)."""
+    if getattr(type(loop), "_nest_patched", False):
+        if not getattr(type(loop), "_nest_asyncio2", None):
+            # The user applied the original nest_asyncio first: waits work, but widget
+            # clicks during a wait are lost on ipykernel 7 (see the module docstring).
+            import warnings
+
+            warnings.warn(
+                "chaz_nb: asyncio is patched by nest_asyncio, not nest_asyncio2; widget clicks "
+                "made while a %chaz magic waits may be lost",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        return
+    import nest_asyncio2
+
+    nest_asyncio2.apply(loop)
+
+
+@dataclass
+class _SigintGuard:
+    """While active, SIGINT calls ``on_interrupt`` (on the loop) instead of raising."""
+
+    loop: asyncio.AbstractEventLoop
+    on_interrupt: Callable[[], None]
+    _previous: Any = None
+    _installed: bool = False
+    interrupted: bool = False
+
+    def __enter__(self) -> "_SigintGuard":
+        if threading.current_thread() is threading.main_thread():
+            try:
+                self._previous = signal.signal(signal.SIGINT, self._handler)
+                self._installed = True
+            except (ValueError, OSError):  # pragma: no cover - not the main interpreter
+                self._installed = False
+        return self
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        # Runs between two bytecodes of whatever is executing: only set a flag and wake the
+        # loop (its self-pipe); the cancellation itself happens on the loop.
+        self.interrupted = True
+        self.loop.call_soon_threadsafe(self.on_interrupt)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+def run_sync(awaitable: Awaitable[T], loop: asyncio.AbstractEventLoop | None = None) -> T:
+    """Run ``awaitable`` to completion from synchronous code, on the kernel's loop.
+
+    Other tasks on the loop (agent runs, widget flushes) keep running meanwhile.
+    """
+    loop = loop or get_loop()
+    if loop.is_running():
+        make_reentrant(loop)
+    return loop.run_until_complete(awaitable)
+
+
+@dataclass
+class WaitOutcome:
+    """How a wait ended: ``done`` (the run finished), ``parked`` or ``interrupted``."""
+
+    state: str
+    result: Any = None
+
+
+def wait_run(
+    is_done: Callable[[], bool],
+    is_parked: Callable[[], bool],
+    future: "asyncio.Future[Any] | None" = None,
+    *,
+    loop: asyncio.AbstractEventLoop | None = None,
+    timeout: float | None = None,
+) -> WaitOutcome:
+    """Drive the loop until the run is done, or parks, or the user interrupts.
+
+    ``future`` (a run's future), when given, ends the wait as soon as it resolves; the
+    predicates are polled every ``POLL_INTERVAL`` seconds. The run is never cancelled here.
+    """
+    loop = loop or get_loop()
+
+    async def watch() -> WaitOutcome:
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            if future is not None and future.done():
+                return WaitOutcome("done", None if future.cancelled() else future.result())
+            if future is None and is_done():
+                return WaitOutcome("done")
+            if is_parked():
+                return WaitOutcome("parked")
+            if deadline is not None and loop.time() >= deadline:
+                return WaitOutcome("timeout")
+            if future is not None:
+                await asyncio.wait({future}, timeout=POLL_INTERVAL)
+            else:
+                await asyncio.sleep(POLL_INTERVAL)
+
+    if loop.is_running():
+        make_reentrant(loop)
+    task = loop.create_task(watch())
+    guard = _SigintGuard(loop, task.cancel)
+    try:
+        with guard:
+            try:
+                return loop.run_until_complete(task)
+            except KeyboardInterrupt:
+                # SIGINT before our handler was installed, or outside the loop: same meaning.
+                task.cancel()
+                return WaitOutcome("interrupted")
+    except asyncio.CancelledError:
+        if guard.interrupted:
+            return WaitOutcome("interrupted")
+        raise

@@ -1,0 +1,567 @@
+"""``%chaz`` and ``%%chaz``: talk to agents, define them, read the log.
+
+Every bad input raises IPython's ``UsageError``, which IPython shows as one line (no
+traceback) and which marks the cell as failed, so "Run All" stops there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import sys
+from dataclasses import fields
+from typing import Any, Callable
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, magics_class
+
+USAGE = (
+    "usage: %chaz @NAME text | directive @NAME text | agent NAME --model M [--system S] "
+    "[--tools a,b] [--max-depth N] [--script JSON] | agents | sessions | log [SESSION] | "
+    "new @NAME | wait [SESSION] | sql QUERY | config [db=PATH] [model=M] | help"
+)
+CELL_USAGE = "usage: %%chaz @NAME [--no-wait] | %%chaz directive @NAME | %%chaz agent NAME (TOML body)"
+
+HELP = """\
+%chaz @NAME text            send a Message to NAME's current session and wait for the reply
+%chaz --no-wait @NAME text  send and return at once (the run goes on; see %chaz wait)
+%chaz directive @NAME text  write a Directive (a task) instead of a Message
+%%chaz @NAME                the cell body is the message
+%chaz agent NAME --model M [--system S] [--tools a,b] [--max-depth N] [--max-iterations N] [--script JSON]
+%%chaz agent NAME           the same fields as a TOML body (model = "...", tools = ["a", "b"], ...)
+%chaz agents                the agents of this kernel
+%chaz sessions              the sessions in the database
+%chaz log [SESSION]         a session's transcript (SESSION: an id or @NAME; default: the last one)
+%chaz new @NAME             start a fresh session with NAME
+%chaz wait [SESSION]        wait for a session's run to finish
+%chaz sql QUERY             run SQL on the session database (tables: sessions, entries, ...)
+%chaz config [db=PATH] [model=M]   show or change the database / the default agent's model
+await chaz_nb.ask("@NAME text")    the async form; returns the reply entry
+Tools: decorate a function with @chaz_nb.tool and list its name in --tools.
+Interrupting a wait stops waiting only: the run goes on and every entry is kept."""
+
+AGENT_FIELDS = ("model", "system", "tools", "max_depth", "max_iterations", "script")
+_GLOB = re.compile(r"[*?\[]")
+_NAME = re.compile(r"@([A-Za-z][A-Za-z0-9_-]*)")
+
+
+def _state() -> Any:
+    from .extension import NotLoadedError, current_state
+
+    try:
+        return current_state()
+    except NotLoadedError as exc:
+        raise UsageError(str(exc)) from None
+
+
+# ------------------------------------------------------------------ parsing
+class _ArgumentParser(argparse.ArgumentParser):
+    """argparse whose errors are one-line UsageErrors (never SystemExit)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"%chaz {self.prog}: {message}; usage: {self.usage}")
+
+    def exit(self, status: int = 0, message: str | None = None) -> None:  # type: ignore[override]
+        raise _HelpShown()
+
+
+class _HelpShown(Exception):
+    pass
+
+
+def _agent_parser() -> _ArgumentParser:
+    p = _ArgumentParser(
+        prog="agent",
+        usage="%chaz agent NAME [--model M] [--system S] [--tools a,b] [--max-depth N] "
+        "[--max-iterations N] [--script JSON]",
+        add_help=True,
+        allow_abbrev=False,
+    )
+    p.add_argument("name")
+    p.add_argument("--model")
+    p.add_argument("--system")
+    p.add_argument("--tools", help="comma-separated tool names (from this notebook) or globs")
+    p.add_argument("--max-depth", type=int, dest="max_depth")
+    p.add_argument("--max-iterations", type=int, dest="max_iterations")
+    p.add_argument("--script", help="JSON list of steps for the chaz/script model")
+    return p
+
+
+def _split(line: str) -> list[str]:
+    try:
+        return shlex.split(line)
+    except ValueError as exc:
+        raise UsageError(f"%chaz: cannot parse the line ({exc}); {USAGE}") from None
+
+
+def parse_message_line(line: str, where: str = "%chaz") -> tuple[str, str, bool]:
+    """``[--no-wait] @NAME [--no-wait] text`` -> (name, text, wait). The text is kept verbatim."""
+    rest = line.strip()
+    wait = True
+    name = None
+    while rest:
+        m = re.match(r"(\S+)(\s+|$)", rest)
+        assert m is not None
+        token = m.group(1)
+        if token == "--no-wait":
+            wait = False
+        elif token.startswith("--"):
+            raise UsageError(f"{where}: unknown option {token}; the only option here is --no-wait")
+        elif name is None and token.startswith("@"):
+            nm = _NAME.fullmatch(token)
+            if nm is None:
+                raise UsageError(f"{where}: {token} is not an agent name (@ then letters, digits, _ or -)")
+            name = nm.group(1)
+        else:
+            break
+        rest = rest[m.end():]
+    if name is None:
+        raise UsageError(f"{where}: say which agent, e.g. {where} @assistant hello; {USAGE}")
+    return name, rest.strip(), wait
+
+
+def parse_address(text: str, server: Any = None) -> tuple[str, str]:
+    """``"@NAME text"`` -> (NAME, text), checked against the server's agents."""
+    name, body, _ = parse_message_line(text, where="chaz_nb.ask")
+    if server is not None:
+        check_agent(server, name)
+    if not body:
+        raise UsageError(f"chaz_nb.ask: nothing to send to @{name}")
+    return name, body
+
+
+def check_agent(server: Any, name: str) -> None:
+    if name not in server.agents:
+        known = ", ".join("@" + n for n in sorted(server.agents)) or "none"
+        raise UsageError(
+            f"unknown agent @{name}; known agents: {known} "
+            f"(define it with %chaz agent {name} --model chaz/echo)"
+        )
+
+
+def parse_session(server: Any, arg: str, last: int | None, what: str) -> int:
+    arg = arg.strip()
+    if not arg:
+        if last is None:
+            raise UsageError(f"%chaz {what}: no session yet; talk to an agent first (%chaz @assistant hello)")
+        return last
+    if arg.startswith("@"):
+        name = arg[1:]
+        check_agent(server, name)
+        return server.current_session(name)
+    try:
+        sid = int(arg)
+    except ValueError:
+        raise UsageError(f"%chaz {what}: SESSION is a session id or @NAME, not {arg!r}") from None
+    try:
+        server.store.session(sid)
+    except Exception:
+        raise UsageError(f"%chaz {what}: there is no session {sid}; see %chaz sessions") from None
+    return sid
+
+
+def parse_script(text: str, where: str) -> list[Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{where}: bad --script JSON: {exc}") from None
+    if not isinstance(value, list):
+        raise UsageError(f"{where}: --script must be a JSON list of steps, got {type(value).__name__}")
+    return value
+
+
+def parse_toml(body: str, where: str) -> dict[str, Any]:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    try:
+        data = tomllib.loads(body)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{where}: bad TOML: {exc}") from None
+    allowed = _agent_keys()
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise UsageError(
+            f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}"
+        )
+    return data
+
+
+def _agent_keys() -> set[str]:
+    from ..agents import Agent
+
+    return {f.name for f in fields(Agent)} - {"name"}
+
+
+def resolve_tools(names: list[str] | str | None, shell: Any, server: Any, where: str) -> list[str] | None:
+    """Tool names or globs -> names registered on the server (notebook tools get registered).
+
+    A plain name must be a ``@chaz_nb.tool`` object in the notebook's namespace, or a tool the
+    server has already (``spawn_agent``, ``spawn_worker``, ones registered before).
+    """
+    from ..tools import Tool
+
+    if names is None:
+        return None
+    if isinstance(names, str):
+        names = [n.strip() for n in names.split(",") if n.strip()]
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise UsageError(f"{where}: tools must be a list of tool names")
+    ns = getattr(shell, "user_ns", {}) or {}
+    out: list[str] = []
+    for name in names:
+        if _GLOB.search(name):
+            out.append(name)
+            continue
+        obj = ns.get(name)
+        if isinstance(obj, Tool):
+            server.tools.register(obj)
+            out.append(obj.name)
+        elif obj is not None and callable(obj):
+            raise UsageError(
+                f"{where}: {name} is a plain function, not a chaz_nb tool; decorate it with @chaz_nb.tool"
+            )
+        elif name in server.tools:
+            out.append(name)
+        else:
+            raise UsageError(
+                f"{where}: no tool {name!r} in this notebook; define it with "
+                f"@chaz_nb.tool def {name}(...) (known tools: {', '.join(sorted(server.tools.names())) or 'none'})"
+            )
+    return out
+
+
+def define_agent(state: Any, name: str, spec: dict[str, Any], where: str) -> Any:
+    from ..agents import Agent, AgentError
+
+    spec = dict(spec)
+    if "tools" in spec:
+        spec["tools"] = resolve_tools(spec["tools"], state.shell, state.server, where)
+    spec.setdefault("model", _default_model())
+    try:
+        agent = Agent(name, **spec)
+    except AgentError as exc:
+        raise UsageError(f"{where}: {exc}") from None
+    except TypeError as exc:
+        raise UsageError(f"{where}: {exc}") from None
+    state.server.define_agent(agent)
+    return agent
+
+
+def _default_model() -> str:
+    from .extension import default_model
+
+    return default_model()
+
+
+def describe_agent(agent: Any) -> str:
+    tools = "all registered tools" if agent.tools is None else (", ".join(agent.tools) or "no tools")
+    extra = f", max depth {agent.max_depth}" if agent.max_depth is not None else ""
+    return f"agent {agent.name}: {agent.model}, {tools}{extra}"
+
+
+# ------------------------------------------------------------------ turns
+def send_turn(
+    state: Any, name: str, text: str, *, directive: bool = False, display: bool = True
+) -> tuple[Any, Any]:
+    """Write the Message (or Directive) from this cell; return (run handle, view or None)."""
+    from ..entries import EntryType
+    from .extension import origin
+    from .widgets import SessionView
+
+    server = state.server
+    check_agent(server, name)
+    if not text.strip():
+        raise UsageError(f"%chaz: nothing to send to @{name}; {USAGE}")
+    session = server.current_session(name)
+    latest = server.store.latest(session)
+    view = None
+    if display:
+        view = SessionView(
+            server.store,
+            session,
+            status=server.session_status,
+            after_seq=latest.seq if latest else 0,
+            loop=state.loop,
+            follow=True,
+        )
+        state.views[:] = [v for v in state.views if v.following]
+        state.views.append(view)
+    handle = server.post(
+        session,
+        EntryType.DIRECTIVE if directive else EntryType.MESSAGE,
+        text,
+        sender="user",
+        payload={"origin": origin(state.shell)},
+    )
+    state.last_session = session
+    if view is not None:
+        view.flush()  # show the trigger at once (the run's entries follow from the loop)
+        view.display()
+    return handle, view
+
+
+def wait_session(state: Any, session: int, handle: Any, view: Any) -> None:
+    """Wait for the run; print a status line if it parks; raise WaitInterrupted on Ctrl-C."""
+    from .kernel_loop import WaitInterrupted, wait_run
+
+    server = state.server
+    outcome = wait_run(
+        is_done=lambda: not server.is_busy(session),
+        is_parked=lambda: server.session_status(session) == "parked",
+        future=handle.future if handle is not None else None,
+        loop=state.loop,
+    )
+    if view is not None:
+        view.flush(final=True)
+    if outcome.state == "parked":
+        print(
+            f"⏸ session {session} is waiting for a person (an approval above); the run resumes "
+            f"once it is decided. %chaz wait {session} waits again."
+        )
+    elif outcome.state == "interrupted":
+        raise WaitInterrupted(
+            f"stopped waiting: session {session} keeps running and every entry is kept; "
+            f"%chaz wait {session} waits again, %chaz log {session} shows it"
+        )
+
+
+# ------------------------------------------------------------------ the magics
+@magics_class
+class ChazMagics(Magics):
+    """``%chaz`` / ``%%chaz``."""
+
+    def __init__(self, shell: Any, state_getter: Callable[[], Any] | None = None) -> None:
+        super().__init__(shell)
+        self._get_state = state_getter
+
+    @property
+    def state(self) -> Any:
+        return _state()
+
+    @line_cell_magic
+    def chaz(self, line: str, cell: str | None = None) -> Any:
+        """Talk to chaz_nb agents. %chaz help for the sub-commands."""
+        if cell is not None:
+            return self._cell(line, cell)
+        line = line.strip()
+        if not line:
+            raise UsageError(USAGE)
+        head, _, rest = line.partition(" ")
+        if head.startswith("@") or head.startswith("--"):
+            return self._message(line, directive=False)
+        handler = getattr(self, f"_cmd_{head}", None) if re.fullmatch(r"[a-z]+", head) else None
+        if handler is None:
+            raise UsageError(f"unknown sub-command {head!r}; {USAGE}")
+        return handler(rest.strip())
+
+    # -- cell form
+    def _cell(self, line: str, cell: str) -> Any:
+        line = line.strip()
+        head, _, rest = line.partition(" ")
+        if head.startswith("@") or head.startswith("--"):
+            name, extra, wait = parse_message_line(line, where="%%chaz")
+            if extra:
+                raise UsageError(f"%%chaz: the message is the cell body; put only @NAME [--no-wait] on the line")
+            return self._turn(name, cell.rstrip("\n"), wait=wait, directive=False)
+        if head == "directive":
+            name, extra, wait = parse_message_line(rest, where="%%chaz directive")
+            if extra:
+                raise UsageError("%%chaz directive: the directive is the cell body; put only @NAME on the line")
+            return self._turn(name, cell.rstrip("\n"), wait=wait, directive=True)
+        if head == "agent":
+            return self._agent_cell(rest, cell)
+        raise UsageError(f"unknown %%chaz form {head!r}; {CELL_USAGE}")
+
+    # -- messages
+    def _message(self, line: str, directive: bool) -> None:
+        where = "%chaz directive" if directive else "%chaz"
+        name, text, wait = parse_message_line(line, where=where)
+        if not text:
+            raise UsageError(f"{where}: nothing to send to @{name}; write the text after @{name}")
+        return self._turn(name, text, wait=wait, directive=directive)
+
+    def _turn(self, name: str, text: str, *, wait: bool, directive: bool) -> None:
+        state = self.state
+        handle, view = send_turn(state, name, text, directive=directive)
+        if wait:
+            wait_session(state, view.session_id, handle, view)
+        return None
+
+    def _cmd_directive(self, rest: str) -> None:
+        return self._message(rest, directive=True)
+
+    # -- agents
+    def _cmd_agent(self, rest: str) -> None:
+        state = self.state
+        try:
+            args = _agent_parser().parse_args(_split(rest))
+        except _HelpShown:
+            return None
+        spec: dict[str, Any] = {}
+        for key in ("model", "system", "max_depth", "max_iterations"):
+            if getattr(args, key) is not None:
+                spec[key] = getattr(args, key)
+        if args.tools is not None:
+            spec["tools"] = args.tools
+        if args.script is not None:
+            spec["script"] = parse_script(args.script, f"%chaz agent {args.name}")
+        agent = define_agent(state, args.name, spec, f"%chaz agent {args.name}")
+        print(describe_agent(agent))
+
+    def _agent_cell(self, rest: str, body: str) -> None:
+        state = self.state
+        try:
+            args = _agent_parser().parse_args(_split(rest))
+        except _HelpShown:
+            return None
+        where = f"%%chaz agent {args.name}"
+        spec = parse_toml(body, where)
+        for key in ("model", "system", "max_depth", "max_iterations"):
+            if getattr(args, key) is not None:
+                spec[key] = getattr(args, key)
+        if args.tools is not None:
+            spec["tools"] = args.tools
+        if args.script is not None:
+            spec["script"] = parse_script(args.script, where)
+        agent = define_agent(state, args.name, spec, where)
+        print(describe_agent(agent))
+
+    def _cmd_agents(self, rest: str) -> None:
+        if rest:
+            raise UsageError("%chaz agents takes no arguments")
+        server = self.state.server
+        rows = [("agent", "model", "tools", "session")]
+        for name in sorted(server.agents):
+            a = server.agents[name]
+            tools = "*" if a.tools is None else ",".join(a.tools) or "-"
+            session = server.current_session_id(name)
+            rows.append((name, a.model, tools, "-" if session is None else str(session)))
+        print(_table(rows))
+
+    # -- sessions
+    def _cmd_sessions(self, rest: str) -> None:
+        if rest:
+            raise UsageError("%chaz sessions takes no arguments")
+        server = self.state.server
+        counts = dict(server.store.execute("SELECT session_id, count(*) FROM entries GROUP BY session_id"))
+        rows = [("id", "agent", "kind", "parent", "depth", "entries", "status")]
+        for s in server.store.sessions():
+            rows.append(
+                (
+                    str(s.id),
+                    s.agent,
+                    s.kind,
+                    "-" if s.parent_id is None else str(s.parent_id),
+                    str(s.depth),
+                    str(counts.get(s.id, 0)),
+                    server.session_status(s.id),
+                )
+            )
+        if len(rows) == 1:
+            print("no sessions yet; talk to an agent: %chaz @assistant hello")
+            return
+        print(_table(rows))
+
+    def _cmd_log(self, rest: str) -> None:
+        from .widgets import SessionView
+
+        state = self.state
+        server = state.server
+        session = parse_session(server, rest, state.last_session, "log")
+        view = SessionView(server.store, session, status=server.session_status, loop=state.loop)
+        if view.following:
+            state.views[:] = [v for v in state.views if v.following]
+            state.views.append(view)
+        view.display()
+
+    def _cmd_new(self, rest: str) -> None:
+        state = self.state
+        m = _NAME.fullmatch(rest.strip())
+        if m is None:
+            raise UsageError("usage: %chaz new @NAME")
+        check_agent(state.server, m.group(1))
+        session = state.server.new_session(m.group(1))
+        state.last_session = session
+        print(f"session {session}: a fresh session with @{m.group(1)}")
+
+    def _cmd_wait(self, rest: str) -> None:
+        from .widgets import SessionView
+
+        state = self.state
+        server = state.server
+        session = parse_session(server, rest, state.last_session, "wait")
+        if not server.is_busy(session):
+            print(f"session {session} is {server.session_status(session)}")
+            return
+        view = SessionView(
+            server.store,
+            session,
+            status=server.session_status,
+            after_seq=_last_trigger_seq(server, session),
+            loop=state.loop,
+            follow=True,
+        )
+        view.display()
+        wait_session(state, session, None, view)
+
+    def _cmd_sql(self, rest: str) -> Any:
+        if not rest:
+            raise UsageError("usage: %chaz sql QUERY, e.g. %chaz sql SELECT * FROM entries LIMIT 5")
+        try:
+            return self.state.server.store.sql(rest)
+        except Exception as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise UsageError(f"%chaz sql: {first}") from None
+
+    def _cmd_config(self, rest: str) -> None:
+        from .extension import DEFAULT_AGENT, reopen
+
+        state = self.state
+        if not rest:
+            print(state.db_line)
+            return
+        for item in _split(rest):
+            key, eq, value = item.partition("=")
+            if not eq or not value:
+                raise UsageError(f"%chaz config: expected key=value, got {item!r}; keys: db, model")
+            if key == "db":
+                try:
+                    print(reopen(value))
+                except Exception as exc:
+                    raise UsageError(f"%chaz config db={value}: {str(exc).splitlines()[0]}") from None
+            elif key == "model":
+                define_agent(state, DEFAULT_AGENT, _agent_spec(state.server.agents[DEFAULT_AGENT], model=value), "%chaz config")
+                print(describe_agent(state.server.agents[DEFAULT_AGENT]))
+            else:
+                raise UsageError(f"%chaz config: unknown key {key!r}; keys: db, model")
+
+    def _cmd_help(self, rest: str) -> None:
+        print(HELP)
+
+
+def _agent_spec(agent: Any, **changes: Any) -> dict[str, Any]:
+    spec = {f.name: getattr(agent, f.name) for f in fields(agent) if f.name != "name"}
+    spec.update(changes)
+    return spec
+
+
+def _last_trigger_seq(server: Any, session: int) -> int:
+    """The seq just before the session's latest user Message or Directive (0 if none)."""
+    from ..entries import EntryType
+
+    last = 0
+    for e in server.store.entries(session):
+        if e.entry_type is EntryType.DIRECTIVE or (
+            e.entry_type is EntryType.MESSAGE and e.sender not in server.agents
+        ):
+            last = e.seq - 1
+    return last
+
+
+def _table(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)

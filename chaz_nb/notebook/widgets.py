@@ -1,0 +1,614 @@
+"""The session view: a live entry stream (ipywidgets) plus a static transcript.
+
+One ``SessionView`` shows the entries of one session (optionally only those after a given
+``seq``, e.g. one turn). It is displayed once, with a ``display_id``, as a single MIME bundle:
+
+- ``application/vnd.jupyter.widget-view+json``: the live view, where a kernel and a widget
+  manager exist;
+- ``application/vnd.chaz.session+json``: the whole session as data, for the chaz JupyterLab
+  renderer;
+- ``text/html`` and ``text/plain``: a static transcript, for saved notebooks, nbval, GitHub,
+  VS Code and Colab.
+
+Live updates come from the store's on_write callback, which only queues the entry and arms a
+timer: at most one flush per ``interval`` (100 ms) renders the queued entries into the
+widget, so a burst of thousands of entries a second costs a few comm messages a second and
+no entry is dropped. Rows live in chunk widgets of ``chunk_rows`` rows; a flush re-sends only
+the chunks it changed. The static bundle is refreshed through the display_id at most every
+``static_interval`` seconds while the session runs, and once more when it goes idle; then the
+view unsubscribes. Nothing here prints: output from background callbacks goes through the
+widget or the display_id only (stdout would land in whichever cell happens to run).
+
+Every string that comes from an agent, a tool or a user passes through ``html.escape``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import json
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+log = logging.getLogger("chaz_nb.notebook.widgets")
+log.addHandler(logging.NullHandler())
+
+MIME_TYPE = "application/vnd.chaz.session+json"
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+MIME_VERSION = 1
+
+#: characters of a tool's arguments/output shown in the folded row's summary line
+SUMMARY_CHARS = 80
+#: characters of a tool's output shown in the unfolded row (the log has all of it)
+DETAIL_CHARS = 4000
+
+_CSS = (
+    "<style>"
+    ".chaz-s{font-family:var(--jp-code-font-family,monospace);font-size:12px;line-height:1.45}"
+    ".chaz-s .chaz-h{color:#666;border-bottom:1px solid #ddd;margin-bottom:2px}"
+    ".chaz-s .chaz-r{white-space:pre-wrap;word-break:break-word;margin:1px 0}"
+    ".chaz-s .chaz-who{font-weight:bold}"
+    ".chaz-s .chaz-t{color:#888;font-size:10px}"
+    ".chaz-s .chaz-err{color:#c00}"
+    ".chaz-s .chaz-st{color:#777;font-style:italic}"
+    ".chaz-s details{margin:1px 0 1px 1.5em;color:#555}"
+    ".chaz-s details pre{margin:2px 0 2px 1em;white-space:pre-wrap}"
+    "</style>"
+)
+
+
+def _esc(value: Any) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def _type(entry: Any) -> str:
+    t = getattr(entry, "entry_type", None)
+    if t is None:
+        t = getattr(entry, "type", "")
+    return getattr(t, "value", t)
+
+
+def _short(text: str, n: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _json(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except Exception:  # pragma: no cover - payloads are JSON already
+        return str(value)
+
+
+# ----------------------------------------------------------------- rows
+@dataclass
+class Row:
+    """One line of the transcript: an entry, or a ToolCall folded with its ToolResult."""
+
+    kind: str  # "message" | "directive" | "tool" | "error" | "summary" | "approval" | "other"
+    entry: Any
+    result: Any = None  # the ToolResult of a tool row
+
+    # -- text
+    def text(self) -> str:
+        e = self.entry
+        if self.kind == "tool":
+            args = _json((e.payload or {}).get("arguments", ""))
+            line = f"  ⚙ {e.tool_name or '?'}({_short(args, SUMMARY_CHARS)})"
+            if self.result is None:
+                return line + " …"
+            out = (self.result.payload or {}).get("output", self.result.content)
+            mark = " ✗" if (self.result.payload or {}).get("is_error") else ""
+            return f"{line} →{mark} {_short(out, SUMMARY_CHARS)}"
+        if self.kind == "error":
+            return f"✗ {e.sender}: {e.content}"
+        if self.kind == "directive":
+            return f"{e.sender} ⇒ directive: {e.content}"
+        if self.kind == "summary":
+            return f"— summary: {_short(e.content, 200)}"
+        if self.kind == "message":
+            return f"{e.sender}: {e.content}"
+        return f"[{_type(e)}] {e.sender}: {e.content}"
+
+    # -- html
+    def html(self) -> str:
+        e = self.entry
+        if self.kind == "tool":
+            payload = e.payload or {}
+            args = _json(payload.get("arguments", ""))
+            name = _esc(e.tool_name or "?")
+            if self.result is None:
+                summary = f"⚙ <b>{name}</b>({_esc(_short(args, SUMMARY_CHARS))}) <i>running…</i>"
+                body = f"arguments:<pre>{_esc(args[:DETAIL_CHARS])}</pre>"
+            else:
+                rp = self.result.payload or {}
+                out = str(rp.get("output", self.result.content))
+                err = bool(rp.get("is_error"))
+                arrow = '<span class="chaz-err">→ error:</span>' if err else "→"
+                summary = (
+                    f"⚙ <b>{name}</b>({_esc(_short(args, SUMMARY_CHARS))}) {arrow} "
+                    f"{_esc(_short(out, SUMMARY_CHARS))}"
+                )
+                dur = rp.get("duration_ms")
+                took = f" <span class='chaz-t'>({_esc(dur)} ms)</span>" if dur is not None else ""
+                body = (
+                    f"arguments:<pre>{_esc(args[:DETAIL_CHARS])}</pre>"
+                    f"output{took}:<pre>{_esc(out[:DETAIL_CHARS])}</pre>"
+                )
+            return f"<details class='chaz-tool'><summary>{summary}</summary>{body}</details>"
+        who = f"<span class='chaz-who'>{_esc(e.sender)}</span>"
+        if self.kind == "error":
+            return f"<div class='chaz-r chaz-err'>✗ {who}: {_esc(e.content)}</div>"
+        if self.kind == "directive":
+            return (
+                f"<div class='chaz-r'>{who} <span class='chaz-t'>directive</span> "
+                f"{_esc(e.content)}</div>"
+            )
+        if self.kind == "summary":
+            return f"<div class='chaz-r chaz-st'>— summary: {_esc(e.content)}</div>"
+        if self.kind == "message":
+            return f"<div class='chaz-r'>{who}: {_esc(e.content)}</div>"
+        return (
+            f"<div class='chaz-r'><span class='chaz-t'>{_esc(_type(e))}</span> {who}: "
+            f"{_esc(e.content)}</div>"
+        )
+
+
+_KINDS = {
+    "Message": "message",
+    "Directive": "directive",
+    "Error": "error",
+    "Summary": "summary",
+    "ApprovalRequest": "approval",
+    "ApprovalDecision": "approval",
+}
+
+
+class Transcript:
+    """Folds a stream of entries into rows, plus the Ack status line (pure, no widgets)."""
+
+    def __init__(self) -> None:
+        self.rows: list[Row] = []
+        self.entries: list[Any] = []
+        self._tool_rows: dict[str, int] = {}
+        self.status: str | None = None  # "assistant is working… step 2" while a run goes on
+        self._steps = 0
+        self._working: str | None = None
+        self._last_type: str | None = None
+
+    def add(self, entry: Any) -> list[int]:
+        """Add one entry; return the indexes of the rows it created or changed."""
+        self.entries.append(entry)
+        t = _type(entry)
+        last, self._last_type = self._last_type, t
+        if t == "Ack":
+            # Shown as a status line, replaced by the reply (or the error) when it comes.
+            self._working = entry.sender
+            self._steps = 1
+            self.status = f"{entry.sender} is working… step 1"
+            return []
+        if t == "ToolCall":
+            if self.status and last != "ToolCall":
+                self._steps += 1  # a batch of tool calls: the model takes another step after it
+                self.status = f"{self._working} is working… step {self._steps}"
+            self.rows.append(Row("tool", entry))
+            if entry.tool_call_id:
+                self._tool_rows[entry.tool_call_id] = len(self.rows) - 1
+            return [len(self.rows) - 1]
+        if t == "ToolResult":
+            idx = self._tool_rows.pop(entry.tool_call_id, None) if entry.tool_call_id else None
+            if idx is not None:
+                self.rows[idx].result = entry
+                return [idx]
+            self.rows.append(Row("tool", entry, result=entry))  # a result without its call
+            return [len(self.rows) - 1]
+        kind = _KINDS.get(t, "other")
+        if self.status and (t == "Error" or (t == "Message" and entry.sender == self._working)):
+            self.status = None
+            self._working = None
+        self.rows.append(Row(kind, entry))
+        return [len(self.rows) - 1]
+
+    def text(self, header: str = "") -> str:
+        lines = [header] if header else []
+        lines += [r.text() for r in self.rows]
+        if self.status:
+            lines.append(f"… {self.status}")
+        return "\n".join(lines)
+
+    def html(self, header: str = "") -> str:
+        parts = [_CSS, "<div class='chaz-s'>"]
+        if header:
+            parts.append(f"<div class='chaz-h'>{_esc(header)}</div>")
+        parts += [r.html() for r in self.rows]
+        if self.status:
+            parts.append(f"<div class='chaz-r chaz-st'>{_esc(self.status)}</div>")
+        parts.append("</div>")
+        return "".join(parts)
+
+
+# ----------------------------------------------------------------- the view
+@dataclass
+class _Chunk:
+    widget: Any
+    start: int
+    rows: int = 0
+
+
+@dataclass
+class _Stats:
+    flushes: int = 0
+    static_updates: int = 0
+    widget_sends: int = 0
+    max_send_chars: int = 0
+    entries: int = 0
+    sends: list[int] = field(default_factory=list)
+
+
+class SessionView:
+    """A view of one session: live widget + static transcript, one display_id.
+
+    ``store``: a SessionStore (``subscribe``, ``entries``, ``session``). ``status``: a
+    callable giving ``"idle" | "running" | "parked"`` (the server's ``session_status``);
+    without it the session is taken as idle. ``after_seq``: show only later entries.
+    ``follow``: subscribe to new entries until the session is idle (``None``: only if it is
+    running now; ``True``: also when idle, for a turn about to be written).
+    """
+
+    def __init__(
+        self,
+        store: Any,
+        session_id: int,
+        *,
+        status: Callable[[int], str] | None = None,
+        after_seq: int = 0,
+        follow: bool | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+        interval: float = 0.1,
+        static_interval: float = 1.0,
+        chunk_rows: int = 50,
+        widget: bool = True,
+        title: str | None = None,
+    ) -> None:
+        self.store = store
+        self.session_id = session_id
+        self.info = store.session(session_id)
+        self._status = status
+        self.after_seq = after_seq
+        self.interval = interval
+        self.static_interval = static_interval
+        self.chunk_rows = max(1, chunk_rows)
+        self.title = title
+        self.display_id = f"chaz-{session_id}-{uuid.uuid4().hex[:12]}"
+        self.transcript = Transcript()
+        self.stats = _Stats()
+        self._loop = loop
+        self._loop_thread: int | None = None
+        self._pending: list[Any] = []
+        self._pending_lock = threading.Lock()
+        self._timer: Any = None
+        self._armed = False
+        self._poll: Any = None
+        self._last_static = 0.0
+        self._displayed = False
+        self._closed = False
+        self._finished = False
+        self._unsubscribe: Callable[[], None] | None = None
+        self._last_seq = after_seq
+        self._chunks: list[_Chunk] = []
+        self._box: Any = None
+        self._status_widget: Any = None
+        self._header_widget: Any = None
+
+        if follow or (follow is None and self.status() != "idle"):
+            self._subscribe()
+        for entry in store.entries(session_id, after_seq=after_seq):
+            self._add(entry)
+        if self._unsubscribe is None:
+            self._finished = True  # a snapshot: static bundle only, no widget
+        elif widget:
+            self._build_widget()
+
+    # ---------------------------------------------------------- status
+    def status(self) -> str:
+        if self._status is None:
+            return "idle"
+        try:
+            return self._status(self.session_id)
+        except Exception:  # the server may be gone (unload)
+            return "idle"
+
+    def header(self) -> str:
+        i = self.info
+        parts = [f"session {i.id}", i.agent, i.kind]
+        if i.parent_id is not None:
+            parts.append(f"child of {i.parent_id}, depth {i.depth}")
+        if self.title:
+            parts.insert(0, self.title)
+        return " · ".join(str(p) for p in parts) + f" · {self.status()}"
+
+    # ---------------------------------------------------------- entries
+    def _subscribe(self) -> None:
+        try:
+            self._loop = self._loop or asyncio.get_running_loop()
+        except RuntimeError:
+            from .kernel_loop import get_loop
+
+            self._loop = get_loop()
+        self._loop_thread = threading.get_ident()
+        self._unsubscribe = self.store.subscribe(self._on_write)
+
+    def _on_write(self, entry: Any) -> None:
+        """on_write callback: O(1); queue the entry and arm the flush timer."""
+        if entry.session_id != self.session_id or self._closed:
+            return
+        with self._pending_lock:
+            self._pending.append(entry)
+        self._request_flush(self.interval)
+
+    def _request_flush(self, delay: float) -> None:
+        """Arm one flush ``delay`` seconds from now, unless one is armed already."""
+        with self._pending_lock:
+            if self._armed:
+                return
+            self._armed = True
+        if threading.get_ident() == self._loop_thread:
+            self._arm(delay)
+        else:  # a write from a worker thread: hop onto the loop
+            self._loop.call_soon_threadsafe(self._arm, delay)
+
+    def _arm(self, delay: float) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed() or self._closed:
+            self._armed = False
+            return
+        self._timer = loop.call_later(delay, self._tick)
+
+    def _tick(self) -> None:
+        with self._pending_lock:
+            self._armed = False
+            self._timer = None
+        try:
+            self.flush()
+        except Exception:  # never let a rendering problem escape into the kernel loop
+            log.exception("session view flush failed")
+
+    def _add(self, entry: Any) -> list[int]:
+        if entry.seq <= self._last_seq:
+            return []  # seen already (entries() and on_write overlap at subscribe time)
+        self._last_seq = entry.seq
+        self.stats.entries += 1
+        return self.transcript.add(entry)
+
+    def flush(self, *, final: bool = False) -> None:
+        """Render queued entries; refresh the static bundle when due; finish when idle.
+
+        ``final``: refresh the static bundle now (a wait that returns calls this).
+        """
+        if self._closed:
+            return
+        with self._pending_lock:
+            batch, self._pending = self._pending, []
+        self.stats.flushes += 1
+        changed: set[int] = set()
+        for entry in batch:
+            changed.update(self._add(entry))
+        if self._box is not None:
+            self._render_rows(changed)
+            self._set_status_widget()
+        if self._unsubscribe is not None and self.status() == "idle":
+            with self._pending_lock:
+                more = bool(self._pending)
+            if not more:
+                self.finish()  # sends the final static bundle
+                return
+        now = time.monotonic()
+        if self._displayed and (final or (changed and now - self._last_static >= self.static_interval)):
+            self.update_display()
+        if self._unsubscribe is None:
+            return
+        # A running session can change status without a write (its end, a park): poll slowly.
+        if self._poll is None and self._loop is not None and not self._loop.is_closed():
+            self._poll = self._loop.call_later(max(self.interval, 0.5), self._poll_tick)
+
+    def _poll_tick(self) -> None:
+        self._poll = None
+        if not self._armed:
+            self._tick()
+
+    def finish(self) -> None:
+        """Stop following: unsubscribe, send the final static bundle, close the live widget.
+
+        The final bundle has no widget view, so a saved notebook shows the transcript (and
+        JupyterLab does not show "model not found" for a widget that is gone).
+        """
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        for timer in (self._timer, self._poll):
+            if timer is not None:
+                timer.cancel()
+        self._timer = self._poll = None
+        self._armed = False
+        if self._finished:
+            return
+        self._finished = True
+        with self._pending_lock:
+            batch, self._pending = self._pending, []
+        for entry in batch:
+            self._add(entry)
+        if self._displayed:
+            self.update_display()
+        self._close_widgets()
+
+    def close(self) -> None:
+        """Unsubscribe and close the widgets (no more display updates)."""
+        self._closed = True
+        self.finish()
+        self._close_widgets()
+
+    def _close_widgets(self) -> None:
+        if self._box is None:
+            return
+        box, self._box = self._box, None
+        for w in [self._header_widget, self._status_widget, *[c.widget for c in self._chunks], box]:
+            try:
+                w.close()
+            except Exception:
+                pass
+
+    @property
+    def following(self) -> bool:
+        return self._unsubscribe is not None
+
+    # ---------------------------------------------------------- widget
+    def _build_widget(self) -> None:
+        try:
+            import ipywidgets as w
+        except Exception:  # pragma: no cover - ipywidgets is a dependency
+            return
+        self._w = w
+        self._header_widget = w.HTML(self._header_html())
+        self._status_widget = w.HTML("")
+        self._box = w.VBox([self._header_widget, self._status_widget])
+        self._box.add_class("chaz-session-view")
+        self._render_rows(set(range(len(self.transcript.rows))))
+        self._set_status_widget()
+        comm = getattr(self._box, "comm", None)
+        if comm is not None and hasattr(comm, "on_close"):
+            try:
+                comm.on_close(lambda _msg: self.close())
+            except Exception:
+                pass
+
+    def _header_html(self) -> str:
+        return f"{_CSS}<div class='chaz-s'><div class='chaz-h'>{_esc(self.header())}</div></div>"
+
+    def _chunk_html(self, chunk: _Chunk) -> str:
+        rows = self.transcript.rows[chunk.start : chunk.start + chunk.rows]
+        return "<div class='chaz-s'>" + "".join(r.html() for r in rows) + "</div>"
+
+    def _render_rows(self, changed: set[int]) -> None:
+        rows = self.transcript.rows
+        dirty: set[int] = set()
+        new_chunks = False
+        # grow chunks to cover every row
+        covered = sum(c.rows for c in self._chunks)
+        while covered < len(rows):
+            if not self._chunks or self._chunks[-1].rows >= self.chunk_rows:
+                self._chunks.append(_Chunk(self._w.HTML(""), covered))
+                new_chunks = True
+            chunk = self._chunks[-1]
+            take = min(self.chunk_rows - chunk.rows, len(rows) - covered)
+            chunk.rows += take
+            covered += take
+            dirty.add(len(self._chunks) - 1)
+        for idx in changed:
+            dirty.add(idx // self.chunk_rows)
+        for ci in sorted(dirty):
+            if ci < len(self._chunks):
+                value = self._chunk_html(self._chunks[ci])
+                self._chunks[ci].widget.value = value
+                self.stats.widget_sends += 1
+                self.stats.max_send_chars = max(self.stats.max_send_chars, len(value))
+        if new_chunks:
+            self._box.children = (
+                self._header_widget,
+                *[c.widget for c in self._chunks],
+                self._status_widget,
+            )
+        if dirty:
+            self._header_widget.value = self._header_html()
+
+    def _set_status_widget(self) -> None:
+        status = self.transcript.status
+        s = self.status()
+        if s == "parked":
+            status = "⏸ waiting for a person (approval)"
+        value = f"<div class='chaz-s chaz-st'>{_esc(status)}</div>" if status else ""
+        if self._status_widget.value != value:
+            self._status_widget.value = value
+
+    @property
+    def widget(self) -> Any:
+        return self._box
+
+    # ---------------------------------------------------------- static bundle
+    def to_json(self) -> dict[str, Any]:
+        i = self.info
+        return {
+            "version": MIME_VERSION,
+            "session": {
+                "id": i.id,
+                "agent": i.agent,
+                "kind": i.kind,
+                "parent_id": i.parent_id,
+                "depth": i.depth,
+            },
+            "status": self.status(),
+            "entries": [e.to_json() for e in self.transcript.entries],
+        }
+
+    def text(self) -> str:
+        return self.transcript.text(self.header())
+
+    def html(self) -> str:
+        return self.transcript.html(self.header())
+
+    def bundle(self, widget: bool = True) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "text/plain": self.text(),
+            "text/html": self.html(),
+            MIME_TYPE: self.to_json(),
+        }
+        if widget and self._box is not None and getattr(self._box, "model_id", None):
+            data[WIDGET_MIME] = {
+                "version_major": 2,
+                "version_minor": 0,
+                "model_id": self._box.model_id,
+            }
+        return data
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        return self.bundle()
+
+    def __repr__(self) -> str:
+        return self.text()
+
+    def display(self) -> "SessionView":
+        from IPython.display import display
+
+        display(self.bundle(), raw=True, display_id=self.display_id)
+        self._displayed = True
+        self._last_static = time.monotonic()
+        return self
+
+    def update_display(self) -> None:
+        from IPython.display import update_display
+
+        # once finished, the bundle is static only (the widget is about to close)
+        update_display(self.bundle(widget=not self._finished), raw=True, display_id=self.display_id)
+        self._last_static = time.monotonic()
+        self.stats.static_updates += 1
+
+
+def render_text(entries: Iterable[Any], header: str = "") -> str:
+    """The plain transcript of some entries (no widgets)."""
+    t = Transcript()
+    for e in entries:
+        t.add(e)
+    return t.text(header)
+
+
+def render_html(entries: Iterable[Any], header: str = "") -> str:
+    """The static HTML transcript of some entries (no widgets); every string escaped."""
+    t = Transcript()
+    for e in entries:
+        t.add(e)
+    return t.html(header)

@@ -1,0 +1,445 @@
+"""Shared sessions (rooms): several agents in one session, mention-gated turns.
+
+A room is a session of kind ``room`` whose metadata lists its member agents, an optional host
+and a burst budget. Every Message or Directive written to a room is routed here instead of to
+the session's single agent:
+
+- a person's Message (or any Directive) starts a turn for each member it @mentions, or for
+  the agents named in its payload ``to`` (the magic's explicit ``@NAME``); with no mention,
+  the room's host takes the turn, and with no host nobody does;
+- an agent's Message starts a turn for each other member it @mentions (``@name``,
+  case-insensitive, attached agents only, never the sender);
+- loop guard: the trailing run of agent Messages is counted (a person's Message or a
+  Directive resets it); once it reaches the room's burst budget, agent-to-agent wakes stop
+  and an Error entry from ``system`` says why;
+- a mention of a name that is not a member is shown as an Error entry, not dropped silently.
+
+Turns in a room run one at a time, in order (one run per room, like turns in a chat room):
+an agent's turn reads the transcript as it is when the turn starts, so a later turn sees the
+replies of the earlier ones. Each agent's context is the room transcript with the other
+agents' messages as user-role messages labelled ``[@name]``; with two or more members, its
+system prompt gets a note naming the others and the @mention convention.
+
+``send_message`` (a tool) lets an agent write a Message or Directive to another session it
+has access to: sessions it owns, their child sessions, and rooms it is a member of.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterable
+
+from .agents import Agent, current_run
+from .entries import Entry, EntryType
+from .invocation import Invocation
+from .store import StoreError
+from .tools import ToolError, ToolRegistry, tool
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .server import RunHandle, Server
+
+ROOM_KIND = "room"
+DEFAULT_BURST_BUDGET = 6
+_MENTION = re.compile(r"(?<![\w@.])@([A-Za-z][A-Za-z0-9_-]{0,63})")
+
+
+def mentions(text: str) -> list[str]:
+    """The ``@names`` in ``text``, in order, each once (emails like a@b.c are not mentions)."""
+    seen: list[str] = []
+    for m in _MENTION.finditer(text or ""):
+        name = m.group(1).rstrip("-_")
+        if name and name.lower() not in (s.lower() for s in seen):
+            seen.append(name)
+    return seen
+
+
+@dataclass
+class Room:
+    id: int
+    name: str
+    members: list[str]
+    host: str | None = None
+    burst_budget: int = DEFAULT_BURST_BUDGET
+
+    def member(self, name: str) -> str | None:
+        """The member called ``name`` (case-insensitive), or None."""
+        for m in self.members:
+            if m.lower() == name.lower():
+                return m
+        return None
+
+    def metadata(self) -> dict[str, Any]:
+        return {"room": self.name, "members": self.members, "host": self.host, "burst_budget": self.burst_budget}
+
+    def __str__(self) -> str:
+        host = f", host @{self.host}" if self.host else ""
+        return f"room {self.name!r} (session {self.id}): {' '.join('@' + m for m in self.members)}{host}"
+
+
+@dataclass
+class _Turn:
+    agent: str
+    trigger: Entry
+    futures: list[asyncio.Future] = field(default_factory=list)
+
+
+class Rooms:
+    """The rooms of a server: creation, routing of room entries to turns, the turn loop."""
+
+    def __init__(self, server: "Server") -> None:
+        self.server = server
+        self._cache: dict[int, Room | None] = {}
+        self._turns: dict[int, deque[_Turn]] = {}
+        self._loops: dict[int, asyncio.Task] = {}
+        install(server.tools)
+
+    # ------------------------------------------------------------- rooms
+    def create(
+        self, name: str, agents: Iterable[str], host: str | None = None, burst_budget: int = DEFAULT_BURST_BUDGET
+    ) -> int:
+        """Create a room session shared by ``agents``; return its session id."""
+        from .server import ServerError
+
+        if not isinstance(name, str) or not name.strip():
+            raise ServerError("a room needs a name")
+        members: list[str] = []
+        for a in agents:
+            agent = self._agent(str(a).lstrip("@"))
+            if agent.name not in members:
+                members.append(agent.name)
+        if not members:
+            raise ServerError(f"room {name!r} needs at least one agent")
+        if host is not None:
+            host = self._agent(host.lstrip("@")).name
+            if host not in members:
+                members.insert(0, host)
+        if not isinstance(burst_budget, int) or burst_budget < 1:
+            raise ServerError("burst_budget must be a positive integer")
+        room = Room(0, name.strip(), members, host, burst_budget)
+        room.id = self.server.store.create_session(
+            host or members[0], ROOM_KIND, title=room.name, metadata=room.metadata()
+        )
+        self._cache[room.id] = room
+        return room.id
+
+    def _agent(self, name: str) -> Agent:
+        for defined in self.server.agents.values():
+            if defined.name.lower() == name.lower():
+                return defined
+        return self.server.agent(name)  # ServerError naming the known agents
+
+    def room(self, session_id: int) -> Room | None:
+        """The room of a session, or None when it is not a room."""
+        if session_id not in self._cache:
+            try:
+                info = self.server.store.session(session_id)
+            except StoreError:
+                return None
+            room = None
+            if info.kind == ROOM_KIND:
+                meta = info.metadata or {}
+                room = Room(
+                    info.id, meta.get("room") or info.title or f"room {info.id}", list(meta.get("members") or []),
+                    meta.get("host"), int(meta.get("burst_budget") or DEFAULT_BURST_BUDGET),
+                )
+            self._cache[session_id] = room
+        return self._cache[session_id]
+
+    def get(self, room_id: int) -> Room:
+        from .server import ServerError
+
+        room = self.room(room_id)
+        if room is None:
+            raise ServerError(f"session {room_id} is not a room; create one with create_room(name, agents)")
+        return room
+
+    def members(self, session_id: int) -> list[str]:
+        room = self.room(session_id)
+        return list(room.members) if room else []
+
+    def list(self) -> list[Room]:
+        return [r for r in (self.room(s.id) for s in self.server.store.sessions() if s.kind == ROOM_KIND) if r]
+
+    def by_name(self, name: str) -> Room | None:
+        """The newest room called ``name``."""
+        found = [r for r in self.list() if r.name == name]
+        return found[-1] if found else None
+
+    def _save(self, room: Room) -> None:
+        self.server.store.update_session_metadata(room.id, room.metadata())
+        self._cache[room.id] = room
+
+    def attach(self, room_id: int, agent: str) -> Room:
+        room = self.get(room_id)
+        name = self._agent(agent.lstrip("@")).name
+        if name not in room.members:
+            room.members.append(name)
+            self._save(room)
+        return room
+
+    def detach(self, room_id: int, agent: str) -> Room:
+        room = self.get(room_id)
+        name = room.member(agent.lstrip("@"))
+        if name is not None:
+            room.members.remove(name)
+            if room.host == name:
+                room.host = None
+            self._save(room)
+        return room
+
+    def set_host(self, room_id: int, agent: str | None) -> Room:
+        room = self.get(room_id)
+        room.host = self.attach(room_id, agent).member(agent.lstrip("@")) if agent else None
+        self._save(room)
+        return room
+
+    # ---------------------------------------------------------- speaking
+    def speaker(self, room_id: int, text: str, explicit: str | None = None, default: str | None = None) -> str | None:
+        """Who answers a person's message: explicit @NAME, first member mentioned, host, first member, default."""
+        from .server import ServerError
+
+        room = self.get(room_id)
+        if explicit:
+            name = room.member(explicit.lstrip("@"))
+            if name is None:
+                raise ServerError(
+                    f"@{explicit.lstrip('@')} is not in room {room.name!r}; members: "
+                    + ", ".join("@" + m for m in room.members)
+                )
+            return name
+        for mentioned in mentions(text):
+            name = room.member(mentioned)
+            if name is not None:
+                return name
+        if room.host:
+            return room.host
+        if room.members:
+            return room.members[0]
+        return default
+
+    def say(
+        self, room_id: int, text: str, explicit: str | None = None, sender: str = "user", default: str | None = None
+    ) -> "RunHandle | None":
+        """Write a person's Message to the room, answered by ``speaker(...)``; the run's handle."""
+        name = self.speaker(room_id, text, explicit=explicit, default=default)
+        payload = {"to": [name]} if name else None
+        return self.server.post(room_id, EntryType.MESSAGE, text, sender, payload)
+
+    async def wait(self, room_id: int, timeout: float | None = None) -> None:
+        """Wait until the room has no turn running or queued (the whole burst)."""
+
+        async def _wait() -> None:
+            while room_id in self.server._states:
+                task = self.server._states[room_id].task
+                if task is None:
+                    await asyncio.sleep(0.01)
+                else:
+                    await asyncio.wait({task})
+
+        await asyncio.wait_for(_wait(), timeout)
+
+    # ----------------------------------------------------------- routing
+    def route(self, entry: Entry) -> bool:
+        """on_write hook (called by ``Server.process_session``): True when ``entry`` is a room's."""
+        if entry.entry_type not in (EntryType.MESSAGE, EntryType.DIRECTIVE):
+            return False
+        room = self.room(entry.session_id)
+        if room is None:
+            return False
+        self._route(room, entry)
+        return True
+
+    def _route(self, room: Room, entry: Entry) -> None:
+        from .server import RunHandle
+
+        named = mentions(entry.content)
+        found = [room.member(n) for n in named]
+        unknown = [n for n, m in zip(named, found) if m is None]
+        mentioned = [m for m in found if m is not None and m != entry.sender]
+        from_agent = entry.entry_type is EntryType.MESSAGE and entry.sender in self.server.agents
+        if unknown:
+            self._note(
+                room,
+                f"{', '.join('@' + n for n in unknown)} {'is' if len(unknown) == 1 else 'are'} not in this room "
+                f"(members: {', '.join('@' + m for m in room.members)}); nobody was woken for "
+                f"{'it' if len(unknown) == 1 else 'them'}",
+                {"note": "unknown_mention", "names": unknown, "entry_id": entry.id},
+            )
+        if from_agent:
+            targets = mentioned
+            if targets:
+                burst = self._burst(room.id)
+                if burst >= room.burst_budget:
+                    self._note(
+                        room,
+                        f"loop guard: {burst} agent messages in a row reached this room's burst budget "
+                        f"({room.burst_budget}); {', '.join('@' + t for t in targets)} not woken. "
+                        "A message from a person resets it.",
+                        {"note": "loop_guard", "burst": burst, "budget": room.burst_budget,
+                         "not_woken": targets, "entry_id": entry.id},
+                    )
+                    return
+        else:
+            to = entry.payload.get("to")
+            if to:
+                explicit = [room.member(str(n).lstrip("@")) for n in ([to] if isinstance(to, str) else to)]
+                targets = [m for m in explicit if m is not None]
+            else:
+                targets = mentioned or ([room.host] if room.host else [])
+        if not targets:
+            return
+        loop = self.server._get_loop()
+        futures = [self._enqueue(room, name, entry, loop) for name in dict.fromkeys(targets)]
+        combined = futures[0] if len(futures) == 1 else _all_done(loop, futures)
+        self.server._handles[entry.id] = RunHandle(entry, combined)
+        combined.add_done_callback(lambda _f, key=entry.id: self.server._handles.pop(key, None))
+
+    def _burst(self, room_id: int) -> int:
+        """Trailing agent Messages (a person's Message or a Directive ends the count)."""
+        count = 0
+        for e in reversed(self.server.store.entries(room_id, types=(EntryType.MESSAGE, EntryType.DIRECTIVE))):
+            if e.entry_type is EntryType.DIRECTIVE or e.sender not in self.server.agents:
+                break
+            count += 1
+        return count
+
+    def _note(self, room: Room, text: str, payload: dict[str, Any]) -> None:
+        self.server.store.append(room.id, EntryType.ERROR, "system", text, payload=payload)
+
+    def _enqueue(self, room: Room, agent: str, entry: Entry, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
+        future: asyncio.Future = loop.create_future()
+        queue = self._turns.setdefault(room.id, deque())
+        for turn in queue:  # a waiting turn reads the log when it starts: it answers this too
+            if turn.agent == agent:
+                turn.trigger = entry
+                turn.futures.append(future)
+                return future
+        queue.append(_Turn(agent, entry, [future]))
+        if room.id not in self.server._states:
+            from .server import _SessionState
+
+            state = _SessionState()
+            self.server._states[room.id] = state
+            state.task = loop.create_task(self._room_loop(room.id), name=f"chaz-room-{room.id}")
+        return future
+
+    async def _room_loop(self, room_id: int) -> None:
+        state = self.server._states[room_id]
+        queue = self._turns[room_id]
+        turn: _Turn | None = None
+        try:
+            while queue:
+                turn = queue.popleft()
+                state.run_id = None
+                invocation = Invocation(agent=turn.agent, ack={"room": room_id, "turn": turn.agent})
+                outcome = await self.server._run_once(room_id, turn.trigger, invocation)
+                _resolve(turn.futures, outcome)
+                turn = None
+        except asyncio.CancelledError:
+            _resolve((turn.futures if turn else []) + [f for t in queue for f in t.futures], None)
+            queue.clear()
+            raise
+        finally:
+            if self.server._states.get(room_id) is state:
+                del self.server._states[room_id]
+
+    # ----------------------------------------------------------- context
+    def context_for(self, session_id: int, agent: Agent) -> tuple[str, frozenset[str]]:
+        """The system prompt and the senders to label for ``agent``'s run in ``session_id``."""
+        room = self.room(session_id)
+        if room is None:
+            return agent.system, frozenset()
+        labels = (frozenset(self.server.agents) | frozenset(room.members)) - {agent.name}
+        others = [m for m in room.members if m != agent.name]
+        if not others:
+            return agent.system, labels
+        note = (
+            f"You are @{agent.name} in the shared room {room.name!r} with "
+            f"{', '.join('@' + o for o in others)}. Messages from the other agents start with "
+            "[@name]. To ask another agent something, mention them as @name in your reply: only "
+            "a mentioned agent takes a turn, so mention someone only when you want an answer."
+        )
+        return (f"{agent.system}\n\n{note}" if agent.system else note), labels
+
+
+def _resolve(futures: list[asyncio.Future], outcome: Entry | None) -> None:
+    for f in futures:
+        if not f.done():
+            f.set_result(outcome)
+
+
+def _all_done(loop: asyncio.AbstractEventLoop, futures: list[asyncio.Future]) -> asyncio.Future:
+    """A future resolved with the last outcome once every one of ``futures`` is done."""
+    combined: asyncio.Future = loop.create_future()
+
+    def check(_: Any) -> None:
+        if not combined.done() and all(f.done() for f in futures):
+            combined.set_result(futures[-1].result())
+
+    for f in futures:
+        f.add_done_callback(check)
+    return combined
+
+
+# ===================================================================== tools
+def has_access(server: "Server", agent: str, session_id: int) -> bool:
+    """Sessions an agent may write to: its own, their children, rooms it is a member of."""
+    info = server.store.session(session_id)
+    if info.kind == ROOM_KIND:
+        room = server.rooms.room(session_id)
+        return room is not None and agent in room.members
+    if info.agent == agent:
+        return True
+    if info.parent_id is not None:
+        try:
+            parent = server.store.session(info.parent_id)
+        except StoreError:
+            return False
+        if parent.agent == agent or (parent.kind == ROOM_KIND and agent in server.rooms.members(parent.id)):
+            return True
+    return False
+
+
+def install(registry: ToolRegistry) -> None:
+    """Register ``send_message``."""
+
+    @tool(in_thread=False)
+    def send_message(session_id: int, text: str, kind: str = "message") -> str:
+        """Write a message (or a directive: a task to do) into another session you have access to.
+
+        Args:
+            session_id: the session: one of yours, a child session of yours, or a room you are in
+            text: what to write; in a room, @mention the agents who should answer
+            kind: "message" or "directive"
+        """
+        ctx = current_run.get()
+        if ctx is None:
+            raise ToolError("send_message can only be called by an agent during a run")
+        if kind not in ("message", "directive"):
+            raise ToolError('kind must be "message" or "directive"')
+        if not text.strip():
+            raise ToolError("send_message needs a non-empty text")
+        server = ctx.server
+        if session_id == ctx.session_id:
+            raise ToolError(f"session {session_id} is this session; say it in your reply instead")
+        try:
+            allowed = has_access(server, ctx.agent.name, session_id)
+        except StoreError:
+            raise ToolError(f"there is no session {session_id}") from None
+        if not allowed:
+            raise ToolError(
+                f"no access to session {session_id}: you may write to your own sessions, their "
+                "child sessions and rooms you are a member of"
+            )
+        etype = EntryType.DIRECTIVE if kind == "directive" else EntryType.MESSAGE
+        handle = server.post(
+            session_id, etype, text, ctx.agent.name, {"from_session": ctx.session_id, "from_run": ctx.run_id}
+        )
+        started = "; it started a run" if handle is not None else "; it started no run"
+        return f"sent a {kind} to session {session_id}{started}"
+
+    if send_message.name not in registry:
+        registry.register(send_message)

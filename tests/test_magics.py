@@ -1,0 +1,331 @@
+"""%chaz / %%chaz through IPython's test shell (globalipapp), with an in-memory store."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.testing.globalipapp import get_ipython
+
+import chaz_nb
+from chaz_nb.entries import EntryType
+from chaz_nb.notebook import extension
+from chaz_nb.notebook.magics import parse_message_line
+
+ip = get_ipython()
+
+
+@pytest.fixture
+def chaz(monkeypatch):
+    monkeypatch.setenv("CHAZ_DB", ":memory:")
+    monkeypatch.delenv("CHAZ_MODEL", raising=False)
+    ip.run_line_magic("load_ext", "chaz_nb")
+    yield chaz_nb.current()
+    ip.run_line_magic("unload_ext", "chaz_nb")
+
+
+def one_line_error(capsys, cell: str, needle: str) -> str:
+    """Run a cell that must fail with a one-line UsageError (no traceback)."""
+    capsys.readouterr()
+    result = ip.run_cell(cell)
+    assert isinstance(result.error_in_exec, UsageError), result.error_in_exec
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("UsageError: "), err
+    assert "\n" not in err and "Traceback" not in err, err
+    assert needle in err, err
+    return err
+
+
+def entries(server, agent):
+    return server.store.entries(server.current_session(agent))
+
+
+# ------------------------------------------------------------------ parsing
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        ("@a hello world", ("a", "hello world", True)),
+        ("--no-wait @a hello", ("a", "hello", False)),
+        ("@a --no-wait it's 'quoted' \"text\"", ("a", "it's 'quoted' \"text\"", False)),
+        ("@a   spaced   text ", ("a", "spaced   text", True)),
+        ("@a", ("a", "", True)),
+    ],
+)
+def test_message_line_keeps_the_text_verbatim(line, expected):
+    assert parse_message_line(line) == expected
+
+
+def test_bad_option_in_message_line():
+    with pytest.raises(UsageError, match="unknown option --fast"):
+        parse_message_line("--fast @a hi")
+
+
+# ------------------------------------------------------------------ load
+def test_load_prints_one_line_and_current_returns_the_server(chaz, capsys):
+    ip.run_line_magic("unload_ext", "chaz_nb")
+    capsys.readouterr()
+    ip.run_line_magic("load_ext", "chaz_nb")
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1
+    assert out.strip() == "chaz_nb: sessions in :memory: · agent assistant uses chaz/echo"
+    server = chaz_nb.current()
+    assert server.store.path == ":memory:"
+    assert server.agents["assistant"].model == "chaz/echo"
+
+
+def test_current_without_the_extension_is_a_clear_error():
+    with pytest.raises(extension.NotLoadedError, match="%load_ext chaz_nb"):
+        chaz_nb.current()
+
+
+def test_chaz_model_sets_the_default_agent_model(monkeypatch, capsys):
+    monkeypatch.setenv("CHAZ_DB", ":memory:")
+    monkeypatch.setenv("CHAZ_MODEL", "ollama/llama3.1")
+    ip.run_line_magic("load_ext", "chaz_nb")
+    try:
+        assert "agent assistant uses ollama/llama3.1" in capsys.readouterr().out
+        assert chaz_nb.current().agents["assistant"].model == "ollama/llama3.1"
+    finally:
+        ip.run_line_magic("unload_ext", "chaz_nb")
+
+
+def test_reload_ext_is_safe(chaz):
+    ip.run_line_magic("chaz", "@assistant one")
+    ip.run_line_magic("reload_ext", "chaz_nb")
+    server = chaz_nb.current()
+    assert server is not chaz and chaz.store.closed
+    ip.run_line_magic("chaz", "@assistant two")
+    assert [e.content for e in entries(server, "assistant")][-1] == "echo: two"
+
+
+def test_unload_stops_runs_and_closes_the_store(chaz):
+    ip.run_line_magic("chaz", "--no-wait @assistant hi")
+    assert chaz.is_busy(chaz.current_session("assistant"))
+    ip.run_line_magic("unload_ext", "chaz_nb")
+    assert chaz.store.closed
+    assert "chaz" not in ip.magics_manager.magics["line"]
+    ip.run_line_magic("load_ext", "chaz_nb")  # for the fixture's unload
+
+
+# ------------------------------------------------------------------ turns
+def test_message_waits_for_the_reply_and_records_its_origin(chaz):
+    ip.run_line_magic("chaz", "@assistant hello there")
+    es = entries(chaz, "assistant")
+    assert [(e.entry_type.value, e.sender, e.content) for e in es] == [
+        ("Message", "user", "hello there"),
+        ("Ack", "assistant", "assistant is working"),
+        ("Message", "assistant", "echo: hello there"),
+    ]
+    origin = es[0].payload["origin"]
+    assert set(origin) == {"notebook", "cell_id", "execution_count", "kernel_id"}
+    assert origin["execution_count"] == ip.execution_count
+
+
+def test_a_question_mark_at_the_end_is_part_of_the_message(chaz):
+    # IPython would read "you?" as a help request on `you`
+    ip.run_cell("%chaz @assistant who are you?").raise_error()
+    ip.run_cell("x = 1\nif x:\n    %chaz @assistant really??\n").raise_error()
+    assert [e.content for e in entries(chaz, "assistant") if e.entry_type is EntryType.MESSAGE] == [
+        "who are you?", "echo: who are you?", "really??", "echo: really??"
+    ]
+
+
+def test_question_mark_transform_leaves_other_cells_alone():
+    from chaz_nb.notebook.extension import protect_question_marks as t
+
+    assert t(["len?\n"]) == ["len?\n"]
+    assert t(["%%chaz @a\n", "%chaz is it?\n"]) == ["%%chaz @a\n", "%chaz is it?\n"]
+    assert t(["%chaz @a why?\n"]) == ["get_ipython().run_line_magic('chaz', '@a why?')\n"]
+    assert t(["%chaz?"]) == ["%chaz?"]  # help on the magic itself
+
+
+def test_cell_magic_sends_the_body(chaz):
+    ip.run_cell_magic("chaz", "@assistant", "line one\nline two")
+    assert entries(chaz, "assistant")[-1].content == "echo: line one\nline two"  # no trailing newline
+
+
+def test_no_wait_returns_at_once_and_wait_finishes_it(chaz, capsys):
+    ip.run_line_magic("chaz", "--no-wait @assistant later")
+    sid = chaz.current_session("assistant")
+    assert chaz.session_status(sid) == "running"
+    ip.run_line_magic("chaz", f"wait {sid}")
+    assert chaz.session_status(sid) == "idle"
+    assert entries(chaz, "assistant")[-1].content == "echo: later"
+    capsys.readouterr()
+    ip.run_line_magic("chaz", "wait")
+    assert capsys.readouterr().out.strip() == f"session {sid} is idle"
+
+
+PARK_TOOL = """
+import chaz_nb
+
+@chaz_nb.tool(approval="always")
+def wipe(path: str) -> str:
+    '''Delete a file.'''
+    return f"wiped {path}"
+"""
+
+
+def test_a_run_that_parks_on_an_approval_stops_the_wait(chaz, capsys):
+    ip.run_cell(PARK_TOOL).raise_error()
+    ip.run_line_magic(
+        "chaz",
+        "agent janitor --model chaz/script --tools wipe --script "
+        "'[{\"tool\": \"wipe\", \"args\": {\"path\": \"/tmp/x\"}}, \"done: {result}\"]'",
+    )
+    capsys.readouterr()
+    ip.run_line_magic("chaz", "@janitor clean up")  # returns: a person must decide
+    sid = chaz.current_session("janitor")
+    assert f"⏸ session {sid} is waiting for a person" in capsys.readouterr().out
+    assert chaz.session_status(sid) == "parked"
+    [request] = chaz.pending_approvals()
+    ok, _ = chaz.decide(request["request_id"], "approve")
+    assert ok
+    ip.run_line_magic("chaz", f"wait {sid}")
+    assert chaz.session_status(sid) == "idle"
+    assert chaz.store.latest(sid).content == "done: wiped /tmp/x"
+
+
+def test_directive(chaz):
+    ip.run_line_magic("chaz", "directive @assistant do the thing")
+    es = entries(chaz, "assistant")
+    assert es[0].entry_type is EntryType.DIRECTIVE and es[0].content == "do the thing"
+    assert es[-1].entry_type is EntryType.MESSAGE and es[-1].sender == "assistant"
+
+
+def test_ask_is_the_async_form(chaz):
+    reply = ip.run_cell('import chaz_nb\nr = await chaz_nb.ask("@assistant via ask")', store_history=False)
+    reply.raise_error()
+    assert ip.user_ns["r"].content == "echo: via ask"
+
+
+def test_new_starts_a_fresh_session(chaz, capsys):
+    ip.run_line_magic("chaz", "@assistant hi")
+    first = chaz.current_session("assistant")
+    ip.run_line_magic("chaz", "new @assistant")
+    assert chaz.current_session("assistant") != first
+    assert "a fresh session with @assistant" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ agents and tools
+TOOLS = '''
+import chaz_nb
+
+@chaz_nb.tool
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+def plain(x: int) -> int:
+    return x
+'''
+
+
+def test_agent_line_with_script_and_notebook_tool(chaz, capsys):
+    ip.run_cell(TOOLS).raise_error()
+    ip.run_line_magic(
+        "chaz",
+        "agent calc --model chaz/script --tools add --script "
+        "'[{\"tool\": \"add\", \"args\": {\"a\": 2, \"b\": 3}}, \"the sum is {result}\"]'",
+    )
+    assert capsys.readouterr().out.strip() == "agent calc: chaz/script, add"
+    ip.run_line_magic("chaz", "@calc what is 2+3?")
+    es = entries(chaz, "calc")
+    assert [e.entry_type.value for e in es] == ["Message", "Ack", "ToolCall", "ToolResult", "Message"]
+    assert es[-1].content == "the sum is 5"
+
+
+def test_agent_cell_takes_toml_and_spawns_a_child(chaz):
+    ip.run_cell(TOOLS).raise_error()
+    ip.run_cell_magic(
+        "chaz",
+        "agent calc",
+        'model = "chaz/script"\ntools = ["add"]\n'
+        'script = [{tool = "add", args = {a = 2, b = 3}}, "the sum is {result}"]\n',
+    )
+    ip.run_cell_magic(
+        "chaz",
+        "agent boss",
+        'model = "chaz/script"\nsystem = "You delegate."\ntools = ["spawn_agent", "add"]\nmax_depth = 2\n'
+        'script = [{tool = "spawn_agent", args = {agent = "calc", task = "add 2 and 3"}}, "calc says: {result}"]\n',
+    )
+    boss = chaz.agents["boss"]
+    assert boss.system == "You delegate." and boss.max_depth == 2
+    ip.run_line_magic("chaz", "@boss go")
+    assert entries(chaz, "boss")[-1].content == "calc says: the sum is 5"
+    child = [s for s in chaz.store.sessions() if s.kind == "child"]
+    assert len(child) == 1 and child[0].agent == "calc" and child[0].depth == 1
+
+
+def test_agents_sessions_log_sql(chaz, capsys):
+    ip.run_line_magic("chaz", "@assistant hi")
+    capsys.readouterr()
+    ip.run_line_magic("chaz", "agents")
+    assert capsys.readouterr().out.splitlines()[1].split() == ["assistant", "chaz/echo", "*", "1"]
+    ip.run_line_magic("chaz", "sessions")
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["id", "agent", "kind", "parent", "depth", "entries", "status"]
+    assert out[1].split() == ["1", "assistant", "chat", "-", "0", "3", "idle"]
+    ip.run_line_magic("chaz", "log")
+    assert "assistant: echo: hi" in capsys.readouterr().out
+    rel = ip.run_line_magic("chaz", "sql SELECT count(*) FROM entries")
+    assert rel.fetchall() == [(3,)]
+
+
+def test_config_db_moves_to_another_file(chaz, tmp_path, capsys):
+    ip.run_cell(TOOLS).raise_error()
+    ip.run_line_magic("chaz", "agent calc --model chaz/echo --tools add")
+    path = tmp_path / "other.duckdb"
+    capsys.readouterr()
+    ip.run_line_magic("chaz", f"config db={path}")
+    assert capsys.readouterr().out.strip() == f"chaz_nb: sessions in {path} · agent assistant uses chaz/echo"
+    server = chaz_nb.current()
+    assert server.store.path == str(path) and chaz.store.closed
+    assert "calc" in server.agents and "add" in server.tools  # agents and tools carried over
+    ip.run_line_magic("chaz", "@calc hi")
+    assert path.exists()
+
+
+def test_config_model(chaz, capsys):
+    capsys.readouterr()
+    ip.run_line_magic("chaz", "config model=openai/gpt-4o-mini")
+    assert capsys.readouterr().out.strip() == "agent assistant: openai/gpt-4o-mini, all registered tools"
+    assert chaz.agents["assistant"].model == "openai/gpt-4o-mini"
+
+
+# ------------------------------------------------------------------ one-line errors
+def test_bad_inputs_get_one_line_errors(chaz, capsys):
+    ip.run_cell(TOOLS).raise_error()
+    one_line_error(capsys, "%chaz @nobody hi", "unknown agent @nobody; known agents: @assistant")
+    one_line_error(capsys, "%chaz frobnicate", "unknown sub-command 'frobnicate'; usage: %chaz @NAME")
+    one_line_error(capsys, "%chaz", "usage: %chaz @NAME text")
+    one_line_error(capsys, "%chaz @assistant", "nothing to send to @assistant")
+    one_line_error(capsys, "%chaz agent x --model chaz/script --script '[1,'", "bad --script JSON")
+    one_line_error(capsys, "%chaz agent x --script '{}'", "--script must be a JSON list")
+    one_line_error(capsys, "%chaz agent x --tools nope", "no tool 'nope' in this notebook")
+    one_line_error(capsys, "%chaz agent x --tools plain", "plain is a plain function, not a chaz_nb tool")
+    one_line_error(capsys, "%chaz agent x --bogus 1", "unrecognized arguments: --bogus 1")
+    one_line_error(capsys, "%chaz agent x --max-depth lots", "invalid int value")
+    one_line_error(capsys, "%chaz agent user", "reserved")
+    one_line_error(capsys, "%chaz agent x --model chaz/script", "needs a script")
+    one_line_error(capsys, "%%chaz agent x\nmodel = \n", "bad TOML")
+    one_line_error(capsys, '%%chaz agent x\ncolour = "red"\n', "unknown key(s) colour")
+    one_line_error(capsys, "%%chaz frob\nbody", "unknown %%chaz form 'frob'")
+    one_line_error(capsys, "%chaz log 99", "there is no session 99")
+    one_line_error(capsys, "%chaz log abc", "SESSION is a session id or @NAME")
+    one_line_error(capsys, "%chaz new assistant", "usage: %chaz new @NAME")
+    one_line_error(capsys, "%chaz sql SELEC 1", "%chaz sql: Parser Error")
+    one_line_error(capsys, "%chaz config colour=red", "unknown key 'colour'")
+    one_line_error(capsys, "%chaz config model=chaz/script", "needs a script")
+    one_line_error(capsys, "%chaz agent x --system 'unclosed", "cannot parse the line")
+
+
+def test_magic_without_the_extension_says_how_to_load(chaz, capsys):
+    magics = ip.magics_manager.registry["ChazMagics"]
+    ip.run_line_magic("unload_ext", "chaz_nb")
+    try:
+        with pytest.raises(UsageError, match="run %load_ext chaz_nb first"):
+            magics.chaz("@assistant hi")
+    finally:
+        ip.run_line_magic("load_ext", "chaz_nb")

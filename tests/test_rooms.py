@@ -1,0 +1,213 @@
+import asyncio
+
+import pytest
+
+from chaz_nb.agents import Agent
+from chaz_nb.backends import LiteLLMBackend
+from chaz_nb.entries import EntryType as T
+from chaz_nb.rooms import mentions
+from chaz_nb.server import Server, ServerError
+
+
+class Recording:
+    """The real backend, remembering the messages of every model call."""
+
+    def __init__(self):
+        self.inner = LiteLLMBackend()
+        self.calls = []
+
+    async def complete(self, model, messages, tools=None, **kw):
+        self.calls.append([dict(m) for m in messages])
+        return await self.inner.complete(model, messages, tools, **kw)
+
+
+def scripted(name, *steps, **kw):
+    return Agent(name, model="chaz/script", script=list(steps), **kw)
+
+
+def make(store, *agents, backend=None):
+    return Server(store, list(agents), backend=backend)
+
+
+def talk(store, room):
+    return [(e.entry_type.value, e.sender, e.content) for e in store.entries(room)
+            if e.entry_type in (T.MESSAGE, T.DIRECTIVE, T.ERROR)]
+
+
+def test_mentions_are_parsed_like_chat_handles():
+    assert mentions("@Alice and @bob, ask @alice again; mail a@b.com") == ["Alice", "bob"]
+    assert mentions("no mentions here") == []
+    assert mentions("[@a] hi @b-") == ["a", "b"]
+
+
+async def test_a_message_wakes_only_the_agents_it_mentions(store):
+    server = make(store, scripted("alice", "alice here"), scripted("bob", "bob here"), scripted("carol", "carol here"))
+    room = server.create_room("lab", ["alice", "bob", "carol"])
+    assert store.session(room).kind == "room"
+    assert server.post(room, T.MESSAGE, "hello everyone") is None  # no mention, no host: nobody
+    assert not server.is_busy(room)
+    handle = server.post(room, T.MESSAGE, "@BOB what do you think?")  # case-insensitive
+    assert (await handle.wait()).content == "bob here"
+    assert talk(store, room) == [
+        ("Message", "user", "hello everyone"),
+        ("Message", "user", "@BOB what do you think?"),
+        ("Message", "bob", "bob here"),
+    ]
+    ack = [e for e in store.entries(room) if e.entry_type is T.ACK][0]
+    assert ack.sender == "bob" and ack.payload["room"] == room and ack.payload["trigger_id"] == handle.trigger.id
+
+
+async def test_host_answers_unmentioned_messages(store):
+    server = make(store, scripted("alice", "alice here"), scripted("bob", "bob here"))
+    room = server.create_room("lab", ["alice", "bob"], host="bob")
+    assert (await (await server.send(room, "anyone?")).wait()).content == "bob here"
+
+
+async def test_two_mentions_take_turns_one_at_a_time(store):
+    server = make(store, scripted("alice", "alice here"), scripted("bob", "bob here"))
+    room = server.create_room("lab", ["alice", "bob"])
+    handle = await server.send(room, "@alice @bob status?")
+    last = await handle.wait()
+    assert last.content == "bob here"
+    kinds = [(e.entry_type.value, e.sender) for e in store.entries(room)]
+    assert kinds == [("Message", "user"), ("Ack", "alice"), ("Message", "alice"), ("Ack", "bob"), ("Message", "bob")]
+
+
+async def test_agent_mention_starts_the_other_agents_turn_with_labelled_context(store):
+    backend = Recording()
+    server = make(
+        store,
+        scripted("alice", "@bob can you check the numbers?", system="You are Alice."),
+        scripted("bob", "numbers are fine"),
+        backend=backend,
+    )
+    room = server.create_room("lab", ["alice", "bob"])
+    await server.send(room, "@alice please coordinate")
+    await server.rooms.wait(room, 5)
+    assert talk(store, room) == [
+        ("Message", "user", "@alice please coordinate"),
+        ("Message", "alice", "@bob can you check the numbers?"),
+        ("Message", "bob", "numbers are fine"),
+    ]
+    alice_call, bob_call = backend.calls
+    assert alice_call[0]["role"] == "system" and alice_call[0]["content"].startswith("You are Alice.\n\n")
+    assert "@bob" in alice_call[0]["content"] and "mention" in alice_call[0]["content"]
+    assert "@alice" in bob_call[0]["content"]
+    # bob sees alice's message as a user-role message naming her
+    assert bob_call[1:] == [
+        {"role": "user", "content": "@alice please coordinate"},
+        {"role": "user", "content": "[@alice] @bob can you check the numbers?"},
+    ]
+
+
+async def test_loop_guard_stops_agent_to_agent_wakes_at_the_burst_budget(store):
+    server = make(store, scripted("ping", "@pong ping"), scripted("pong", "@ping pong"))
+    room = server.create_room("loop", ["ping", "pong"], burst_budget=4)
+    await server.send(room, "@ping start")
+    await server.rooms.wait(room, 5)
+    log = talk(store, room)
+    agent_messages = [e for e in log if e[0] == "Message" and e[1] != "user"]
+    assert [e[1] for e in agent_messages] == ["ping", "pong", "ping", "pong"]
+    note = log[-1]
+    assert note[0:2] == ("Error", "system")
+    assert note[2].startswith("loop guard: 4 agent messages in a row reached this room's burst budget (4); @ping not woken")
+    assert store.latest(room).payload["note"] == "loop_guard"
+    # a person's message resets the count
+    await server.send(room, "@pong go on")
+    await server.rooms.wait(room, 5)
+    assert len([e for e in talk(store, room) if e[0] == "Message" and e[1] != "user"]) == 8
+
+
+async def test_directive_resets_the_burst_and_default_budget_is_six(store):
+    server = make(store, scripted("ping", "@pong ping"), scripted("pong", "@ping pong"))
+    room = server.create_room("loop", ["ping", "pong"])
+    server.post(room, T.DIRECTIVE, "@ping begin", sender="user")
+    await server.rooms.wait(room, 5)
+    assert len([e for e in talk(store, room) if e[0] == "Message"]) == 6
+
+
+async def test_unknown_mentions_are_shown_not_dropped(store):
+    server = make(store, scripted("alice", "hi"), scripted("bob", "hi"), scripted("outsider", "hi"))
+    room = server.create_room("lab", ["alice", "bob"])
+    handle = await server.send(room, "@zed and @outsider, meet @alice")
+    await handle.wait()
+    note = [e for e in store.entries(room) if e.entry_type is T.ERROR][0]
+    assert note.sender == "system" and note.content.startswith("@zed, @outsider are not in this room (members: @alice, @bob)")
+    assert note.payload == {"note": "unknown_mention", "names": ["zed", "outsider"], "entry_id": handle.trigger.id}
+    assert [e.sender for e in store.entries(room) if e.entry_type is T.ACK] == ["alice"]
+
+
+async def test_room_speaker_follows_the_reference_order(store):
+    server = make(store, scripted("alice", "a"), scripted("bob", "b"), scripted("carol", "c"))
+    room = server.create_room("lab", ["alice", "bob"])
+    assert server.room_speaker(room, "@carol @BOB hi", explicit="alice") == "alice"
+    assert server.room_speaker(room, "@carol @BOB hi") == "bob"  # carol is not attached
+    assert server.room_speaker(room, "hi") == "alice"  # no host: the first attached
+    hosted = server.create_room("hosted", ["alice", "bob"], host="bob")
+    assert server.room_speaker(hosted, "hi") == "bob"
+    server.rooms.detach(room, "alice")
+    server.rooms.detach(room, "bob")
+    assert server.room_speaker(room, "hi", default="assistant") == "assistant"
+    with pytest.raises(ServerError, match="@carol is not in room 'hosted'; members: @alice, @bob"):
+        server.room_speaker(hosted, "hi", explicit="@carol")
+    # the magic's path: only the chosen speaker answers
+    handle = server.rooms.say(hosted, "thoughts, @alice?", explicit="bob")
+    assert (await handle.wait()).content == "b"
+    assert [e.sender for e in store.entries(hosted) if e.entry_type is T.ACK] == ["bob"]
+
+
+def test_room_definition_errors(store):
+    server = make(store, scripted("alice", "a"))
+    with pytest.raises(ServerError, match="unknown agent 'ghost'"):
+        server.create_room("lab", ["alice", "ghost"])
+    with pytest.raises(ServerError, match="needs at least one agent"):
+        server.create_room("lab", [])
+    with pytest.raises(ServerError, match="is not a room"):
+        server.room_speaker(server.current_session("alice"), "hi")
+    room = server.create_room("lab", ["@Alice"])
+    assert server.rooms.get(room).members == ["alice"] and server.rooms.by_name("lab").id == room
+
+
+async def test_send_message_reaches_sessions_the_agent_has_access_to(store):
+    def send(session, text, kind="message"):
+        return {"tool": "send_message", "args": {"session_id": session, "text": text, "kind": kind}}
+
+    server = make(store, scripted("bob", "bob got it"), Agent("other"))
+    room = server.create_room("lab", ["bob"])
+    other = server.current_session("other")
+    alice = scripted("alice", send(room, "@bob news from outside"), send(other, "hi"), send(99, "x"), "{result}")
+    server.define_agent(alice)
+    mine = server.current_session("alice")
+    reply = await (await server.send(mine, "go")).wait()
+    results = [e.content for e in store.entries(mine) if e.entry_type is T.TOOL_RESULT]
+    # not a member yet: no access to the room either
+    assert results[0].startswith(f"send_message: no access to session {room}: you may write to your own sessions")
+    server.rooms.attach(room, "alice")
+    reply = await (await server.send(mine, "again")).wait()
+    await server.wait_idle(5)
+    results = [e.content for e in store.entries(mine) if e.entry_type is T.TOOL_RESULT][3:]
+    assert results[0] == f"send_message: sent a message to session {room}; it started a run"
+    assert results[1].startswith(f"send_message: no access to session {other}:")
+    assert results[2] == "send_message: there is no session 99" and reply.content == "there is no session 99"
+    assert talk(store, room)[-2:] == [("Message", "alice", "@bob news from outside"), ("Message", "bob", "bob got it")]
+    # a Directive to another session of its own starts that session's run
+    server.define_agent(scripted("dora", "placeholder"))
+    first, second = server.new_session("dora"), server.new_session("dora")
+    server.define_agent(scripted("dora", send(second, "do the thing", "directive"), "{result}"))
+    reply = await (await server.send(first, "delegate")).wait()
+    assert reply.content == f"sent a directive to session {second}; it started a run"
+    await server.wait_idle(5)
+    assert [(e.entry_type.value, e.sender) for e in store.entries(second)][:2] == [("Directive", "dora"), ("Ack", "dora")]
+    # in its own session the same call is refused: that is the session it is talking in
+    assert store.latest(second).content == f"session {second} is this session; say it in your reply instead"
+
+
+async def test_stop_cancels_room_turns(store):
+    server = make(store, Agent("slow", model_options={"metadata": {"chaz_delay": 5}}), Agent("b"))
+    room = server.create_room("lab", ["slow", "b"])
+    handle = await server.send(room, "@slow @b hi")
+    await asyncio.sleep(0.1)
+    await server.stop()
+    assert await handle.wait() is None
+    assert not server.is_busy(room)
+    assert store.latest(room).content == "interrupted: run cancelled"

@@ -1,0 +1,234 @@
+"""The session view: rendering, escaping, folding, batching, unsubscribing (no kernel)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+
+import pytest
+
+from chaz_nb.entries import Entry, EntryType
+from chaz_nb.notebook.widgets import (
+    MIME_TYPE,
+    WIDGET_MIME,
+    SessionView,
+    Transcript,
+    render_html,
+    render_text,
+)
+
+EVIL = "<script>alert('x')</script>"
+
+
+def entry(seq, etype, sender, content="", **kw):
+    return Entry(
+        id=seq, session_id=1, seq=seq, entry_type=EntryType(etype), sender=sender, content=content, **kw
+    )
+
+
+def turn():
+    return [
+        entry(1, "Message", "user", "add 2 and 3"),
+        entry(2, "Ack", "calc", "calc is working"),
+        entry(3, "ToolCall", "calc", 'add({"a": 2, "b": 3})', tool_call_id="c1", tool_name="add",
+              payload={"arguments": {"a": 2, "b": 3}}),
+        entry(4, "ToolResult", "calc", "add: 5", tool_call_id="c1", tool_name="add",
+              payload={"output": "5", "is_error": False, "duration_ms": 1.5}),
+        entry(5, "Message", "calc", "the sum is 5"),
+    ]
+
+
+def test_tool_call_and_result_fold_into_one_row():
+    t = Transcript()
+    for e in turn():
+        t.add(e)
+    assert [r.kind for r in t.rows] == ["message", "tool", "message"]
+    assert t.rows[1].result is not None
+    text = t.text()
+    assert '  ⚙ add({"a": 2, "b": 3}) → 5' in text
+    html = t.html()
+    assert html.count("<details") == 1 and "<summary>" in html
+    assert "1.5 ms" in html
+
+
+def test_ack_is_a_status_replaced_by_the_reply():
+    t = Transcript()
+    es = turn()
+    t.add(es[0])
+    t.add(es[1])
+    assert t.status == "calc is working… step 1"
+    assert "calc is working… step 1" in t.text()
+    t.add(es[2])
+    assert t.status == "calc is working… step 2"  # the model takes another step after the tools
+    t.add(es[3])
+    t.add(es[4])
+    assert t.status is None
+    assert "working" not in t.text()
+
+
+def test_error_is_red_and_clears_the_status():
+    t = Transcript()
+    t.add(entry(1, "Message", "user", "hi"))
+    t.add(entry(2, "Ack", "a", "a is working"))
+    t.add(entry(3, "Error", "a", "model call failed: boom"))
+    assert t.status is None
+    assert "chaz-err" in t.html()
+    assert "✗ a: model call failed: boom" in t.text()
+
+
+def test_every_agent_and_tool_string_is_escaped():
+    es = [
+        entry(1, "Message", EVIL, EVIL),
+        entry(2, "Ack", EVIL, EVIL),
+        entry(3, "ToolCall", EVIL, EVIL, tool_call_id="x", tool_name=EVIL, payload={"arguments": {EVIL: EVIL}}),
+        entry(4, "ToolResult", EVIL, EVIL, tool_call_id="x", tool_name=EVIL,
+              payload={"output": EVIL, "is_error": True, "duration_ms": EVIL}),
+        entry(5, "Directive", EVIL, EVIL),
+        entry(6, "Error", EVIL, EVIL),
+        entry(7, "Summary", EVIL, EVIL),
+        entry(8, "ApprovalRequest", EVIL, EVIL),
+    ]
+    html = render_html(es, header=EVIL)
+    assert "<script" not in html
+    assert "&lt;script&gt;" in html
+    # text/plain keeps the text as it is
+    assert EVIL in render_text(es)
+
+
+class FakeStatus:
+    def __init__(self, value="running"):
+        self.value = value
+
+    def __call__(self, session_id):
+        return self.value
+
+
+@pytest.fixture
+def store():
+    from chaz_nb.store import SessionStore
+
+    s = SessionStore(":memory:")
+    yield s
+    s.close()
+
+
+def test_bundle_has_static_forms_and_the_session_mime(store):
+    sid = store.create_session("calc")
+    store.append(sid, EntryType.MESSAGE, "user", EVIL)
+    view = SessionView(store, sid, status=FakeStatus("idle"))
+    data = view.bundle()
+    assert set(data) == {"text/plain", "text/html", MIME_TYPE}  # a snapshot: no widget
+    mime = data[MIME_TYPE]
+    assert mime["version"] == 1
+    assert mime["session"] == {"id": sid, "agent": "calc", "kind": "chat", "parent_id": None, "depth": 0}
+    assert mime["status"] == "idle"
+    assert mime["entries"][0]["type"] == "Message" and mime["entries"][0]["content"] == EVIL
+    json.dumps(mime)  # JSON-safe
+    assert "<script" not in data["text/html"]
+    assert not view.following
+
+
+def test_live_view_has_a_widget_until_the_session_is_idle(store):
+    sid = store.create_session("calc")
+    status = FakeStatus("running")
+    loop = asyncio.new_event_loop()
+    try:
+        view = SessionView(store, sid, status=status, loop=loop, follow=True)
+        assert view.following and view.widget is not None
+        assert WIDGET_MIME in view.bundle()
+        n_subscribers = len(store._subscribers)
+        for e in turn():
+            store.append(sid, e.entry_type, e.sender, e.content, tool_call_id=e.tool_call_id,
+                         tool_name=e.tool_name, payload=e.payload)
+        loop.run_until_complete(asyncio.sleep(0.25))
+        assert len(view.transcript.rows) == 3
+        status.value = "idle"
+        loop.run_until_complete(asyncio.sleep(0.8))  # the slow status poll notices
+        assert not view.following
+        assert len(store._subscribers) == n_subscribers - 1
+        assert WIDGET_MIME not in view.bundle()  # the final bundle is static only
+        assert view.widget is None
+    finally:
+        loop.close()
+
+
+def test_close_unsubscribes(store):
+    sid = store.create_session("calc")
+    before = len(store._subscribers)
+    loop = asyncio.new_event_loop()
+    try:
+        view = SessionView(store, sid, status=FakeStatus("running"), loop=loop, follow=True)
+        assert len(store._subscribers) == before + 1
+        view.close()
+        assert len(store._subscribers) == before
+        store.append(sid, EntryType.MESSAGE, "user", "after close")  # no error, no effect
+        loop.run_until_complete(asyncio.sleep(0.15))
+        assert view.transcript.rows == []
+    finally:
+        loop.close()
+
+
+def test_a_burst_of_1000_entries_a_second_is_batched_and_nothing_is_dropped(store):
+    sid = store.create_session("calc")
+    loop = asyncio.new_event_loop()
+    status = FakeStatus("running")
+    try:
+        view = SessionView(store, sid, status=status, loop=loop, follow=True)
+        async def writer():
+            for i in range(1000):
+                store.append(sid, EntryType.MESSAGE, "user" if i % 2 else "calc", f"m{i} {EVIL}")
+                if i % 10 == 9:
+                    await asyncio.sleep(0.01)  # ~1000 entries a second
+
+        t0 = time.monotonic()
+        loop.run_until_complete(writer())
+        elapsed = time.monotonic() - t0
+        loop.run_until_complete(asyncio.sleep(0.3))
+        assert view.stats.entries == 1000
+        assert len(view.transcript.rows) == 1000
+        assert [r.entry.content for r in view.transcript.rows] == [f"m{i} {EVIL}" for i in range(1000)]
+        # about one flush per 100 ms, not one per entry
+        assert view.stats.flushes <= (elapsed + 0.3) / view.interval * 1.5 + 5, (elapsed, view.stats)
+        assert view.stats.flushes < 1000 / 10
+        # each flush re-sends only the chunks it changed, each a bounded size
+        assert view.stats.widget_sends <= 3 * view.stats.flushes + 20
+        assert view.stats.max_send_chars < 50 * 400
+        rendered = "".join(c.widget.value for c in view._chunks)
+        assert rendered.count("class='chaz-r'") == 1000
+        assert "<script" not in rendered
+        status.value = "idle"
+        view.flush(final=True)
+        assert not view.following
+    finally:
+        loop.close()
+
+
+def test_writes_from_another_thread_reach_the_view(store):
+    sid = store.create_session("calc")
+    loop = asyncio.new_event_loop()
+    try:
+        view = SessionView(store, sid, status=FakeStatus("running"), loop=loop, follow=True)
+
+        def work():
+            for i in range(20):
+                store.append(sid, EntryType.MESSAGE, "user", f"t{i}")
+
+        th = threading.Thread(target=work)
+        th.start()
+        th.join()
+        loop.run_until_complete(asyncio.sleep(0.3))
+        assert [r.entry.content for r in view.transcript.rows] == [f"t{i}" for i in range(20)]
+    finally:
+        loop.close()
+
+
+def test_after_seq_shows_one_turn_only(store):
+    sid = store.create_session("calc")
+    store.append(sid, EntryType.MESSAGE, "user", "old")
+    store.append(sid, EntryType.MESSAGE, "calc", "old reply")
+    store.append(sid, EntryType.MESSAGE, "user", "new")
+    view = SessionView(store, sid, after_seq=2)
+    assert [r.entry.content for r in view.transcript.rows] == ["new"]
+    assert view.text().splitlines()[1:] == ["user: new"]
