@@ -17,6 +17,10 @@ from typing import Any, Callable
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
+from .magics_approvals import ApprovalCommands
+from .magics_multi import MultiAgentCommands
+from .magics_sql import SqlCommands
+
 USAGE = (
     "usage: %chaz @NAME text | directive @NAME text | agent NAME --model M [--system S] "
     "[--tools a,b] [--max-depth N] [--script JSON] | agents | sessions | log [SESSION] | "
@@ -331,8 +335,12 @@ def wait_session(state: Any, session: int, handle: Any, view: Any) -> None:
 
 # ------------------------------------------------------------------ the magics
 @magics_class
-class ChazMagics(Magics):
-    """``%chaz`` / ``%%chaz``."""
+class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
+    """``%chaz`` / ``%%chaz``.
+
+    Sub-command ``%chaz NAME ...`` is the method ``_cmd_NAME``; the approval, SQL/audit and
+    multi-agent sub-commands live in their own modules as mixins.
+    """
 
     def __init__(self, shell: Any, state_getter: Callable[[], Any] | None = None) -> None:
         super().__init__(shell)
@@ -507,15 +515,6 @@ class ChazMagics(Magics):
         )
         view.display()
         wait_session(state, session, None, view)
-
-    def _cmd_sql(self, rest: str) -> Any:
-        if not rest:
-            raise UsageError("usage: %chaz sql QUERY, e.g. %chaz sql SELECT * FROM entries LIMIT 5")
-        try:
-            return self.state.server.store.sql(rest)
-        except Exception as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise UsageError(f"%chaz sql: {first}") from None
 
     def _cmd_config(self, rest: str) -> None:
         from .extension import DEFAULT_AGENT, reopen
