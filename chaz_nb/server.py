@@ -409,11 +409,10 @@ class Server:
         open_runs = self.store.execute(
             """
             SELECT a.id, a.session_id, a.sender FROM entries a
-            WHERE a.entry_type = 'Ack' AND json_extract(a.payload, '$.trigger_id') IS NOT NULL
+            WHERE a.entry_type = 'Ack' AND a.run_id = a.id
               AND NOT EXISTS (
                 SELECT 1 FROM entries e
-                WHERE e.session_id = a.session_id AND e.entry_type IN ('Message', 'Error', 'Ack')
-                  AND TRY_CAST(json_extract_string(e.payload, '$.run_id') AS BIGINT) = a.id)
+                WHERE e.run_id = a.id AND e.id <> a.id AND e.entry_type IN ('Message', 'Error', 'Ack'))
             ORDER BY a.id
             """
         )
