@@ -97,7 +97,8 @@ async def bench_overhead(runs: int) -> None:
     litellm = litellm_module()
     await bare_loop(litellm, 0)  # warm-up (first call builds litellm's caches)
     cases = [("memory store", ":memory:", 0.0), ("file store", "file", 0.0),
-             ("file store, model latency 50 ms", "file", 0.05)]
+             ("file store, model latency 50 ms", "file", 0.05),
+             ("file store, model latency 250 ms", "file", 0.25)]
     with tempfile.TemporaryDirectory() as tmp:
         for label, where, delay in cases:
             path = os.path.join(tmp, f"o{delay}.duckdb") if where == "file" else where
@@ -108,7 +109,7 @@ async def bench_overhead(runs: int) -> None:
                             ToolRegistry([add]))
             await server_run(server)
             bare, served = [], []
-            for _ in range(runs if not delay else max(3, runs // 5)):
+            for _ in range(runs if not delay else 3):
                 # interleaved, so machine noise hits both alike
                 bare.append(await bare_loop(litellm, delay))
                 served.append(await server_run(server))

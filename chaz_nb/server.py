@@ -38,6 +38,7 @@ from .tools import ToolRegistry
 log = logging.getLogger(__name__)
 
 DISPLAY_LIMIT = 500  # characters of a tool result shown in a ToolResult entry's content
+EVENT_COMMIT_WINDOW = 0.005  # seconds the event writer gathers tool events before a commit
 
 
 class ServerError(Exception):
@@ -435,6 +436,10 @@ class Server:
         done = False
         while not done:
             batch = [await events.get()]
+            if batch[0] is not None:
+                # Group-commit window: a fast tool's ToolResult joins its ToolCall in one
+                # commit, and the commit tends to fall inside the next model call's wait.
+                await asyncio.sleep(EVENT_COMMIT_WINDOW)
             while not events.empty():
                 batch.append(events.get_nowait())
             items = []
