@@ -1,0 +1,213 @@
+"""The audit widget: rows from the audit views, filters, totals, live refresh, static fallback."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import pytest
+
+from chaz_nb.agents import Agent
+from chaz_nb.entries import EntryType as T
+from chaz_nb.notebook.audit_widget import ALL, WIDGET_MIME, AuditView, Totals
+from chaz_nb.server import Server
+from chaz_nb.tools import ToolRegistry, tool
+
+EVIL = "<script>alert('x')</script>"
+
+
+@tool(approval="always", risk="high")
+def deploy(target: str) -> str:
+    """Deploy."""
+    return f"deployed {target}"
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add."""
+    return a + b
+
+
+@tool
+def explode(why: str) -> str:
+    """Fails."""
+    raise RuntimeError(f"kaboom {why}")
+
+
+async def wait_pending(server, n=1):
+    for _ in range(6000):
+        if len(server.pending_approvals()) >= n:
+            return server.pending_approvals()
+        await asyncio.sleep(0.005)
+    raise AssertionError("no pending approval")
+
+
+@pytest.fixture
+async def scenario(store):
+    """lead: spawns helper (add, then a failing explode), then deploy (approved)."""
+    server = Server(
+        store,
+        [
+            Agent("lead", model="chaz/script", tools=["spawn_agent", "deploy", "add", "explode"], script=[
+                {"tool": "spawn_agent", "args": {"agent": "helper", "task": "crunch"}},
+                {"tool": "deploy", "args": {"target": "prod"}},
+                "lead done",
+            ]),
+            Agent("helper", model="chaz/script", tools=["add", "explode"], script=[
+                {"tool": "add", "args": {"a": 1, "b": 2}},
+                {"tool": "explode", "args": {"why": EVIL}},
+                "helper done",
+            ]),
+        ],
+        ToolRegistry([deploy, add, explode]),
+    )
+    lead = server.current_session("lead")
+    handle = await server.send(lead, "go")
+    await wait_pending(server)
+    server.decide("last", "approve")
+    await handle.wait()
+    return server, lead
+
+
+async def test_rows_come_from_the_tool_calls_view(scenario, store):
+    server, lead = scenario
+    view = AuditView(store, follow=False, widget=False)
+    assert [(r.agent, r.tool, r.status, r.approval) for r in view.rows] == [
+        ("lead", "spawn_agent", "ok", ""),
+        ("helper", "add", "ok", ""),
+        ("helper", "explode", "error", ""),
+        ("lead", "deploy", "ok", "approved"),
+    ]
+    assert view.rows[3].approval_text() == "approved by user"
+    assert view.rows[1].arguments == '{"a": 1, "b": 2}' and view.rows[1].output == "3"
+    assert view.agents() == ["helper", "lead"]
+    assert view.tools() == ["add", "deploy", "explode", "spawn_agent"]
+
+
+async def test_session_scope_covers_the_session_and_its_children(scenario, store):
+    server, lead = scenario
+    child = next(s.id for s in store.sessions() if s.kind == "child")
+    assert len(AuditView(store, lead, follow=False, widget=False).rows) == 4
+    only_child = AuditView(store, child, follow=False, widget=False)
+    assert [r.tool for r in only_child.rows] == ["add", "explode"]
+    assert "session %d and the sessions it spawned" % child in only_child.text()
+
+
+async def test_filters_narrow_the_rows(scenario, store):
+    view = AuditView(store, follow=False)
+    assert len(view.visible_rows()) == 4
+    view.set_filter(agent="helper")
+    assert [r.tool for r in view.visible_rows()] == ["add", "explode"]
+    view.set_filter(errors_only=True)
+    assert [r.tool for r in view.visible_rows()] == ["explode"]
+    view.set_filter(agent=ALL, errors_only=False, approval_only=True)
+    assert [r.tool for r in view.visible_rows()] == ["deploy"]
+    view.set_filter(approval_only=False, tool="add")
+    assert [r.tool for r in view.visible_rows()] == ["add"]
+    assert "tool add" in view.text()
+    # the widgets drive the same filters
+    view.set_filter(tool=ALL)
+    view._agent_dd.value = "lead"
+    assert [r.tool for r in view.visible_rows()] == ["spawn_agent", "deploy"]
+    view._errors_cb.value = True
+    assert view.visible_rows() == [] and "no tool call matches the filters" in view._table_w.value
+    view._errors_cb.value = False
+    view._approval_cb.value = True
+    assert [r.tool for r in view.visible_rows()] == ["deploy"]
+    assert "deploy" in view._table_w.value and "spawn_agent" not in view._table_w.value
+    assert set(view._agent_dd.options) == {ALL, "helper", "lead"}
+    view.close()
+
+
+async def test_totals_line(scenario, store):
+    view = AuditView(store, follow=False, widget=False)
+    totals = view.totals()
+    calls = store.execute("SELECT count(*), count(*) FILTER (is_error), sum(duration_ms) FROM tool_calls")[0]
+    tokens, cost = store.execute(
+        "SELECT sum(prompt_tokens) + sum(completion_tokens), sum(cost_usd) FROM runs")[0]
+    assert (totals.calls, totals.errors) == (4, 1) == (calls[0], calls[1])
+    assert totals.tool_ms == pytest.approx(calls[2])
+    assert totals.tokens == tokens > 0
+    assert totals.cost == cost == 0.0
+    line = view.text().splitlines()[1]
+    assert line.startswith("4 calls · 1 error · tool time ") and line.endswith(f" · {tokens:,} tokens · cost $0.0000")
+    assert line in view.html()
+    view.set_filter(agent="helper")
+    helper_tokens = store.execute(
+        "SELECT sum(prompt_tokens) + sum(completion_tokens) FROM runs WHERE agent = 'helper'")[0][0]
+    t = view.totals()
+    assert (t.calls, t.errors, t.tokens) == (2, 1, helper_tokens)
+
+
+def test_unpriced_runs_make_the_cost_unknown():
+    assert Totals(tokens=7, cost=None).text().endswith("7 tokens · cost unknown")
+    assert Totals(cost=0.5, unpriced=2).text().endswith("cost $0.5000 (+2 runs without a price)")
+    assert Totals(calls=1, tool_ms=12_345.0, cost=0.0).text() == "1 call · 0 errors · tool time 12.3 s · 0 tokens · cost $0.0000"
+
+
+async def test_a_new_tool_call_appears_live_after_the_throttle(store):
+    sid = store.create_session("calc")
+    view = AuditView(store, interval=0.2)
+    assert view.following and view.rows == []
+    assert "(no tool calls)" in view.text()
+    refreshes = view.refreshes
+    for i in range(20):  # a burst: one refresh, not twenty
+        store.append(sid, T.TOOL_CALL, "calc", f"add {i}", tool_call_id=f"c{i}", tool_name="add",
+                     payload={"arguments": {"a": i, "b": 1}})
+    await asyncio.sleep(0.05)
+    assert view.rows == []  # not before the throttle
+    await asyncio.sleep(0.3)
+    assert len(view.rows) == 20 and view.refreshes == refreshes + 1
+    assert [r.status for r in view.rows] == ["running"] * 20
+    assert "add" in view._table_w.value and "add" in view._tool_dd.options
+    store.append(sid, T.TOOL_RESULT, "calc", "add: 1", tool_call_id="c0", tool_name="add",
+                 payload={"output": "1", "is_error": False, "duration_ms": 2.5})
+    await asyncio.sleep(0.3)
+    assert view.rows[0].status == "ok" and view.rows[0].duration_ms == 2.5
+    n_subscribers = len(store._subscribers)
+    view.close()
+    assert len(store._subscribers) == n_subscribers - 1 and not view.following
+    store.append(sid, T.TOOL_CALL, "calc", "late", tool_call_id="late", tool_name="add", payload={"arguments": {}})
+    await asyncio.sleep(0.3)
+    assert len(view.rows) == 20
+
+
+async def test_a_pending_approval_shows_as_waiting(store):
+    server = Server(store, [Agent("ops", model="chaz/script", tools=["deploy"],
+                                  script=[{"tool": "deploy", "args": {"target": "x"}}, "ok"])],
+                    ToolRegistry([deploy]))
+    view = AuditView(store, interval=0.05)
+    handle = await server.send(server.current_session("ops"), "go")
+    await wait_pending(server)
+    await asyncio.sleep(0.2)
+    assert [(r.tool, r.status, r.approval) for r in view.rows] == [("deploy", "waiting", "pending")]
+    view.set_filter(approval_only=True)
+    assert len(view.visible_rows()) == 1
+    server.decide("last", "deny", reason="no")
+    await handle.wait()
+    await asyncio.sleep(0.2)
+    assert [(r.status, r.approval) for r in view.rows] == [("error", "denied")]
+    view.close()
+
+
+async def test_static_fallback_has_the_rows_escaped(scenario, store):
+    view = AuditView(store, follow=False)
+    bundle = view.bundle()
+    assert set(bundle) >= {"text/plain", "text/html"}
+    html = bundle["text/html"]
+    assert "<script" not in html
+    assert "kaboom &lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in html
+    for tool_name in ("spawn_agent", "add", "explode", "deploy"):
+        assert f"<td>{tool_name}</td>" in html
+    assert html.count("<details>") == 4 and "arguments:<pre>" in html and "output:<pre>" in html
+    text = bundle["text/plain"]
+    lines = text.splitlines()
+    assert lines[0] == "tool calls · all sessions"
+    assert lines[2].split()[:7] == ["#", "session", "agent", "tool", "status", "approval", "arguments"]
+    assert len(lines) == 3 + 4
+    assert re.search(r"helper +explode +error", text) and "approved by user" in text
+    assert EVIL[:20] in text  # plain text is text
+    # the widget view is in the bundle where a widget exists
+    if view.widget is not None and getattr(view.widget, "model_id", None):
+        assert WIDGET_MIME in bundle
+    view.close()
