@@ -90,14 +90,16 @@ LEFT JOIN results r
 RUNS_VIEW = """
 CREATE OR REPLACE VIEW runs AS
 WITH acks AS (
-    SELECT a.id AS run_id, a.session_id, a.sender AS agent, a.created_at AS started_at,
-           TRY_CAST(json_extract_string(a.payload, '$.trigger_id') AS BIGINT) AS trigger_entry_id,
-           json_extract_string(a.payload, '$.trigger_type') AS trigger_kind,
-           json_extract_string(a.payload, '$.schedule_id') AS schedule_id,
-           json_extract_string(a.payload, '$.model') AS model,
-           TRY_CAST(json_extract_string(a.payload, '$.parent_run') AS BIGINT) AS parent_run
-    FROM entries a
-    WHERE a.entry_type = 'Ack' AND json_extract(a.payload, '$.trigger_id') IS NOT NULL
+    -- a run's opening Ack is the run (its id is the run id); one JSON parse for its fields
+    SELECT run_id, session_id, agent, started_at,
+           TRY_CAST(f[1] AS BIGINT) AS trigger_entry_id, f[2] AS trigger_kind, f[3] AS schedule_id,
+           f[4] AS model, TRY_CAST(f[5] AS BIGINT) AS parent_run
+    FROM (
+        SELECT a.id AS run_id, a.session_id, a.sender AS agent, a.created_at AS started_at,
+               json_extract_string(a.payload, ['$.trigger_id', '$.trigger_type', '$.schedule_id',
+                                               '$.model', '$.parent_run']) AS f
+        FROM entries a
+        WHERE a.entry_type = 'Ack' AND a.run_id = a.id)
 ),
 ends AS (
     -- the first Message, Error or closing Ack of the run (the opening Ack is the run itself)
@@ -114,16 +116,20 @@ ends AS (
 steps_seen AS (
     SELECT run_id, count(*) AS tool_calls FROM entries WHERE entry_type = 'ToolCall' GROUP BY 1
 ),
+unfinished AS (
+    SELECT a.run_id FROM acks a WHERE a.run_id NOT IN (SELECT run_id FROM ends)
+),
 open_requests AS (
-    -- decisions written by the approval book carry the request's run and tool call
+    -- only runs with no end can be parked; decisions carry the request's run and tool call
     SELECT DISTINCT r.run_id FROM entries r
-    WHERE r.entry_type = 'ApprovalRequest' AND NOT EXISTS (
+    WHERE r.entry_type = 'ApprovalRequest' AND r.run_id IN (SELECT run_id FROM unfinished)
+      AND NOT EXISTS (
         SELECT 1 FROM entries d WHERE d.entry_type = 'ApprovalDecision'
           AND d.run_id = r.run_id AND d.tool_call_id = r.tool_call_id)
 )
 SELECT a.session_id, a.agent, a.run_id,
        a.trigger_entry_id,
-       CASE WHEN a.trigger_kind = 'schedule' THEN 'schedule' ELSE t.entry_type END AS trigger_type,
+       a.trigger_kind AS trigger_type,
        a.schedule_id,
        a.started_at, e.created_at AS finished_at,
        CASE WHEN e.run_id IS NULL AND o.run_id IS NOT NULL THEN 'parked'
@@ -141,7 +147,6 @@ SELECT a.session_id, a.agent, a.run_id,
        a.model, a.parent_run
 FROM acks a
 LEFT JOIN ends e ON e.run_id = a.run_id
-LEFT JOIN entries t ON t.id = a.trigger_entry_id
 LEFT JOIN steps_seen s ON s.run_id = a.run_id
 LEFT JOIN open_requests o ON o.run_id = a.run_id
 """
