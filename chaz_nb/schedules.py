@@ -553,7 +553,10 @@ class Schedules:
             [fire_id, s.id, scheduled_for, started],
         )
         if s.agent not in self.server.agents:
-            return self._finish(s, Fire(fire_id, s.id, "error", reason=f"unknown agent {s.agent!r}"), count=True)
+            # Not a failure: after a restart the notebook defines its agents in later cells.
+            # Skipped (a one-shot retries soon), so a kept schedule is not disabled or removed.
+            reason = f"agent {s.agent!r} is not defined in this kernel (yet)"
+            return self._finish(s, Fire(fire_id, s.id, "skipped", reason=reason), count=False)
         session_id = s.session_id
         if session_id is not None and self.server.is_busy(session_id):
             fire = Fire(fire_id, s.id, "skipped", session_id, reason=f"session {session_id} is busy")
