@@ -61,6 +61,17 @@ class Agent:
             if isinstance(self.tools, str):
                 self.tools = [t.strip() for t in self.tools.split(",") if t.strip()]
             self.tools = [str(t) for t in self.tools]
+        if isinstance(self.auto_approve, str):
+            self.auto_approve = [t.strip() for t in self.auto_approve.split(",") if t.strip()]
+        if not isinstance(self.auto_approve, (list, tuple)) or not all(isinstance(t, str) for t in self.auto_approve):
+            raise AgentError(f"agent {self.name}: auto_approve must be a list of tool names, e.g. [\"search\"]")
+        self.auto_approve = list(self.auto_approve)
+        if self.approval_timeout is not None and (
+            isinstance(self.approval_timeout, bool)
+            or not isinstance(self.approval_timeout, (int, float))
+            or not self.approval_timeout > 0
+        ):
+            raise AgentError(f"agent {self.name}: approval_timeout must be a number of seconds > 0")
         if self.script is not None and not isinstance(self.script, list):
             raise AgentError(f"agent {self.name}: script must be a list of steps")
         if self.model == "chaz/script" and self.script is None:

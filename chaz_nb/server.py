@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from . import spawn as spawn_tools
-from .approvals import DEFAULT_TIMEOUT, ApprovalBook, ApprovalProxy
+from .approvals import DEFAULT_TIMEOUT, ApprovalBook, ApprovalProxy, mask_arguments
 from .agents import Agent, AgentError, RunContext, SpawnContext, current_run
 from .backends import LiteLLMBackend, ModelBackend
 from .entries import Entry, EntryType, build_context
@@ -447,7 +447,7 @@ class Server:
                 if event is None:
                     done = True
                     continue
-                items.append(self._event_entry(session_id, sender, run_id, event))
+                items.append(self._event_entry(session_id, sender, run_id, self._masked(event)))
             if items:
                 try:
                     await self.store.write(items)
@@ -455,6 +455,19 @@ class Server:
                     log.exception("could not write tool events of run %s", run_id)
             for _ in batch:
                 events.task_done()
+
+    def _masked(self, event: Any) -> Any:
+        """A ToolCall event with the tool's ``sensitive_params`` masked for the log.
+
+        The tool itself got the real values; the session log, the transcript and the audit
+        views only ever see the mask (as the person asked for approval does).
+        """
+        if not isinstance(event, ToolCallEvent) or not isinstance(event.arguments, dict):
+            return event
+        t = self.tools.get(event.name)
+        if t is None or not t.sensitive_params:
+            return event
+        return ToolCallEvent(event.id, event.name, mask_arguments(t, event.arguments))
 
     @staticmethod
     def _event_entry(session_id: int, sender: str, run_id: int, event: Any) -> NewEntry:

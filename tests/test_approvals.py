@@ -278,3 +278,16 @@ async def test_tool_results_are_data_not_instructions(store):
     server.decide(req["request_id"], "deny")
     await handle.wait()
     assert ran == []
+
+
+async def test_sensitive_arguments_are_masked_in_the_log_but_reach_the_tool(store):
+    server = make(store, deployer(auto_approve=[]))
+    handle = await server.send(server.current_session("ops"), "ship it")
+    await parked(server)
+    server.decide("last", "approve")
+    await handle.wait()
+    assert ran == [("deploy", "prod", "s3cret")]  # the tool got the real value
+    call = [e for e in store.entries(handle.session_id) if e.entry_type is T.TOOL_CALL][0]
+    assert call.payload["arguments"] == {"target": "prod", "token": "••••••"}
+    assert "s3cret" not in call.content
+    assert store.sql("SELECT count(*) FROM entries WHERE content LIKE '%s3cret%' OR CAST(payload AS VARCHAR) LIKE '%s3cret%'").fetchall() == [(0,)]

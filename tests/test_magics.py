@@ -177,7 +177,7 @@ def test_a_run_that_parks_on_an_approval_stops_the_wait(chaz, capsys):
     capsys.readouterr()
     ip.run_line_magic("chaz", "@janitor clean up")  # returns: a person must decide
     sid = chaz.current_session("janitor")
-    assert f"⏸ session {sid} is waiting for a person" in capsys.readouterr().out
+    assert f"⚠ session {sid} is waiting for a person" in capsys.readouterr().out
     assert chaz.session_status(sid) == "parked"
     [request] = chaz.pending_approvals()
     ok, _ = chaz.decide(request["request_id"], "approve")
@@ -269,8 +269,8 @@ def test_agents_sessions_log_sql(chaz, capsys):
     assert out[1].split() == ["1", "assistant", "chat", "-", "0", "3", "idle"]
     ip.run_line_magic("chaz", "log")
     assert "assistant: echo: hi" in capsys.readouterr().out
-    rel = ip.run_line_magic("chaz", "sql SELECT count(*) FROM entries")
-    assert rel.fetchall() == [(3,)]
+    table = ip.run_line_magic("chaz", "sql SELECT count(*) FROM entries")
+    assert table.rows == [(3,)]
 
 
 def test_config_db_moves_to_another_file(chaz, tmp_path, capsys):

@@ -38,6 +38,7 @@ class ExtensionState:
     unregister_comm: Callable[[], None] | None = None
     last_session: int | None = None
     views: list[Any] = field(default_factory=list)
+    room: int | None = None  # the current room (%chaz room): %chaz @NAME speaks there
 
     @property
     def store(self) -> Any:
@@ -158,6 +159,15 @@ def load_ipython_extension(ip: Any) -> None:
     _state = state
     _connect_sidebar(state)
     print(line)
+    _start_schedules(state)
+
+
+def _start_schedules(state: ExtensionState) -> None:
+    """Start the scheduler on the kernel loop: schedules kept from an earlier kernel fire again."""
+    try:
+        state.server.schedules.start()
+    except Exception as exc:  # never fail the load for it; say so in one line
+        print(f"chaz_nb: schedules are not running: {str(exc).splitlines()[0] if str(exc) else exc!r}")
 
 
 def _connect_sidebar(state: ExtensionState) -> None:
@@ -225,8 +235,10 @@ def reopen(path: str) -> str:
         pass
     state.server = build_server(store, state.loop, agents=old.agents, tools=old.tools)
     state.last_session = None
+    state.room = None
     state.db_line = _describe(store, state.server, note)
     _connect_sidebar(state)
+    _start_schedules(state)
     return state.db_line
 
 

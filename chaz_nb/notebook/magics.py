@@ -23,24 +23,39 @@ from .magics_sql import SqlCommands
 
 USAGE = (
     "usage: %chaz @NAME text | directive @NAME text | agent NAME --model M [--system S] "
-    "[--tools a,b] [--max-depth N] [--script JSON] | agents | sessions | log [SESSION] | "
-    "new @NAME | wait [SESSION] | sql QUERY | config [db=PATH] [model=M] | help"
+    "[--tools a,b] [--auto-approve a,b] [--max-depth N] [--script JSON] | agents | sessions | "
+    "log [SESSION] | new @NAME | wait [SESSION] | pending | approve ID|last|all | "
+    "deny ID|last [--reason R] | sql QUERY | audit [SESSION] | schedule add|list|pause|resume|remove | "
+    "room [NAME @a @b|--leave] | compact [SESSION] | config [db=PATH] [model=M] | help"
 )
-CELL_USAGE = "usage: %%chaz @NAME [--no-wait] | %%chaz directive @NAME | %%chaz agent NAME (TOML body)"
+CELL_USAGE = "usage: %%chaz @NAME [--no-wait] | %%chaz directive @NAME | %%chaz agent NAME (TOML body) | %%chaz sql [options] (SQL body)"
 
 HELP = """\
 %chaz @NAME text            send a Message to NAME's current session and wait for the reply
 %chaz --no-wait @NAME text  send and return at once (the run goes on; see %chaz wait)
 %chaz directive @NAME text  write a Directive (a task) instead of a Message
 %%chaz @NAME                the cell body is the message
-%chaz agent NAME --model M [--system S] [--tools a,b] [--max-depth N] [--max-iterations N] [--script JSON]
+%chaz agent NAME --model M [--system S] [--tools a,b] [--auto-approve a,b] [--approval-timeout S]
+                            [--max-depth N] [--max-iterations N] [--script JSON]
 %%chaz agent NAME           the same fields as a TOML body (model = "...", tools = ["a", "b"], ...)
 %chaz agents                the agents of this kernel
 %chaz sessions              the sessions in the database
 %chaz log [SESSION]         a session's transcript (SESSION: an id or @NAME; default: the last one)
 %chaz new @NAME             start a fresh session with NAME
 %chaz wait [SESSION]        wait for a session's run to finish
-%chaz sql QUERY             run SQL on the session database (tables: sessions, entries, ...)
+%chaz pending               tool calls waiting for your approval
+%chaz approve ID|last|all   approve (--all-calls: every call to that tool in the session)
+%chaz deny ID|last [--reason R]   deny; the agent is told, with the reason
+%chaz sql [-o NAME] QUERY   read-only SQL on the session database (views: tool_calls, runs, approvals, messages)
+%%chaz sql [-o NAME [--relation]] [--db PATH] [--max-rows N]   the cell body is the query
+%chaz audit [SESSION]       a live table of tool calls with filters and totals
+%chaz schedule add @NAME "CRON|every 30s|at ISO|in 10m" prompt... [--fresh|--session ID] [--max-fires N]
+                            wake NAME with the prompt on a trigger (cron: UTC, 5 fields or 6 with seconds)
+%chaz schedule list|pause ID|resume ID|remove ID   the schedules (kept in the database)
+%chaz room NAME @a @b [--host a] [--budget N]   a session shared by agents; it becomes the current room:
+                            %chaz @a text then speaks there, and the agents @mentioned take turns
+%chaz room [NAME]           list the rooms / enter room NAME;  %chaz room --leave  leaves the current room
+%chaz compact [SESSION]     summarize the conversation into a Summary: later runs start from it
 %chaz config [db=PATH] [model=M]   show or change the database / the default agent's model
 await chaz_nb.ask("@NAME text")    the async form; returns the reply entry
 Tools: decorate a function with @chaz_nb.tool and list its name in --tools.
@@ -78,8 +93,8 @@ class _HelpShown(Exception):
 def _agent_parser() -> _ArgumentParser:
     p = _ArgumentParser(
         prog="agent",
-        usage="%chaz agent NAME [--model M] [--system S] [--tools a,b] [--max-depth N] "
-        "[--max-iterations N] [--script JSON]",
+        usage="%chaz agent NAME [--model M] [--system S] [--tools a,b] [--auto-approve a,b] "
+        "[--approval-timeout S] [--max-depth N] [--max-iterations N] [--script JSON]",
         add_help=True,
         allow_abbrev=False,
     )
@@ -87,6 +102,10 @@ def _agent_parser() -> _ArgumentParser:
     p.add_argument("--model")
     p.add_argument("--system")
     p.add_argument("--tools", help="comma-separated tool names (from this notebook) or globs")
+    p.add_argument("--auto-approve", dest="auto_approve",
+                   help="comma-separated tools (or globs) this agent may call without asking")
+    p.add_argument("--approval-timeout", type=float, dest="approval_timeout",
+                   help="seconds an approval request waits before it is denied")
     p.add_argument("--max-depth", type=int, dest="max_depth")
     p.add_argument("--max-iterations", type=int, dest="max_iterations")
     p.add_argument("--script", help="JSON list of steps for the chaz/script model")
@@ -242,6 +261,8 @@ def define_agent(state: Any, name: str, spec: dict[str, Any], where: str) -> Any
     from ..agents import Agent, AgentError
 
     spec = dict(spec)
+    if isinstance(spec.get("auto_approve"), str):
+        spec["auto_approve"] = [n.strip() for n in spec["auto_approve"].split(",") if n.strip()]
     if "tools" in spec:
         spec["tools"] = resolve_tools(spec["tools"], state.shell, state.server, where)
     spec.setdefault("model", _default_model())
@@ -264,6 +285,8 @@ def _default_model() -> str:
 def describe_agent(agent: Any) -> str:
     tools = "all registered tools" if agent.tools is None else (", ".join(agent.tools) or "no tools")
     extra = f", max depth {agent.max_depth}" if agent.max_depth is not None else ""
+    if getattr(agent, "auto_approve", None):
+        extra += f", auto-approves {', '.join(agent.auto_approve)}"
     return f"agent {agent.name}: {agent.model}, {tools}{extra}"
 
 
@@ -291,6 +314,7 @@ def send_turn(
             after_seq=latest.seq if latest else 0,
             loop=state.loop,
             follow=True,
+            approvals=server,
         )
         state.views[:] = [v for v in state.views if v.following]
         state.views.append(view)
@@ -322,9 +346,12 @@ def wait_session(state: Any, session: int, handle: Any, view: Any) -> None:
     if view is not None:
         view.flush(final=True)
     if outcome.state == "parked":
+        asks = [p for p in server.pending_approvals() if p.get("session_id") == session]
+        what = ", ".join(f"{p.get('tool_name')} (risk {p.get('risk_level')})" for p in asks) or "an approval"
         print(
-            f"⏸ session {session} is waiting for a person (an approval above); the run resumes "
-            f"once it is decided. %chaz wait {session} waits again."
+            f"⚠ session {session} is waiting for a person to approve {what}: click Approve or Deny "
+            f"above, or run %chaz approve last / %chaz deny last --reason R; the run resumes once "
+            f"it is decided. %chaz wait {session} waits again."
         )
     elif outcome.state == "interrupted":
         raise WaitInterrupted(
@@ -382,6 +409,8 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
             return self._turn(name, cell.rstrip("\n"), wait=wait, directive=True)
         if head == "agent":
             return self._agent_cell(rest, cell)
+        if head == "sql":
+            return self._sql_cell(rest, cell)
         raise UsageError(f"unknown %%chaz form {head!r}; {CELL_USAGE}")
 
     # -- messages
@@ -394,6 +423,8 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
 
     def _turn(self, name: str, text: str, *, wait: bool, directive: bool) -> None:
         state = self.state
+        if self._room_turn(name, text, wait=wait, directive=directive):
+            return None  # a room is current: NAME speaks there (magics_multi.py)
         handle, view = send_turn(state, name, text, directive=directive)
         if wait:
             wait_session(state, view.session_id, handle, view)
@@ -410,9 +441,11 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
         except _HelpShown:
             return None
         spec: dict[str, Any] = {}
-        for key in ("model", "system", "max_depth", "max_iterations"):
+        for key in ("model", "system", "max_depth", "max_iterations", "approval_timeout"):
             if getattr(args, key) is not None:
                 spec[key] = getattr(args, key)
+        if args.auto_approve is not None:
+            spec["auto_approve"] = [n.strip() for n in args.auto_approve.split(",") if n.strip()]
         if args.tools is not None:
             spec["tools"] = args.tools
         if args.script is not None:
@@ -428,9 +461,11 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
             return None
         where = f"%%chaz agent {args.name}"
         spec = parse_toml(body, where)
-        for key in ("model", "system", "max_depth", "max_iterations"):
+        for key in ("model", "system", "max_depth", "max_iterations", "approval_timeout"):
             if getattr(args, key) is not None:
                 spec[key] = getattr(args, key)
+        if args.auto_approve is not None:
+            spec["auto_approve"] = [n.strip() for n in args.auto_approve.split(",") if n.strip()]
         if args.tools is not None:
             spec["tools"] = args.tools
         if args.script is not None:
@@ -480,7 +515,9 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
         state = self.state
         server = state.server
         session = parse_session(server, rest, state.last_session, "log")
-        view = SessionView(server.store, session, status=server.session_status, loop=state.loop)
+        view = SessionView(
+            server.store, session, status=server.session_status, loop=state.loop, approvals=server
+        )
         if view.following:
             state.views[:] = [v for v in state.views if v.following]
             state.views.append(view)
@@ -512,6 +549,7 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
             after_seq=_last_trigger_seq(server, session),
             loop=state.loop,
             follow=True,
+            approvals=server,
         )
         view.display()
         wait_session(state, session, None, view)

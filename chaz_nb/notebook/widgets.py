@@ -114,6 +114,8 @@ class Row:
             return f"— summary: {_short(e.content, 200)}"
         if self.kind == "message":
             return f"{e.sender}: {e.content}"
+        if self.kind == "approval":
+            return "  " + _approval_line(e)
         return f"[{_type(e)}] {e.sender}: {e.content}"
 
     # -- html
@@ -154,10 +156,29 @@ class Row:
             return f"<div class='chaz-r chaz-st'>— summary: {_esc(e.content)}</div>"
         if self.kind == "message":
             return f"<div class='chaz-r'>{who}: {_esc(e.content)}</div>"
+        if self.kind == "approval":
+            cls = "chaz-r chaz-ap-row"
+            if _type(e) == "ApprovalDecision" and (e.payload or {}).get("decision") in ("deny", "timed_out"):
+                cls += " chaz-err"
+            return f"<div class='{cls}'>&nbsp;&nbsp;{_esc(_approval_line(e))}</div>"
         return (
             f"<div class='chaz-r'><span class='chaz-t'>{_esc(_type(e))}</span> {who}: "
             f"{_esc(e.content)}</div>"
         )
+
+
+def _approval_line(e: Any) -> str:
+    """One line for an ApprovalRequest (what is asked) or an ApprovalDecision (who decided what)."""
+    p = e.payload or {}
+    if _type(e) == "ApprovalRequest":
+        args = _json(p.get("arguments_display", {}))
+        return (
+            f"⚠ {p.get('agent', e.sender)} asks to run {p.get('tool_name', e.tool_name)}"
+            f"({_short(args, SUMMARY_CHARS)}) · risk {p.get('risk_level', '?')} · approval needed"
+        )
+    from .approval_widget import describe_decision
+
+    return f"{describe_decision(p, e.sender)} ({p.get('tool_name') or e.tool_name or 'tool call'})"
 
 
 _KINDS = {
@@ -275,8 +296,13 @@ class SessionView:
         chunk_rows: int = 50,
         widget: bool = True,
         title: str | None = None,
+        approvals: Any = None,
     ) -> None:
         self.store = store
+        #: the Server: with it, each open ApprovalRequest gets an ApprovalWidget in the live view
+        self.approvals = approvals
+        self._approval_widgets: dict[str, Any] = {}
+        self._new_requests: list[Any] = []
         self.session_id = session_id
         self.info = store.session(session_id)
         self._status = status
@@ -384,6 +410,8 @@ class SessionView:
             return []  # seen already (entries() and on_write overlap at subscribe time)
         self._last_seq = entry.seq
         self.stats.entries += 1
+        if _type(entry) == "ApprovalRequest":
+            self._new_requests.append(entry)
         return self.transcript.add(entry)
 
     def flush(self, *, final: bool = False) -> None:
@@ -401,6 +429,7 @@ class SessionView:
             changed.update(self._add(entry))
         if self._box is not None:
             self._render_rows(changed)
+            self._render_approvals()
             self._set_status_widget()
         if self._unsubscribe is not None and self.status() == "idle":
             with self._pending_lock:
@@ -462,6 +491,11 @@ class SessionView:
                 w.close()
             except Exception:
                 pass
+        for aw in self._approval_widgets.values():
+            try:
+                aw.close()
+            except Exception:
+                pass
 
     @property
     def following(self) -> bool:
@@ -479,6 +513,7 @@ class SessionView:
         self._box = w.VBox([self._header_widget, self._status_widget])
         self._box.add_class("chaz-session-view")
         self._render_rows(set(range(len(self.transcript.rows))))
+        self._render_approvals()
         self._set_status_widget()
         comm = getattr(self._box, "comm", None)
         if comm is not None and hasattr(comm, "on_close"):
@@ -518,19 +553,48 @@ class SessionView:
                 self.stats.widget_sends += 1
                 self.stats.max_send_chars = max(self.stats.max_send_chars, len(value))
         if new_chunks:
-            self._box.children = (
-                self._header_widget,
-                *[c.widget for c in self._chunks],
-                self._status_widget,
-            )
+            self._set_children()
         if dirty:
             self._header_widget.value = self._header_html()
+
+    def _set_children(self) -> None:
+        self._box.children = (
+            self._header_widget,
+            *[c.widget for c in self._chunks],
+            *[aw.widget for aw in self._approval_widgets.values() if aw.widget is not None],
+            self._status_widget,
+        )
+
+    def _render_approvals(self) -> None:
+        """An ApprovalWidget (buttons) for each new ApprovalRequest that is still open."""
+        new, self._new_requests = self._new_requests, []
+        if self.approvals is None or self._box is None:
+            return
+        added = False
+        for entry in new:
+            rid = (entry.payload or {}).get("request_id")
+            if not rid or rid in self._approval_widgets:
+                continue
+            try:
+                from .approval_widget import ApprovalWidget
+
+                aw = ApprovalWidget(self.approvals, entry)
+            except Exception:
+                log.exception("approval widget failed")
+                continue
+            if aw.decided:  # decided before we got to show it: the transcript row says so
+                aw.close()
+                continue
+            self._approval_widgets[rid] = aw
+            added = True
+        if added:
+            self._set_children()
 
     def _set_status_widget(self) -> None:
         status = self.transcript.status
         s = self.status()
         if s == "parked":
-            status = "⏸ waiting for a person (approval)"
+            status = "⚠ waiting for a person (approval)"
         value = f"<div class='chaz-s chaz-st'>{_esc(status)}</div>" if status else ""
         if self._status_widget.value != value:
             self._status_widget.value = value
@@ -555,11 +619,28 @@ class SessionView:
             "entries": [e.to_json() for e in self.transcript.entries],
         }
 
+    def _parked_status(self) -> Any:
+        """While parked, the status line says so (not "working")."""
+        t = self.transcript
+        if t.status and self.status() == "parked":
+            return "waiting for a person (approval)"
+        return t.status
+
     def text(self) -> str:
-        return self.transcript.text(self.header())
+        t = self.transcript
+        saved, t.status = t.status, self._parked_status()
+        try:
+            return t.text(self.header())
+        finally:
+            t.status = saved
 
     def html(self) -> str:
-        return self.transcript.html(self.header())
+        t = self.transcript
+        saved, t.status = t.status, self._parked_status()
+        try:
+            return t.html(self.header())
+        finally:
+            t.status = saved
 
     def bundle(self, widget: bool = True) -> dict[str, Any]:
         data: dict[str, Any] = {

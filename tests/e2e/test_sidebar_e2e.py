@@ -270,27 +270,60 @@ def test_renderer_and_sidebar(lab):
 
 
 def test_approvals_notebook_from_sidebar(lab):
-    """notebooks/02_approvals.ipynb: run its pending call, approve from the sidebar,
-    check that the run finishes and the transcript renders.
-
-    Written ahead of the notebook; the lead adjusts the selectors/expectations below
-    to the notebook's actual content when it lands."""
+    """notebooks/02_approvals.ipynb: run its cells up to the call that parks, decide from the
+    sidebar (not from a cell), check that the run finishes and the transcript renders."""
     nb = REPO / "notebooks" / "02_approvals.ipynb"
     if not nb.exists():
         pytest.skip("notebooks/02_approvals.ipynb does not exist yet")
+    cells = json.loads(nb.read_text())["cells"]
+    park = next(i for i, c in enumerate(cells)
+                if c["cell_type"] == "code" and "".join(c["source"]).startswith("%chaz @ops"))
     shutil.copy(nb, lab.server.root / nb.name)
     lab.open(nb.name)
+    page = lab.page
+    # clear the saved outputs, then run the cells above the first decision cell
+    lab.command("notebook:clear-all-cell-outputs")
+    page.evaluate(
+        "(i) => { window.jupyterapp.shell.currentWidget.content.activeCellIndex = i; }", park + 1
+    )
+    lab.command("notebook:run-all-above")
+    page.wait_for_timeout(300)
+    lab.wait_kernel_idle(180)
+    waiting = page.locator(".jp-Cell").nth(park)
+    assert "is waiting for a person to approve deploy" in waiting.inner_text()
+    # the live approval card (ipywidgets) is in the waiting cell
+    waiting.locator(".chaz-approval-widget").wait_for(timeout=30_000)
+    assert waiting.locator(".chaz-approval-widget button", has_text="Approve").count() >= 1
+    lab.shot("approvals-cell-parked")
+
     lab.palette("Chaz: show sessions")
-    lab.run_all(timeout=180)
     lab.wait_sidebar_status("connected", timeout=60)
     cards = lab.pending_cards()
-    _wait(lambda: cards.count() >= 1, timeout=60, what="a pending approval in the sidebar")
+    _wait(lambda: cards.count() == 1, timeout=60, what="a pending approval in the sidebar")
+    assert cards.first.locator(".chaz-tool-name").inner_text() == "deploy"
+    args = cards.first.locator(".chaz-card-args").inner_text()
+    assert "staging" in args and "••••••" in args and "ghp_" not in args  # the token is masked
     lab.shot("approvals-pending")
     cards.first.locator(".chaz-approve").click()
-    _wait(lambda: cards.count() == 0, timeout=60, what="the approval to be consumed")
-    # the run finishes: no session is left running or parked
+    # the run resumes, deploys to staging and parks again on production: a new card
+    _wait(lambda: cards.count() == 1 and "production" in cards.first.locator(".chaz-card-args").inner_text(),
+          timeout=60, what="the second (production) request")
+    # the in-cell card of the first request shows who decided
+    _wait(lambda: "approved by user" in waiting.inner_text(), timeout=30, what="the first card to show the decision")
+    lab.shot("approvals-second-pending")
+    card = cards.first
+    card.locator(".chaz-reason").fill("not from the e2e test")
+    card.locator(".chaz-deny").click()
+    _wait(lambda: cards.count() == 0, timeout=60, what="the approvals to be consumed")
     statuses = lab.sidebar.locator(".chaz-session .chaz-status")
-    _wait(lambda: all(s in ("idle",) for s in statuses.all_inner_texts()), timeout=120,
-          what="all sessions idle")
+    _wait(lambda: statuses.count() >= 1 and all(s == "idle" for s in statuses.all_inner_texts()),
+          timeout=120, what="all sessions idle")
+    # the waiting cell's view ends as the static transcript, drawn by the chaz renderer
+    transcript = waiting.locator(".chaz-transcript")
+    transcript.wait_for(timeout=60_000)
+    text = transcript.inner_text()
+    assert "Staging is done. Production: deploy was denied by the user: not from the e2e test" in text
+    outcomes = transcript.locator(".chaz-approval-outcome").all_inner_texts()
+    assert len(outcomes) == 2 and "approve" in outcomes[0] and "not from the e2e test" in outcomes[1]
     lab.shot("approvals-done")
     assert lab.page_errors == []

@@ -1,0 +1,329 @@
+"""The approval widget: one open ApprovalRequest, with Approve / Deny / Approve-all buttons.
+
+Shown in the live session stream (``SessionView``) for each ApprovalRequest, hence in the
+output of the cell whose run parked on it; ``%chaz approve/deny`` and the JupyterLab sidebar
+decide the same requests. The widget follows the store: whoever decides (a click here, a
+cell, the sidebar, the timeout), the matching ApprovalDecision disables the buttons and the
+widget says what was decided and by whom.
+
+Like the session view it is displayed as one MIME bundle: the live widget where a widget
+manager exists, plus ``text/plain`` and ``text/html`` (a static card) everywhere else. Every
+string that comes from an agent, a tool or a user passes through ``html.escape``. Nothing here
+prints: a click is handled from the kernel's comm handler, output goes through the widget.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+import threading
+from typing import Any, Callable
+
+log = logging.getLogger("chaz_nb.notebook.approval_widget")
+log.addHandler(logging.NullHandler())
+
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+#: characters of the pretty arguments shown (the log has all of them)
+MAX_ARGS_CHARS = 4000
+
+_VERBS = {
+    "approve": "approved",
+    "approve_all": "approved (all calls to this tool in this session)",
+    "deny": "denied",
+    "timed_out": "timed out (denied by default)",
+}
+_MARKS = {"approve": "✓", "approve_all": "✓", "deny": "✗", "timed_out": "⌛"}
+
+_CSS = (
+    "<style>"
+    ".chaz-ap{font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;"
+    "border:1px solid var(--jp-border-color1,#ccc);border-left:4px solid #e0a000;"
+    "padding:4px 8px;margin:4px 0;border-radius:3px}"
+    ".chaz-ap.chaz-ap-done{border-left-color:#888}"
+    ".chaz-ap .chaz-ap-risk-high{color:#c00;font-weight:bold}"
+    ".chaz-ap .chaz-ap-risk-medium{color:#b60}"
+    ".chaz-ap pre{margin:2px 0;white-space:pre-wrap;word-break:break-word;"
+    "font-family:var(--jp-code-font-family,monospace)}"
+    ".chaz-ap .chaz-ap-hint{color:#777}"
+    "</style>"
+)
+
+
+def _esc(value: Any) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def pretty_arguments(arguments: Any) -> str:
+    """Arguments as indented JSON (sensitive values are already masked by the server)."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return arguments
+    try:
+        text = json.dumps(arguments, indent=2, ensure_ascii=False, sort_keys=False, default=str)
+    except Exception:  # pragma: no cover - payloads are JSON already
+        text = str(arguments)
+    return text if len(text) <= MAX_ARGS_CHARS else text[: MAX_ARGS_CHARS - 1] + "…"
+
+
+def request_info(request: Any) -> dict[str, Any]:
+    """The fields the widget shows, from a ``pending_approvals()`` dict or an ApprovalRequest entry."""
+    if isinstance(request, dict):
+        return dict(request)
+    p = getattr(request, "payload", None) or {}
+    return {
+        "request_id": p.get("request_id"),
+        "entry_id": getattr(request, "id", None),
+        "session_id": getattr(request, "session_id", None),
+        "agent": p.get("agent", getattr(request, "sender", None)),
+        "run_id": p.get("run_id"),
+        "tool_name": p.get("tool_name", getattr(request, "tool_name", None)),
+        "risk_level": p.get("risk_level"),
+        "arguments_display": p.get("arguments_display"),
+        "timeout_secs": p.get("timeout_secs"),
+    }
+
+
+def describe_decision(payload: dict[str, Any], sender: str | None = None) -> str:
+    """``approved by user``, ``denied by user: reason``, ``timed out … by system: …``."""
+    decision = payload.get("decision")
+    who = payload.get("decided_by") or sender or "?"
+    text = f"{_MARKS.get(decision, '•')} {_VERBS.get(decision, str(decision))} by {who}"
+    reason = payload.get("reason")
+    return text + (f": {reason}" if reason else "")
+
+
+class ApprovalWidget:
+    """One approval request: what is asked, the buttons, and the decision once there is one.
+
+    ``server``: the chaz Server (``decide``, ``store``, ``approvals``). ``request``: a dict of
+    ``server.pending_approvals()`` or the ApprovalRequest entry. ``decided_by``: the name a
+    click records (``user``). ``on_change``: called after every change (e.g. a session view
+re-rendering its static bundle).
+    """
+
+    def __init__(
+        self,
+        server: Any,
+        request: Any,
+        *,
+        decided_by: str = "user",
+        widget: bool = True,
+        on_change: Callable[["ApprovalWidget"], None] | None = None,
+    ) -> None:
+        self.server = server
+        self.info = request_info(request)
+        self.request_id: str = str(self.info.get("request_id") or "")
+        self.decided_by = decided_by
+        self.decision: dict[str, Any] | None = None  # payload of the effective decision
+        self.decision_sender: str | None = None
+        self.message: str = ""  # the last click's answer (e.g. "already decided: ...")
+        self._on_change = on_change
+        self._lock = threading.Lock()
+        self._unsubscribe: Callable[[], None] | None = None
+        self._box: Any = None
+        self.buttons: dict[str, Any] = {}
+        self.reason: Any = None
+        self._status: Any = None
+        existing = self._lookup_decision()
+        if existing is not None:
+            self._set_decision(existing.payload, existing.sender, render=False)
+        else:
+            self._unsubscribe = server.store.subscribe(self._on_write)
+        if widget:
+            self._build()
+
+    # ---------------------------------------------------------- state
+    @property
+    def decided(self) -> bool:
+        return self.decision is not None
+
+    def _lookup_decision(self) -> Any:
+        try:
+            return self.server.approvals.decision_of(self.request_id)
+        except Exception:  # a fake server, or the store is closed
+            return None
+
+    def _on_write(self, entry: Any) -> None:
+        """Store callback: the matching ApprovalDecision closes the widget, whoever wrote it."""
+        t = getattr(getattr(entry, "entry_type", None), "value", getattr(entry, "entry_type", None))
+        if t != "ApprovalDecision":
+            return
+        payload = getattr(entry, "payload", None) or {}
+        if payload.get("request_id") != self.request_id:
+            return
+        # the effective decision (timed_out wins; agents' decisions are ignored by the book)
+        effective = self._lookup_decision()
+        if effective is None:
+            if entry.sender in getattr(self.server, "agents", {}):
+                return
+            effective = entry
+        self._set_decision(effective.payload, effective.sender)
+
+    def _set_decision(self, payload: dict[str, Any], sender: str | None, render: bool = True) -> None:
+        with self._lock:
+            self.decision = dict(payload)
+            self.decision_sender = sender
+            unsubscribe, self._unsubscribe = self._unsubscribe, None
+        if unsubscribe is not None:
+            unsubscribe()
+        if render:
+            self._render()
+
+    # ---------------------------------------------------------- deciding
+    def decide(self, decision: str, reason: str | None = None) -> tuple[bool, str]:
+        """What a button does: write the decision through the server (a person's bridge)."""
+        reason = (reason or "").strip() or None
+        ok, message = self.server.decide(self.request_id, decision, reason=reason, decided_by=self.decided_by)
+        self.message = "" if ok else message
+        if not self.decided:
+            existing = self._lookup_decision()
+            if existing is not None:
+                self._set_decision(existing.payload, existing.sender, render=False)
+        self._render()
+        return ok, message
+
+    def _click(self, decision: str) -> Callable[[Any], None]:
+        def handler(_button: Any) -> None:
+            try:
+                reason = self.reason.value if (decision == "deny" and self.reason is not None) else None
+                self.decide(decision, reason)
+            except Exception as exc:  # never raise into the comm handler
+                log.exception("approval click failed")
+                self.message = f"could not decide: {exc}"
+                self._render()
+
+        return handler
+
+    # ---------------------------------------------------------- widget
+    def _build(self) -> None:
+        try:
+            import ipywidgets as w
+        except Exception:  # pragma: no cover - ipywidgets is a dependency
+            return
+        self._head = w.HTML(self._card_html(buttons_hint=False))
+        self.buttons = {
+            "approve": w.Button(description="Approve", button_style="success", icon="check",
+                                tooltip="Run this call once"),
+            "deny": w.Button(description="Deny", button_style="danger", icon="times",
+                             tooltip="Do not run it; the agent is told (with the reason)"),
+            "approve_all": w.Button(description="Approve all calls to this tool in this session",
+                                    icon="check-double",
+                                    layout=w.Layout(width="auto"),
+                                    tooltip="Approve this call and every later call to this tool in this session"),
+        }
+        for decision, button in self.buttons.items():
+            button.on_click(self._click(decision))
+        self.reason = w.Text(placeholder="reason (optional, sent with Deny)", layout=w.Layout(width="260px"))
+        self._status = w.HTML("")
+        self._row = w.HBox([self.buttons["approve"], self.buttons["deny"], self.reason, self.buttons["approve_all"]])
+        self._box = w.VBox([self._head, self._row, self._status])
+        self._box.add_class("chaz-approval-widget")
+        self._render()
+
+    def _render(self) -> None:
+        if self._on_change is not None:
+            try:
+                self._on_change(self)
+            except Exception:
+                log.exception("approval widget on_change failed")
+        if self._box is None:
+            return
+        done = self.decided
+        for button in self.buttons.values():
+            button.disabled = done
+        if self.reason is not None:
+            self.reason.disabled = done
+        self._head.value = self._card_html(buttons_hint=False)
+        status = ""
+        if done:
+            status = f"<b>{_esc(self.outcome())}</b>"
+        if self.message:
+            status += f" <span class='chaz-ap-hint'>{_esc(self.message)}</span>"
+        self._status.value = f"<div class='chaz-ap'>{status}</div>" if status else ""
+
+    @property
+    def widget(self) -> Any:
+        return self._box
+
+    def close(self) -> None:
+        """Stop following the store and close the widgets."""
+        with self._lock:
+            unsubscribe, self._unsubscribe = self._unsubscribe, None
+        if unsubscribe is not None:
+            unsubscribe()
+        box, self._box = self._box, None
+        if box is None:
+            return
+        for wdg in [*self.buttons.values(), self.reason, self._status, self._head, self._row, box]:
+            try:
+                wdg.close()
+            except Exception:
+                pass
+
+    # ---------------------------------------------------------- text / html
+    def outcome(self) -> str:
+        if self.decision is None:
+            return "waiting for a decision"
+        return describe_decision(self.decision, self.decision_sender)
+
+    def text(self) -> str:
+        i = self.info
+        lines = [
+            f"⚠ approval needed: {i.get('agent')} wants to run {i.get('tool_name')} "
+            f"(risk {i.get('risk_level')}) · session {i.get('session_id')} · request {self.request_id}",
+        ]
+        lines += ["  " + line for line in pretty_arguments(i.get("arguments_display")).splitlines()]
+        if self.decision is None:
+            lines.append(
+                "  → click Approve / Deny, or run %chaz approve last  |  %chaz deny last --reason R"
+            )
+        else:
+            lines.append(f"  {self.outcome()}")
+        return "\n".join(lines)
+
+    def _card_html(self, buttons_hint: bool = True) -> str:
+        i = self.info
+        risk = str(i.get("risk_level") or "")
+        risk_cls = "chaz-ap-risk-" + "".join(c for c in risk if c.isalpha())
+        parts = [
+            _CSS,
+            f"<div class='chaz-ap{' chaz-ap-done' if self.decided else ''}'>",
+            f"⚠ <b>{_esc(i.get('agent'))}</b> wants to run <b>{_esc(i.get('tool_name'))}</b> "
+            f"<span class='{_esc(risk_cls)}'>risk {_esc(risk)}</span> "
+            f"<span class='chaz-ap-hint'>· session {_esc(i.get('session_id'))} · request "
+            f"<code>{_esc(self.request_id)}</code></span>",
+            f"<pre>{_esc(pretty_arguments(i.get('arguments_display')))}</pre>",
+        ]
+        if self.decision is not None:
+            parts.append(f"<div><b>{_esc(self.outcome())}</b></div>")
+        elif buttons_hint:
+            parts.append(
+                "<div class='chaz-ap-hint'>decide with <code>%chaz approve last</code> or "
+                "<code>%chaz deny last --reason R</code></div>"
+            )
+        parts.append("</div>")
+        return "".join(parts)
+
+    def html(self) -> str:
+        return self._card_html(buttons_hint=True)
+
+    def bundle(self, widget: bool = True) -> dict[str, Any]:
+        data: dict[str, Any] = {"text/plain": self.text(), "text/html": self.html()}
+        if widget and self._box is not None and getattr(self._box, "model_id", None):
+            data[WIDGET_MIME] = {"version_major": 2, "version_minor": 0, "model_id": self._box.model_id}
+        return data
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        return self.bundle()
+
+    def __repr__(self) -> str:
+        return self.text()
+
+    def display(self) -> "ApprovalWidget":
+        from IPython.display import display
+
+        display(self.bundle(), raw=True)
+        return self

@@ -1,0 +1,328 @@
+"""The approval widget and %chaz pending/approve/deny (no kernel: asyncio, globalipapp)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.testing.globalipapp import get_ipython
+
+import chaz_nb
+from chaz_nb.agents import Agent
+from chaz_nb.entries import EntryType as T
+from chaz_nb.notebook.approval_widget import WIDGET_MIME, ApprovalWidget
+from chaz_nb.notebook.widgets import SessionView
+from chaz_nb.server import Server
+from chaz_nb.tools import ToolRegistry, tool
+
+EVIL = "<script>alert('x')</script>"
+ran: list = []
+
+
+@tool(approval="always", risk="high", sensitive_params=["token"])
+def deploy(target: str, token: str) -> str:
+    """Deploy to a target."""
+    ran.append((target, token))
+    return f"deployed {target}"
+
+
+@tool(approval="unless_auto_approved", risk="medium")
+def search(query: str) -> str:
+    """Search."""
+    ran.append(("search", query))
+    return f"hits for {query}"
+
+
+@pytest.fixture(autouse=True)
+def clear_ran():
+    ran.clear()
+
+
+def deployer(name="ops", target="prod", calls=1):
+    step = {"tool": "deploy", "args": {"target": target, "token": "s3cret"}}
+    return Agent(name, model="chaz/script", script=[step] * calls + ["result: {result}"])
+
+
+async def until(predicate, timeout=30.0):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not reached")
+        await asyncio.sleep(0.005)
+
+
+async def start(store, agent=None):
+    server = Server(store, [agent or deployer()], ToolRegistry([deploy, search]))
+    sid = server.current_session("ops")
+    handle = await server.send(sid, "ship it")
+    await until(lambda: server.pending_approvals())
+    return server, sid, handle
+
+
+# ------------------------------------------------------------------ clicks
+async def test_a_click_on_approve_resumes_the_parked_run(store):
+    server, sid, handle = await start(store)
+    assert server.session_status(sid) == "parked"
+    [req] = server.pending_approvals()
+    w = ApprovalWidget(server, req)
+    assert not any(b.disabled for b in w.buttons.values())
+    w.buttons["approve"].click()  # fires on_click, as a browser click does
+    assert all(b.disabled for b in w.buttons.values()) and w.reason.disabled
+    assert w.decided and w.outcome() == "✓ approved by user"
+    assert "approved by user" in w._status.value
+    reply = await handle.wait()
+    assert reply.content == "result: deployed prod"
+    assert ran == [("prod", "s3cret")]
+    assert server.session_status(sid) == "idle"
+
+
+async def test_deny_with_a_reason_tells_the_agent(store):
+    server, sid, handle = await start(store)
+    w = ApprovalWidget(server, server.pending_approvals()[0])
+    w.reason.value = "not on a Friday"
+    w.buttons["deny"].click()
+    reply = await handle.wait()
+    assert ran == []
+    assert "denied by the user: not on a Friday" in reply.content
+    assert w.outcome() == "✗ denied by user: not on a Friday"
+    decision = store.find_entries(T.APPROVAL_DECISION, "true")[0]
+    assert decision.payload["decision"] == "deny" and decision.payload["reason"] == "not on a Friday"
+
+
+async def test_approve_all_button_records_a_session_grant(store):
+    step = {"tool": "search", "args": {"query": "q"}}
+    server, sid, handle = await start(store, Agent("ops", model="chaz/script", script=[step, step, "r: {result}"]))
+    w = ApprovalWidget(server, server.pending_approvals()[0])
+    w.buttons["approve_all"].click()
+    reply = await handle.wait()
+    assert reply.content == "r: hits for q"
+    assert ran == [("search", "q")] * 2  # the second call did not ask
+    [decision] = store.find_entries(T.APPROVAL_DECISION, "true")
+    assert decision.payload["decision"] == "approve_all" and decision.payload["scope"] == "session"
+    assert server.approvals.session_grant(sid, "search")
+    assert "all calls to this tool in this session" in w.outcome()
+
+
+async def test_a_decision_from_elsewhere_updates_the_open_widget(store):
+    server, sid, handle = await start(store)
+    w = ApprovalWidget(server, server.pending_approvals()[0])
+    ok, _ = server.decide("last", "deny", reason="from the sidebar", decided_by="alice")
+    assert ok
+    assert all(b.disabled for b in w.buttons.values())
+    assert w.outcome() == "✗ denied by alice: from the sidebar"
+    # a late click is a no-op that says who decided first
+    w.buttons["approve"].click()
+    await handle.wait()
+    assert ran == []
+    assert len(store.find_entries(T.APPROVAL_DECISION, "true")) == 1
+
+
+async def test_timeout_shows_in_the_widget(store):
+    agent = deployer()
+    agent.approval_timeout = 0.05
+    server, sid, handle = await start(store, agent)
+    w = ApprovalWidget(server, server.pending_approvals()[0])
+    await handle.wait()
+    assert w.decided and w.outcome().startswith("⌛ timed out (denied by default) by system")
+
+
+async def test_a_widget_for_a_decided_request_starts_disabled(store):
+    server, sid, handle = await start(store)
+    [req] = server.pending_approvals()
+    server.decide(req["request_id"], "approve")
+    await handle.wait()
+    w = ApprovalWidget(server, req)
+    assert w.decided and all(b.disabled for b in w.buttons.values())
+    assert w._unsubscribe is None
+
+
+async def test_session_view_shows_a_widget_for_an_open_request(store):
+    server = Server(store, [deployer()], ToolRegistry([deploy]))
+    sid = server.current_session("ops")
+    view = SessionView(store, sid, status=server.session_status, follow=True, approvals=server, interval=0.01)
+    handle = await server.send(sid, "ship it")
+    await until(lambda: view._approval_widgets)
+    [aw] = view._approval_widgets.values()
+    assert aw.widget in view.widget.children
+    assert "approval needed" in view.text()
+    aw.buttons["approve"].click()
+    await handle.wait()
+    await until(lambda: not view.following)
+    text = view.text()
+    [asked] = [line for line in text.splitlines() if "⚠ ops asks to run deploy" in line]
+    assert '"token": "••••••"' in asked and "s3cret" not in asked
+    assert "✓ approved by user (deploy)" in text
+
+
+# ------------------------------------------------------------------ escaping
+async def test_everything_from_the_agent_is_escaped(store):
+    evil = Agent("ops", model="chaz/script",
+                 script=[{"tool": "deploy", "args": {"target": EVIL, "token": EVIL}}, "x"])
+    server, sid, handle = await start(store, evil)
+    w = ApprovalWidget(server, server.pending_approvals()[0])
+    bundle = w.bundle()
+    assert {"text/plain", "text/html"} <= set(bundle)
+    page = bundle["text/html"] + w._head.value
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    assert EVIL in bundle["text/plain"]  # plain text is not HTML
+    w.reason.value = EVIL
+    w.buttons["deny"].click()
+    assert "<script>" not in w._status.value and "&lt;script&gt;" in w._status.value
+    view_html = SessionView(store, sid).html()
+    assert "<script>alert" not in view_html
+    await handle.wait()
+
+
+def test_widget_bundle_without_a_server_entry_is_static():
+    class Fake:
+        class store:
+            @staticmethod
+            def subscribe(cb):
+                return lambda: None
+
+        approvals = None
+
+        def decide(self, *a, **k):
+            return False, "nope"
+
+    w = ApprovalWidget(Fake(), {"request_id": "r1", "tool_name": "t<b>", "agent": "a", "session_id": 1,
+                                "risk_level": "low", "arguments_display": {"x": "<i>"}}, widget=False)
+    assert WIDGET_MIME not in w.bundle()
+    assert "t&lt;b&gt;" in w.html() and "&lt;i&gt;" in w.html()
+    assert "%chaz approve last" in w.text()
+
+
+# ------------------------------------------------------------------ magics
+ip = get_ipython()
+
+TOOLS = """
+import chaz_nb
+
+@chaz_nb.tool(approval="always", risk="high", sensitive_params=["token"])
+def deploy(target: str, token: str) -> str:
+    '''Deploy.'''
+    return f"deployed {target}"
+"""
+
+AGENT = """%%chaz agent ops
+model = "chaz/script"
+tools = ["deploy"]
+script = [
+  {tool = "deploy", args = {target = "staging", token = "s3cret"}},
+  {tool = "deploy", args = {target = "prod", token = "s3cret"}},
+  "done: {result}",
+]
+"""
+
+
+@pytest.fixture
+def chaz(monkeypatch):
+    monkeypatch.setenv("CHAZ_DB", ":memory:")
+    monkeypatch.delenv("CHAZ_MODEL", raising=False)
+    ip.run_line_magic("load_ext", "chaz_nb")
+    ip.run_cell(TOOLS).raise_error()
+    ip.run_cell(AGENT).raise_error()
+    yield chaz_nb.current()
+    ip.run_line_magic("unload_ext", "chaz_nb")
+
+
+LOOK = "@chaz_nb.tool(approval='unless_auto_approved')\ndef look(x: str) -> str:\n    \"\"\"Look.\"\"\"\n    return x"
+
+
+def one_line_error(capsys, cell: str, needle: str) -> str:
+    capsys.readouterr()
+    result = ip.run_cell(cell)
+    assert isinstance(result.error_in_exec, UsageError), result.error_in_exec
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("UsageError: ") and "\n" not in err and "Traceback" not in err, err
+    assert needle in err, err
+    return err
+
+
+def test_pending_approve_deny_from_cells(chaz, capsys):
+    ip.run_line_magic("chaz", "pending")
+    assert capsys.readouterr().out.strip() == "no pending approval requests"
+    ip.run_line_magic("chaz", "@ops ship it")
+    sid = chaz.current_session("ops")
+    out = capsys.readouterr().out
+    assert "waiting for a person to approve deploy (risk high)" in out and "%chaz approve last" in out
+    ip.run_line_magic("chaz", "pending")
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split() == ["request", "session", "agent", "tool", "risk", "arguments"]
+    rid = chaz.pending_approvals()[0]["request_id"]
+    assert table[1].split()[:5] == [rid, str(sid), "ops", "deploy", "high"]
+    assert '"token": "••••••"' in table[1] and "s3cret" not in table[1]
+    ip.run_cell("%chaz approve last\n%chaz wait").raise_error()
+    out = capsys.readouterr().out
+    assert "deploy: approve by user" in out
+    assert "waiting for a person" in out  # the second call parks the run again
+    ip.run_cell('%chaz deny last --reason "not prod"\n%chaz wait').raise_error()
+    out = capsys.readouterr().out
+    assert "deploy: deny by user (not prod)" in out
+    assert chaz.session_status(sid) == "idle"
+    assert chaz.store.latest(sid).content == "done: deploy was denied by the user: not prod"
+    decisions = [(e.payload["decision"], e.payload["decided_by"]) for e in chaz.store.entries(sid)
+                 if e.entry_type is T.APPROVAL_DECISION]
+    assert decisions == [("approve", "user"), ("deny", "user")]
+
+
+def test_an_open_widget_follows_percent_chaz_approve(chaz, capsys):
+    ip.run_line_magic("chaz", "@ops ship it")
+    w = ApprovalWidget(chaz, chaz.pending_approvals()[0])
+    ip.run_line_magic("chaz", "approve last")
+    assert w.decided and all(b.disabled for b in w.buttons.values())
+    assert w.outcome() == "✓ approved by user"
+
+
+def test_approve_all_decides_every_open_request(chaz, capsys):
+    ip.run_line_magic("chaz", "@ops ship it")
+    ip.run_line_magic("chaz", "approve all")
+    assert chaz.pending_approvals() == []
+    assert "deploy: approve by user" in capsys.readouterr().out
+
+
+def test_approve_all_calls_grants_the_session(chaz, capsys):
+    ip.run_cell(LOOK).raise_error()
+    ip.run_line_magic(
+        "chaz", "agent viewer --model chaz/script --tools look --script "
+        + repr('[{"tool": "look", "args": {"x": "a"}}, {"tool": "look", "args": {"x": "b"}}, "saw {result}"]')
+    )
+    ip.run_line_magic("chaz", "@viewer look twice")
+    ip.run_cell("%chaz approve last --all-calls\n%chaz wait").raise_error()
+    sid = chaz.current_session("viewer")
+    assert chaz.store.latest(sid).content == "saw b"
+    assert chaz.approvals.session_grant(sid, "look")
+
+
+def test_bad_input_is_one_line(chaz, capsys):
+    one_line_error(capsys, "%chaz approve last", "no pending approval requests")
+    one_line_error(capsys, "%chaz approve all", "no pending approval requests")
+    one_line_error(capsys, "%chaz pending now", "takes no arguments")
+    one_line_error(capsys, "%chaz approve", "say which request")
+    one_line_error(capsys, "%chaz deny", "say which request")
+    ip.run_line_magic("chaz", "@ops ship it")
+    one_line_error(capsys, "%chaz approve nosuchid", "no approval request 'nosuchid'")
+    one_line_error(capsys, "%chaz approve last --fast", "unknown option --fast")
+    one_line_error(capsys, "%chaz deny last --reason", "--reason needs a text")
+    one_line_error(capsys, "%chaz deny last --why x", "unknown option --why")
+    one_line_error(capsys, "%chaz deny a b", "say which request")
+    one_line_error(capsys, "%chaz deny 'unclosed", "cannot parse")
+    rid = chaz.pending_approvals()[0]["request_id"]
+    ip.run_line_magic("chaz", f"deny {rid}")
+    one_line_error(capsys, f"%chaz approve {rid}", "already decided: deny by user")
+
+
+def test_agent_auto_approve_option(chaz, capsys):
+    ip.run_cell(LOOK).raise_error()
+    ip.run_line_magic(
+        "chaz", "agent viewer --model chaz/script --tools look --auto-approve look --approval-timeout 5 "
+        "--script '[{\"tool\": \"look\", \"args\": {\"x\": \"ok\"}}, \"saw {result}\"]'"
+    )
+    assert "auto-approves look" in capsys.readouterr().out
+    agent = chaz.agents["viewer"]
+    assert agent.auto_approve == ["look"] and agent.approval_timeout == 5.0
+    ip.run_line_magic("chaz", "@viewer look")
+    assert chaz.store.latest(chaz.current_session("viewer")).content == "saw ok"
+    ip.run_cell('%%chaz agent v2\nmodel = "chaz/echo"\nauto_approve = ["look"]\napproval_timeout = 9').raise_error()
+    assert chaz.agents["v2"].auto_approve == ["look"] and chaz.agents["v2"].approval_timeout == 9
