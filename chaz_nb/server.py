@@ -18,7 +18,7 @@ from . import spawn as spawn_tools
 from .approvals import DEFAULT_TIMEOUT, ApprovalBook, ApprovalProxy, mask_arguments
 from .agents import Agent, AgentError, RunContext, SpawnContext, current_run
 from .backends import LiteLLMBackend, ModelBackend
-from .entries import Entry, EntryType, build_context
+from .entries import Entry, EntryType
 from . import compaction, rooms, schedules
 from .invocation import Invocation
 from .runtime import (

@@ -18,3 +18,18 @@ def store():
 @pytest.fixture
 def db_path(tmp_path):
     return str(tmp_path / "sessions.duckdb")
+
+
+@pytest.fixture
+def chaz(monkeypatch):
+    """``%load_ext chaz_nb`` in IPython's test shell, on an in-memory store; the Server."""
+    import chaz_nb
+    from chaz_nb.notebook import extension
+    from ipython_harness import ip
+
+    monkeypatch.setenv("CHAZ_DB", ":memory:")
+    monkeypatch.delenv("CHAZ_MODEL", raising=False)
+    ip.run_line_magic("load_ext", "chaz_nb")
+    yield chaz_nb.current()
+    if extension._state is not None:
+        ip.run_line_magic("unload_ext", "chaz_nb")

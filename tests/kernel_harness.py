@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import queue
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any

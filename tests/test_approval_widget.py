@@ -5,13 +5,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from IPython.core.error import UsageError
-from IPython.testing.globalipapp import get_ipython
 
-import chaz_nb
 from chaz_nb.agents import Agent
 from chaz_nb.entries import EntryType as T
-from chaz_nb.notebook.approval_widget import WIDGET_MIME, ApprovalWidget
+from chaz_nb.notebook.approval_widget import ApprovalWidget
+from chaz_nb.notebook.display import WIDGET_MIME
 from chaz_nb.notebook.widgets import SessionView
 from chaz_nb.server import Server
 from chaz_nb.tools import ToolRegistry, tool
@@ -194,7 +192,7 @@ def test_widget_bundle_without_a_server_entry_is_static():
 
 
 # ------------------------------------------------------------------ magics
-ip = get_ipython()
+from ipython_harness import ip, one_line_error
 
 TOOLS = """
 import chaz_nb
@@ -217,27 +215,13 @@ script = [
 
 
 @pytest.fixture
-def chaz(monkeypatch):
-    monkeypatch.setenv("CHAZ_DB", ":memory:")
-    monkeypatch.delenv("CHAZ_MODEL", raising=False)
-    ip.run_line_magic("load_ext", "chaz_nb")
+def chaz(chaz):
     ip.run_cell(TOOLS).raise_error()
     ip.run_cell(AGENT).raise_error()
-    yield chaz_nb.current()
-    ip.run_line_magic("unload_ext", "chaz_nb")
+    return chaz
 
 
 LOOK = "@chaz_nb.tool(approval='unless_auto_approved')\ndef look(x: str) -> str:\n    \"\"\"Look.\"\"\"\n    return x"
-
-
-def one_line_error(capsys, cell: str, needle: str) -> str:
-    capsys.readouterr()
-    result = ip.run_cell(cell)
-    assert isinstance(result.error_in_exec, UsageError), result.error_in_exec
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("UsageError: ") and "\n" not in err and "Traceback" not in err, err
-    assert needle in err, err
-    return err
 
 
 def test_pending_approve_deny_from_cells(chaz, capsys):

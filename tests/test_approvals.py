@@ -186,8 +186,6 @@ async def test_child_inherits_auto_approval_only_where_both_allow(store):
 
 
 async def test_unattended_run_is_denied_at_once(store):
-    from chaz_nb.approvals import ApprovalProxy
-    from chaz_nb.runtime import ScopedToolExecutor
 
     server = make(store, deployer())
     original = server.make_executor

@@ -9,7 +9,8 @@ import pytest
 
 from chaz_nb.agents import Agent
 from chaz_nb.entries import EntryType as T
-from chaz_nb.notebook.audit_widget import ALL, WIDGET_MIME, AuditView, Totals
+from chaz_nb.notebook.audit_widget import ALL, AuditView, Totals
+from chaz_nb.notebook.display import WIDGET_MIME
 from chaz_nb.server import Server
 from chaz_nb.tools import ToolRegistry, tool
 

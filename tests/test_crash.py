@@ -1,6 +1,5 @@
 """A kernel killed with SIGKILL mid-run loses no committed entry, and reopening heals it."""
 
-import os
 import random
 import signal
 import subprocess
@@ -9,7 +8,6 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
 
 from chaz_nb.server import Server
 from chaz_nb.store import SessionStore

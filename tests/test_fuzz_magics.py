@@ -4,7 +4,7 @@ one-line error; never a traceback from deep inside, never a changed or corrupted
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from IPython.core.error import UsageError
 from IPython.testing.globalipapp import get_ipython
@@ -81,8 +81,10 @@ bodies = st.lists(st.tuples(toml_keys, toml_values), max_size=4).map(
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(body=bodies)
+@example(body='tools = """multi\nline"""')  # found by this test: a newline in a tool name
+@example(body="auto_approve = 3")  # found by this test: a TypeError deep in describe_agent
 def test_any_agent_body_defines_an_agent_or_is_refused_in_one_line(body):
-    server = chaz()
+    chaz()
     try:
         ip.run_cell_magic("chaz", "agent fuzzed", body)
     except UsageError as exc:

@@ -2,39 +2,16 @@
 
 from __future__ import annotations
 
-import os
 
 import pytest
 from IPython.core.error import UsageError
-from IPython.testing.globalipapp import get_ipython
 
 import chaz_nb
 from chaz_nb.entries import EntryType
 from chaz_nb.notebook import extension
 from chaz_nb.notebook.magics import parse_message_line
 
-ip = get_ipython()
-
-
-@pytest.fixture
-def chaz(monkeypatch):
-    monkeypatch.setenv("CHAZ_DB", ":memory:")
-    monkeypatch.delenv("CHAZ_MODEL", raising=False)
-    ip.run_line_magic("load_ext", "chaz_nb")
-    yield chaz_nb.current()
-    ip.run_line_magic("unload_ext", "chaz_nb")
-
-
-def one_line_error(capsys, cell: str, needle: str) -> str:
-    """Run a cell that must fail with a one-line UsageError (no traceback)."""
-    capsys.readouterr()
-    result = ip.run_cell(cell)
-    assert isinstance(result.error_in_exec, UsageError), result.error_in_exec
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("UsageError: "), err
-    assert "\n" not in err and "Traceback" not in err, err
-    assert needle in err, err
-    return err
+from ipython_harness import ip, one_line_error
 
 
 def entries(server, agent):

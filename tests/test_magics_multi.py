@@ -6,8 +6,6 @@ import asyncio
 import time
 
 import pytest
-from IPython.core.error import UsageError
-from IPython.testing.globalipapp import get_ipython
 
 import chaz_nb
 from chaz_nb.entries import EntryType as T
@@ -15,17 +13,7 @@ from chaz_nb.notebook import extension
 from chaz_nb.notebook.kernel_loop import run_sync
 from chaz_nb.notebook.magics_multi import parse_schedule_add
 
-ip = get_ipython()
-
-
-@pytest.fixture
-def chaz(monkeypatch):
-    monkeypatch.setenv("CHAZ_DB", ":memory:")
-    monkeypatch.delenv("CHAZ_MODEL", raising=False)
-    ip.run_line_magic("load_ext", "chaz_nb")
-    yield chaz_nb.current()
-    if extension._state is not None:
-        ip.run_line_magic("unload_ext", "chaz_nb")
+from ipython_harness import ip, one_line_error
 
 
 def run(cell: str, capsys) -> str:
@@ -33,18 +21,6 @@ def run(cell: str, capsys) -> str:
     result = ip.run_cell(cell)
     assert result.error_in_exec is None, result.error_in_exec
     return capsys.readouterr().out
-
-
-def one_line_error(capsys, cell: str, needle: str) -> str:
-    """Run a cell that must fail with a one-line UsageError (no traceback)."""
-    capsys.readouterr()
-    result = ip.run_cell(cell)
-    assert isinstance(result.error_in_exec, UsageError), result.error_in_exec
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("UsageError: "), err
-    assert "\n" not in err and "Traceback" not in err, err
-    assert needle in err, err
-    return err
 
 
 def sleep(server, seconds: float) -> None:

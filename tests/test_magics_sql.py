@@ -4,37 +4,20 @@ from __future__ import annotations
 
 import duckdb
 import pytest
-from IPython.core.error import UsageError
-from IPython.testing.globalipapp import get_ipython
 
 import chaz_nb
 from chaz_nb.notebook.magics_sql import CELL_CHARS, SqlTable, _take_options
 from chaz_nb.store import SessionStore
 
-ip = get_ipython()
+from ipython_harness import ip, one_line_error
 EVIL = "<script>alert('x')</script>"
 
 
 @pytest.fixture
-def chaz(monkeypatch):
-    monkeypatch.setenv("CHAZ_DB", ":memory:")
-    monkeypatch.delenv("CHAZ_MODEL", raising=False)
-    ip.run_line_magic("load_ext", "chaz_nb")
-    yield chaz_nb.current()
-    ip.run_line_magic("unload_ext", "chaz_nb")
+def chaz(chaz):
+    yield chaz
     for name in ("df", "rel", "big", "evil_df"):
         ip.user_ns.pop(name, None)
-
-
-def one_line_error(capsys, cell: str, needle: str) -> str:
-    capsys.readouterr()
-    result = ip.run_cell(cell)
-    assert isinstance(result.error_in_exec, UsageError), result.error_in_exec
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("UsageError: "), err
-    assert "\n" not in err and "Traceback" not in err, err
-    assert needle in err, err
-    return err
 
 
 def sql(line: str) -> SqlTable:

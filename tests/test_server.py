@@ -1,12 +1,10 @@
 import asyncio
-import logging
 
 import pytest
 
 from chaz_nb.agents import Agent, AgentError
 from chaz_nb.entries import EntryType as T
 from chaz_nb.server import Server, ServerError
-from chaz_nb.store import SessionStore
 from chaz_nb.tools import ToolRegistry, tool
 
 

@@ -1,9 +1,8 @@
-import asyncio
 from typing import Literal
 
 import pytest
 
-from chaz_nb.tools import ScopedTools, Tool, ToolError, ToolRegistry, parse_arguments, tool
+from chaz_nb.tools import ToolError, ToolRegistry, parse_arguments, tool
 
 
 @tool

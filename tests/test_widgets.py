@@ -10,9 +10,9 @@ import time
 import pytest
 
 from chaz_nb.entries import Entry, EntryType
+from chaz_nb.notebook.display import WIDGET_MIME
 from chaz_nb.notebook.widgets import (
     MIME_TYPE,
-    WIDGET_MIME,
     SessionView,
     Transcript,
     render_html,

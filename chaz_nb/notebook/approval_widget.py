@@ -20,10 +20,11 @@ import logging
 import threading
 from typing import Any, Callable
 
+from .display import StaticFallbackView
+
 log = logging.getLogger("chaz_nb.notebook.approval_widget")
 log.addHandler(logging.NullHandler())
 
-WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 #: characters of the pretty arguments shown (the log has all of them)
 MAX_ARGS_CHARS = 4000
 
@@ -95,7 +96,7 @@ def describe_decision(payload: dict[str, Any], sender: str | None = None) -> str
     return text + (f": {reason}" if reason else "")
 
 
-class ApprovalWidget:
+class ApprovalWidget(StaticFallbackView):
     """One approval request: what is asked, the buttons, and the decision once there is one.
 
     ``server``: the chaz Server (``decide``, ``store``, ``approvals``). ``request``: a dict of
@@ -310,20 +311,3 @@ re-rendering its static bundle).
     def html(self) -> str:
         return self._card_html(buttons_hint=True)
 
-    def bundle(self, widget: bool = True) -> dict[str, Any]:
-        data: dict[str, Any] = {"text/plain": self.text(), "text/html": self.html()}
-        if widget and self._box is not None and getattr(self._box, "model_id", None):
-            data[WIDGET_MIME] = {"version_major": 2, "version_minor": 0, "model_id": self._box.model_id}
-        return data
-
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        return self.bundle()
-
-    def __repr__(self) -> str:
-        return self.text()
-
-    def display(self) -> "ApprovalWidget":
-        from IPython.display import display
-
-        display(self.bundle(), raw=True)
-        return self

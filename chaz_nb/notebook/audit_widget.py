@@ -29,10 +29,11 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .display import StaticFallbackView
+
 log = logging.getLogger("chaz_nb.notebook.audit_widget")
 log.addHandler(logging.NullHandler())
 
-WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 ALL = "(all)"
 #: entry types after which the table (or its totals) may change
 RELEVANT = {"ToolCall", "ToolResult", "ApprovalRequest", "ApprovalDecision", "Ack", "Message", "Error"}
@@ -183,7 +184,7 @@ def _json_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-class AuditView:
+class AuditView(StaticFallbackView):
     """Tool calls of a store (or of one session and its children), live, with filters.
 
     ``store``: a SessionStore. ``session``: a session id, or None for every session.
@@ -395,31 +396,8 @@ class AuditView:
             f"<div class='chaz-tot'>{_esc(self.totals().text())}</div>{self._rows_html()}</div>"
         )
 
-    def bundle(self, widget: bool = True) -> dict[str, Any]:
-        data: dict[str, Any] = {"text/plain": self.text(), "text/html": self.html()}
-        if widget and self._box is not None and getattr(self._box, "model_id", None):
-            data[WIDGET_MIME] = {"version_major": 2, "version_minor": 0, "model_id": self._box.model_id}
-        return data
-
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        return self.bundle()
-
-    def __repr__(self) -> str:
-        return self.text()
-
-    def display(self) -> "AuditView":
-        from IPython.display import display
-
-        display(self.bundle(), raw=True, display_id=self.display_id)
-        self._displayed = True
-        self._last_static = time.monotonic()
-        return self
-
     def update_display(self) -> None:
-        from IPython.display import update_display
-
-        update_display(self.bundle(widget=self._box is not None), raw=True, display_id=self.display_id)
-        self._last_static = time.monotonic()
+        self._update_static(widget=self._box is not None)
         self._dirty = False
 
     # ------------------------------------------------------------ live updates

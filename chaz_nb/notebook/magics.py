@@ -63,6 +63,7 @@ Interrupting a wait stops waiting only: the run goes on and every entry is kept.
 
 AGENT_FIELDS = ("model", "system", "tools", "max_depth", "max_iterations", "script")
 _GLOB = re.compile(r"[*?\[]")
+_TOOL_PATTERN = re.compile(r"[A-Za-z0-9_*?\[\]!-]{1,64}")
 _NAME = re.compile(r"@([A-Za-z][A-Za-z0-9_-]*)")
 
 
@@ -236,6 +237,10 @@ def resolve_tools(names: list[str] | str | None, shell: Any, server: Any, where:
     ns = getattr(shell, "user_ns", {}) or {}
     out: list[str] = []
     for name in names:
+        if not _TOOL_PATTERN.fullmatch(name):
+            raise UsageError(
+                f"{where}: {name!r} is not a tool name; use letters, digits, _ or - (globs like web_* allowed)"
+            )
         if _GLOB.search(name):
             out.append(name)
             continue

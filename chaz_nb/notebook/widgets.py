@@ -34,11 +34,12 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+from .display import StaticFallbackView
+
 log = logging.getLogger("chaz_nb.notebook.widgets")
 log.addHandler(logging.NullHandler())
 
 MIME_TYPE = "application/vnd.chaz.session+json"
-WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 MIME_VERSION = 1
 
 #: characters of a tool's arguments/output shown in the folded row's summary line
@@ -272,7 +273,7 @@ class _Stats:
     sends: list[int] = field(default_factory=list)
 
 
-class SessionView:
+class SessionView(StaticFallbackView):
     """A view of one session: live widget + static transcript, one display_id.
 
     ``store``: a SessionStore (``subscribe``, ``entries``, ``session``). ``status``: a
@@ -642,40 +643,12 @@ class SessionView:
         finally:
             t.status = saved
 
-    def bundle(self, widget: bool = True) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "text/plain": self.text(),
-            "text/html": self.html(),
-            MIME_TYPE: self.to_json(),
-        }
-        if widget and self._box is not None and getattr(self._box, "model_id", None):
-            data[WIDGET_MIME] = {
-                "version_major": 2,
-                "version_minor": 0,
-                "model_id": self._box.model_id,
-            }
-        return data
-
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        return self.bundle()
-
-    def __repr__(self) -> str:
-        return self.text()
-
-    def display(self) -> "SessionView":
-        from IPython.display import display
-
-        display(self.bundle(), raw=True, display_id=self.display_id)
-        self._displayed = True
-        self._last_static = time.monotonic()
-        return self
+    def static_data(self) -> dict[str, Any]:
+        return {MIME_TYPE: self.to_json()}
 
     def update_display(self) -> None:
-        from IPython.display import update_display
-
         # once finished, the bundle is static only (the widget is about to close)
-        update_display(self.bundle(widget=not self._finished), raw=True, display_id=self.display_id)
-        self._last_static = time.monotonic()
+        self._update_static(widget=not self._finished)
         self.stats.static_updates += 1
 
 

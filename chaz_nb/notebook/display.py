@@ -1,0 +1,58 @@
+"""What every chaz view shares: a live ipywidget plus a static text/HTML form.
+
+The static form (text/plain, text/html, and whatever ``static_data`` adds) is what a saved
+notebook, nbval, GitHub or a kernel-less viewer shows; the widget reference is added only
+while the widget lives. Subclasses provide ``text()``, ``html()`` and ``_box``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+
+class StaticFallbackView:
+    """Mixin: ``bundle``, rich repr, and display / update through a display_id."""
+
+    _box: Any = None
+    display_id: str | None = None
+    _displayed: bool = False
+    _last_static: float = 0.0
+
+    def text(self) -> str:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def html(self) -> str:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def static_data(self) -> dict[str, Any]:
+        """MIME data beyond text and HTML (e.g. the session JSON for the JupyterLab renderer)."""
+        return {}
+
+    def bundle(self, widget: bool = True) -> dict[str, Any]:
+        data: dict[str, Any] = {"text/plain": self.text(), "text/html": self.html(), **self.static_data()}
+        if widget and self._box is not None and getattr(self._box, "model_id", None):
+            data[WIDGET_MIME] = {"version_major": 2, "version_minor": 0, "model_id": self._box.model_id}
+        return data
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        return self.bundle()
+
+    def __repr__(self) -> str:
+        return self.text()
+
+    def display(self) -> Any:
+        from IPython.display import display
+
+        display(self.bundle(), raw=True, display_id=self.display_id)
+        self._displayed = True
+        self._last_static = time.monotonic()
+        return self
+
+    def _update_static(self, widget: bool) -> None:
+        from IPython.display import update_display
+
+        update_display(self.bundle(widget=widget), raw=True, display_id=self.display_id)
+        self._last_static = time.monotonic()

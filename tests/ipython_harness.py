@@ -1,0 +1,20 @@
+"""%chaz through IPython's test shell (globalipapp): the shell and the one-line-error check."""
+
+from __future__ import annotations
+
+from IPython.core.error import UsageError
+from IPython.testing.globalipapp import get_ipython
+
+ip = get_ipython()
+
+
+def one_line_error(capsys, cell: str, needle: str) -> str:
+    """Run a cell that must fail with a one-line UsageError (no traceback)."""
+    capsys.readouterr()
+    result = ip.run_cell(cell)
+    assert isinstance(result.error_in_exec, UsageError), result.error_in_exec
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("UsageError: "), err
+    assert "\n" not in err and "Traceback" not in err, err
+    assert needle in err, err
+    return err
