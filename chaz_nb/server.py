@@ -190,8 +190,13 @@ class Server:
         sender: str = "user",
         payload: dict[str, Any] | None = None,
     ) -> RunHandle:
-        """Write a Message and return the run it starts."""
-        handle = self.post(session_id, EntryType.MESSAGE, content, sender, payload)
+        """Write a Message (group-committed with the tick's other writes); return its run."""
+        if sender in self.agents:
+            raise ServerError(
+                f"a Message from {sender!r} starts no run (agents do not trigger themselves)"
+            )
+        entry = await self.store.write_one(session_id, EntryType.MESSAGE, sender, content, payload=payload)
+        handle = self._handles.get(entry.id)
         if handle is None:
             raise ServerError(
                 f"a Message from {sender!r} starts no run (agents do not trigger themselves)"

@@ -13,7 +13,7 @@ import json
 import logging
 import os
 import threading
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Sequence
@@ -27,6 +27,11 @@ from .redaction import redact as redact_secrets
 log = logging.getLogger(__name__)
 
 OnWrite = Callable[[Entry], None]
+
+#: sessions whose logs are kept in memory (least recently used dropped first)
+LOG_CACHE_SESSIONS = 128
+#: a session with a longer log is read from DuckDB each time (bounds the memory)
+LOG_CACHE_MAX_ENTRIES = 5000
 
 _ENTRY_COLUMNS = (
     "id, session_id, seq, entry_type, sender, content, tool_call_id, tool_name, payload, created_at"
@@ -122,6 +127,7 @@ class SessionStore:
         self._next_seq: dict[int, int] = {}
         self._latest: dict[int, Entry] = {}
         self._sessions: dict[int, SessionInfo] = {}
+        self._logs: OrderedDict[int, list[Entry]] = OrderedDict()
         self._pending_writes: list[tuple[list[NewEntry], asyncio.Future]] = []
         self._flush_scheduled = False
         self._has_run_id = bool(
@@ -348,6 +354,12 @@ class SessionStore:
             self._next_seq.update(next_seq)
             for entry in entries:
                 self._latest[entry.session_id] = entry
+                cached = self._logs.get(entry.session_id)
+                if cached is not None:
+                    if len(cached) >= LOG_CACHE_MAX_ENTRIES:
+                        del self._logs[entry.session_id]
+                    else:
+                        cached.append(entry)
         self._dispatch(entries)
         return entries
 
@@ -440,6 +452,14 @@ class SessionStore:
     ) -> list[Entry]:
         """Entries of a session in seq order (after ``after_seq``, of ``types`` when given)."""
         self._check_open()
+        session_id = int(session_id)
+        log_ = self._logs.get(session_id)
+        if log_ is None and not self.read_only:
+            log_ = self._load_log(session_id)
+        if log_ is not None:
+            self._logs.move_to_end(session_id)
+            wanted = None if types is None else {EntryType(t) for t in types}
+            return [e for e in log_ if e.seq > after_seq and (wanted is None or e.entry_type in wanted)]
         query = f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE session_id = ? AND seq > ?"
         params: list[Any] = [int(session_id), int(after_seq)]
         if types is not None:
@@ -449,6 +469,28 @@ class SessionStore:
         with self._lock:
             rows = self._con.execute(query + " ORDER BY seq", params).fetchall()
         return [_entry_from_row(row) for row in rows]
+
+    def _load_log(self, session_id: int) -> list[Entry] | None:
+        """Read a session's whole log into the in-memory cache (LRU, small logs only).
+
+        Every run reads its session's log to build the context; a DuckDB read costs ~1-3 ms
+        here. This process is the only writer, so a cached log is kept current by appending
+        each committed entry to it.
+        """
+        with self._lock:
+            count = self._con.execute(
+                "SELECT count(*) FROM entries WHERE session_id = ?", [session_id]
+            ).fetchall()[0][0]
+            if count > LOG_CACHE_MAX_ENTRIES:
+                return None
+            rows = self._con.execute(
+                f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE session_id = ? ORDER BY seq", [session_id]
+            ).fetchall()
+        log_ = [_entry_from_row(row) for row in rows]
+        self._logs[session_id] = log_
+        while len(self._logs) > LOG_CACHE_SESSIONS:
+            self._logs.popitem(last=False)
+        return log_
 
     def latest(self, session_id: int) -> Entry | None:
         """The last entry of a session (from memory once this store has written or read it)."""

@@ -191,3 +191,22 @@ def test_redaction_applies_before_the_write(tmp_path):
         s.append(sid, EntryType.ERROR, "alice", "bad key sk-secret", payload={"detail": ["sk-secret"]})
         e = s.latest(sid)
         assert "sk-secret" not in e.content and e.payload["detail"] == ["[redacted]"]
+
+
+def test_cached_logs_match_the_database(store, monkeypatch):
+    import chaz_nb.store as store_module
+
+    monkeypatch.setattr(store_module, "LOG_CACHE_SESSIONS", 3)
+    monkeypatch.setattr(store_module, "LOG_CACHE_MAX_ENTRIES", 4)
+    sessions = [store.create_session(f"a{i}") for i in range(5)]
+    for round_ in range(6):
+        for s in sessions:
+            store.entries(s)  # read (and cache) between writes
+            store.append(s, EntryType.MESSAGE, "user", f"{s}-{round_}")
+            store.append_many([NewEntry(s, EntryType.ACK, "a", "x"), NewEntry(s, EntryType.TOOL_CALL, "a", "y")])
+    for s in sessions:
+        from_db = [r[0] for r in store.execute("SELECT seq FROM entries WHERE session_id = ? ORDER BY seq", [s])]
+        assert [e.seq for e in store.entries(s)] == from_db == list(range(1, 19))
+        assert [e.content for e in store.entries(s, after_seq=15)] == [f"{s}-5", "x", "y"]
+        assert [e.seq for e in store.entries(s, types=[EntryType.MESSAGE])] == [1, 4, 7, 10, 13, 16]
+    assert len(store._logs) <= 3
