@@ -405,16 +405,6 @@ class AuditView(StaticFallbackView):
     def following(self) -> bool:
         return self._unsubscribe is not None
 
-    def _subscribe(self) -> None:
-        try:
-            self._loop = self._loop or asyncio.get_running_loop()
-        except RuntimeError:
-            from .kernel_loop import get_loop
-
-            self._loop = get_loop()
-        self._loop_thread = threading.get_ident()
-        self._unsubscribe = self.store.subscribe(self._on_write)
-
     def _on_write(self, entry: Any) -> None:
         """on_write callback: O(1); arm one refresh ``interval`` from now."""
         if self._closed:

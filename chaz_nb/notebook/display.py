@@ -7,6 +7,8 @@ while the widget lives. Subclasses provide ``text()``, ``html()`` and ``_box``.
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 from typing import Any
 
@@ -50,6 +52,18 @@ class StaticFallbackView:
         self._displayed = True
         self._last_static = time.monotonic()
         return self
+
+    def _subscribe(self) -> None:
+        """Follow the store's writes on the kernel loop (views that have ``store`` and ``_on_write``)."""
+        try:
+            self._loop = getattr(self, "_loop", None) or asyncio.get_running_loop()
+        except RuntimeError:
+            from .kernel_loop import get_loop
+
+            self._loop = get_loop()
+        # writes from other threads hop onto the loop before touching the widget
+        self._loop_thread = threading.get_ident()
+        self._unsubscribe = self.store.subscribe(self._on_write)
 
     def _update_static(self, widget: bool) -> None:
         from IPython.display import update_display

@@ -440,32 +440,20 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
 
     # -- agents
     def _cmd_agent(self, rest: str) -> None:
-        state = self.state
-        try:
-            args = _agent_parser().parse_args(_split(rest))
-        except _HelpShown:
-            return None
-        spec: dict[str, Any] = {}
-        for key in ("model", "system", "max_depth", "max_iterations", "approval_timeout"):
-            if getattr(args, key) is not None:
-                spec[key] = getattr(args, key)
-        if args.auto_approve is not None:
-            spec["auto_approve"] = [n.strip() for n in args.auto_approve.split(",") if n.strip()]
-        if args.tools is not None:
-            spec["tools"] = args.tools
-        if args.script is not None:
-            spec["script"] = parse_script(args.script, f"%chaz agent {args.name}")
-        agent = define_agent(state, args.name, spec, f"%chaz agent {args.name}")
-        print(describe_agent(agent))
+        self._define_agent_from(rest, body=None)
 
     def _agent_cell(self, rest: str, body: str) -> None:
+        self._define_agent_from(rest, body=body)
+
+    def _define_agent_from(self, rest: str, body: str | None) -> None:
+        """``%chaz agent NAME --flags`` or ``%%chaz agent NAME`` (TOML body; flags win)."""
         state = self.state
         try:
             args = _agent_parser().parse_args(_split(rest))
         except _HelpShown:
             return None
-        where = f"%%chaz agent {args.name}"
-        spec = parse_toml(body, where)
+        where = f"%chaz agent {args.name}" if body is None else f"%%chaz agent {args.name}"
+        spec: dict[str, Any] = {} if body is None else parse_toml(body, where)
         for key in ("model", "system", "max_depth", "max_iterations", "approval_timeout"):
             if getattr(args, key) is not None:
                 spec[key] = getattr(args, key)

@@ -361,16 +361,6 @@ class SessionView(StaticFallbackView):
         return " · ".join(str(p) for p in parts) + f" · {self.status()}"
 
     # ---------------------------------------------------------- entries
-    def _subscribe(self) -> None:
-        try:
-            self._loop = self._loop or asyncio.get_running_loop()
-        except RuntimeError:
-            from .kernel_loop import get_loop
-
-            self._loop = get_loop()
-        self._loop_thread = threading.get_ident()
-        self._unsubscribe = self.store.subscribe(self._on_write)
-
     def _on_write(self, entry: Any) -> None:
         """on_write callback: O(1); queue the entry and arm the flush timer."""
         if entry.session_id != self.session_id or self._closed:
