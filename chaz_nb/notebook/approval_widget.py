@@ -14,13 +14,13 @@ prints: a click is handled from the kernel's comm handler, output goes through t
 
 from __future__ import annotations
 
-import html
 import json
 import logging
 import threading
 from typing import Any, Callable
 
 from .display import StaticFallbackView
+from .display import esc as _esc
 
 log = logging.getLogger("chaz_nb.notebook.approval_widget")
 log.addHandler(logging.NullHandler())
@@ -51,8 +51,6 @@ _CSS = (
 )
 
 
-def _esc(value: Any) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
 
 
 def pretty_arguments(arguments: Any) -> str:

@@ -20,7 +20,6 @@ through ``html.escape``.
 from __future__ import annotations
 
 import asyncio
-import html
 import json
 import logging
 import threading
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .display import StaticFallbackView
+from .display import esc as _esc
 
 log = logging.getLogger("chaz_nb.notebook.audit_widget")
 log.addHandler(logging.NullHandler())
@@ -96,8 +96,6 @@ _CSS = (
 )
 
 
-def _esc(value: Any) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
 
 
 def _short(text: str, n: int) -> str:

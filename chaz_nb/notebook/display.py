@@ -8,11 +8,17 @@ while the widget lives. Subclasses provide ``text()``, ``html()`` and ``_box``.
 from __future__ import annotations
 
 import asyncio
+import html
 import threading
 import time
 from typing import Any
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+
+def esc(value: Any) -> str:
+    """HTML-escape anything an agent, a tool or a user wrote (the HTML widget does not sanitise)."""
+    return html.escape("" if value is None else str(value), quote=True)
 
 
 class StaticFallbackView:

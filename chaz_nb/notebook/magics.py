@@ -296,13 +296,36 @@ def describe_agent(agent: Any) -> str:
 
 
 # ------------------------------------------------------------------ turns
+def open_view(
+    state: Any, session: int, *, after_seq: int = 0, follow: bool | None = None, title: str | None = None
+) -> Any:
+    """A view of a session on the kernel loop; kept in ``state.views`` while it follows the log
+    (so unloading the extension finishes it)."""
+    from .widgets import SessionView
+
+    server = state.server
+    view = SessionView(
+        server.store,
+        session,
+        status=server.session_status,
+        after_seq=after_seq,
+        loop=state.loop,
+        follow=follow,
+        approvals=server,
+        title=title,
+    )
+    if view.following:
+        state.views[:] = [v for v in state.views if v.following]
+        state.views.append(view)
+    return view
+
+
 def send_turn(
     state: Any, name: str, text: str, *, directive: bool = False, display: bool = True
 ) -> tuple[Any, Any]:
     """Write the Message (or Directive) from this cell; return (run handle, view or None)."""
     from ..entries import EntryType
     from .extension import origin
-    from .widgets import SessionView
 
     server = state.server
     check_agent(server, name)
@@ -312,17 +335,7 @@ def send_turn(
     latest = server.store.latest(session)
     view = None
     if display:
-        view = SessionView(
-            server.store,
-            session,
-            status=server.session_status,
-            after_seq=latest.seq if latest else 0,
-            loop=state.loop,
-            follow=True,
-            approvals=server,
-        )
-        state.views[:] = [v for v in state.views if v.following]
-        state.views.append(view)
+        view = open_view(state, session, after_seq=latest.seq if latest else 0, follow=True)
     handle = server.post(
         session,
         EntryType.DIRECTIVE if directive else EntryType.MESSAGE,
@@ -503,18 +516,11 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
         print(_table(rows))
 
     def _cmd_log(self, rest: str) -> None:
-        from .widgets import SessionView
 
         state = self.state
         server = state.server
         session = parse_session(server, rest, state.last_session, "log")
-        view = SessionView(
-            server.store, session, status=server.session_status, loop=state.loop, approvals=server
-        )
-        if view.following:
-            state.views[:] = [v for v in state.views if v.following]
-            state.views.append(view)
-        view.display()
+        open_view(state, session).display()
 
     def _cmd_new(self, rest: str) -> None:
         state = self.state
@@ -527,7 +533,6 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
         print(f"session {session}: a fresh session with @{m.group(1)}")
 
     def _cmd_wait(self, rest: str) -> None:
-        from .widgets import SessionView
 
         state = self.state
         server = state.server
@@ -535,15 +540,7 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
         if not server.is_busy(session):
             print(f"session {session} is {server.session_status(session)}")
             return
-        view = SessionView(
-            server.store,
-            session,
-            status=server.session_status,
-            after_seq=_last_trigger_seq(server, session),
-            loop=state.loop,
-            follow=True,
-            approvals=server,
-        )
+        view = open_view(state, session, after_seq=_last_trigger_seq(server, session), follow=True)
         view.display()
         wait_session(state, session, None, view)
 

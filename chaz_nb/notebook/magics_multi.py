@@ -312,8 +312,7 @@ class MultiAgentCommands:
         from ..entries import EntryType
         from ..server import ServerError
         from .extension import origin
-        from .magics import check_agent, wait_session
-        from .widgets import SessionView
+        from .magics import check_agent, open_view, wait_session
 
         state = self.state
         room_id = getattr(state, "room", None)
@@ -332,18 +331,8 @@ class MultiAgentCommands:
         except ServerError as exc:
             raise UsageError(f"{_one_line(exc)} (%chaz room --leave to talk to @{name} alone)") from None
         latest = server.store.latest(room_id)
-        view = SessionView(
-            server.store,
-            room_id,
-            status=server.session_status,
-            after_seq=latest.seq if latest else 0,
-            loop=state.loop,
-            follow=True,
-            approvals=server,
-            title=f"room {room.name}",
-        )
-        state.views[:] = [v for v in state.views if v.following]
-        state.views.append(view)
+        view = open_view(state, room_id, after_seq=latest.seq if latest else 0, follow=True,
+                         title=f"room {room.name}")
         # rooms.say(), plus the origin of the write (which notebook cell) as every %chaz turn has
         server.post(
             room_id,

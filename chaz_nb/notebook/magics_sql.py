@@ -9,12 +9,13 @@ Every value is HTML-escaped. Refused writes and bad SQL are one-line ``UsageErro
 
 from __future__ import annotations
 
-import html
 import keyword
 import re
 from typing import Any
 
 from IPython.core.error import UsageError
+
+from .display import esc as _esc
 
 SQL_USAGE = "usage: %chaz sql [-o NAME [--relation]] [--db PATH] [--max-rows N] QUERY"
 AUDIT_USAGE = "usage: %chaz audit [SESSION]"
@@ -44,8 +45,6 @@ _CSS = (
 )
 
 
-def _esc(value: Any) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
 
 
 def _value_text(value: Any) -> str:

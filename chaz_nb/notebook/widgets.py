@@ -25,7 +25,6 @@ Every string that comes from an agent, a tool or a user passes through ``html.es
 from __future__ import annotations
 
 import asyncio
-import html
 import json
 import logging
 import threading
@@ -35,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from .display import StaticFallbackView
+from .display import esc as _esc
 
 log = logging.getLogger("chaz_nb.notebook.widgets")
 log.addHandler(logging.NullHandler())
@@ -62,8 +62,6 @@ _CSS = (
 )
 
 
-def _esc(value: Any) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
 
 
 def _type(entry: Any) -> str:
