@@ -1,29 +1,70 @@
 """Read-only SQL over a session store: what ``%chaz sql`` runs.
 
-The audit trail is read-only from a notebook: statements are classified by DuckDB's own
-parser and anything but a query is refused before it runs. ``--db PATH`` opens another
-notebook's store read-only (DuckDB refuses it while a kernel holds the file: we say so).
+The audit trail cannot be changed from a notebook, and two layers make sure of it:
+
+1. **The database enforces it.** Every statement runs on a cursor of its own inside
+   ``BEGIN TRANSACTION READ ONLY`` (``store.read_only_transaction``), begun afresh for each
+   statement of the query, so a ``COMMIT`` in the query ends nothing but an empty transaction.
+   DuckDB refuses any write to any database there when it binds the statement: a ``DELETE``
+   inside a ``WITH``, ``EXPLAIN ANALYZE UPDATE``, ``MERGE``, ``nextval()``. The instance itself
+   is opened locked down (``store.LOCKED_DOWN``: ``enable_external_access=false``,
+   ``lock_configuration=true``), so ``COPY ... TO``, ``EXPORT DATABASE``, ``ATTACH`` of a file,
+   ``LOAD``/``INSTALL`` and ``SET`` fail too, which a transaction alone would let through.
+   That holds for this kernel's store (file or ``:memory:``), which is queried on the writer's
+   own instance because DuckDB cannot open the same file twice in one process, and for
+   ``--db PATH``, opened ``read_only=True`` with the same settings. A relation handed back
+   (``-o NAME --relation``) has run once inside the read-only transaction, and DuckDB decides
+   at bind time whether a statement writes, so running it again cannot write either.
+2. **The parser says so first, in one line.** Each statement is classified by DuckDB's own
+   parser; only queries (``SELECT``, ``EXPLAIN`` of a query, informational ``PRAGMA``\\ s) pass.
+   ``SELECT``\\ s are searched in DuckDB's parse tree (``json_serialize_sql``) for a
+   data-modifying ``WITH`` (``DELETE``/``UPDATE``/``INSERT``/``COPY``) and for table functions
+   that do something (``checkpoint()``); ``EXPLAIN`` is judged by the statement it explains.
+
+What the database layer alone would still allow (the parser refuses all of it): ``CHECKPOINT``
+(folds the WAL into the file; DuckDB does it by itself too), ``ATTACH ':memory:'`` (an empty
+catalog no query can write), ``VACUUM``/``ANALYZE`` (statistics) and per-cursor state
+(``SET VARIABLE``, temporary objects) that is gone with the query's cursor.
+
+``--db PATH`` opens another notebook's store read-only (DuckDB refuses it while a kernel holds
+the file: we say so).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import duckdb
 
-from .store import SessionStore
+from .store import LOCKED_DOWN, SessionStore, read_only_transaction
 
 ALLOWED = {"SELECT", "EXPLAIN"}
 #: informational pragmas that change nothing
-ALLOWED_PRAGMAS = ("table_info", "show_tables", "show_tables_expanded", "database_size", "version",
-                   "storage_info", "database_list", "show", "functions")
+ALLOWED_PRAGMAS = {"table_info", "show_tables", "show_tables_expanded", "database_size", "version",
+                   "storage_info", "database_list", "show", "functions", "platform", "user_agent",
+                   "collations", "metadata_info"}
+#: table functions that change something although they are called from a SELECT
+ACTING_FUNCTIONS = {"checkpoint", "force_checkpoint", "truncate_duckdb_logs", "copy_database",
+                    "import_database", "json_execute_serialized_sql", "enable_logging",
+                    "disable_logging", "enable_profiling", "disable_profiling",
+                    "add_grammar_extension", "remove_grammar_extension",
+                    "register_external_resource", "register_external_resource_type",
+                    "deregister_external_resource", "create_external_resource",
+                    "destroy_external_resource"}
+#: parse-tree nodes of a statement that writes (inside a WITH of a SELECT)
+_WRITING_NODE = re.compile(r"^(DELETE|UPDATE|INSERT|COPY|MERGE_INTO|MERGE)_QUERY_NODE$")
 DEFAULT_MAX_ROWS = 1000
 
 
 class SQLRefused(ValueError):
     """A statement that would change the store (or the connection)."""
+
+    what = ""  # what is refused: "DELETE statements", "a WITH that runs DELETE"
 
 
 class SQLFailed(ValueError):
@@ -58,8 +99,133 @@ def one_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
+def _refused(what: str, why: str = "the audit trail cannot be changed") -> SQLRefused:
+    verb = "are" if what.endswith("statements") else "is"
+    exc = SQLRefused(f"%chaz sql is read-only: {what} {verb} refused ({why}); use SELECT")
+    exc.what = what
+    return exc
+
+
+# ------------------------------------------------------------------ the parser layer
+_parser_lock = threading.Lock()
+_parser_con: duckdb.DuckDBPyConnection | None = None
+
+
+def _parse_tree(query: str) -> dict[str, Any] | None:
+    """DuckDB's parse tree of one SELECT, or None when DuckDB cannot serialize it."""
+    global _parser_con
+    with _parser_lock:  # one private, locked-down instance: json_serialize_sql only parses
+        if _parser_con is None:
+            _parser_con = duckdb.connect(":memory:", config=dict(LOCKED_DOWN))
+        try:
+            text = _parser_con.execute("SELECT json_serialize_sql(?)", [query]).fetchall()[0][0]
+        except duckdb.Error:
+            return None
+    tree = json.loads(text)
+    return None if tree.get("error") else tree
+
+
+def _acting_parts(tree: Any) -> tuple[set[str], set[str]]:
+    """(writing statements inside the tree, acting functions it calls)."""
+    writes: set[str] = set()
+    functions: set[str] = set()
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            kind = node.get("type")
+            if isinstance(kind, str):
+                m = _WRITING_NODE.match(kind)
+                if m:
+                    writes.add(m.group(1).replace("_", " "))
+            name = node.get("function_name")
+            if isinstance(name, str) and name.lower() in ACTING_FUNCTIONS:
+                functions.add(name.lower())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return writes, functions
+
+
+def _tokens(text: str) -> list[tuple[str, str]]:
+    """(kind, text) of the tokens of ``text``, comments left out."""
+    try:
+        marks = duckdb.tokenize(text)
+    except Exception:  # noqa: BLE001 - a text the tokenizer gives up on: no tokens
+        return []
+    out = []
+    for i, (start, kind) in enumerate(marks):
+        end = marks[i + 1][0] if i + 1 < len(marks) else len(text)
+        if kind.name != "comment":
+            out.append((kind.name, text[start:end].strip()))
+    return out
+
+
+def _explained(text: str) -> tuple[bool, str]:
+    """(whether it is EXPLAIN ANALYZE, the statement explained) of an EXPLAIN statement."""
+    marks = [(start, kind) for start, kind in duckdb.tokenize(text) if kind.name != "comment"]
+    words = _tokens(text)
+    i = 1  # words[0] is EXPLAIN
+    analyze = False
+    if i < len(words) and words[i][1].lower() in ("analyze", "analyse"):
+        analyze, i = True, i + 1
+    elif i < len(words) and words[i][1] == "(":  # EXPLAIN (ANALYZE, FORMAT json) ...
+        depth = 0
+        while i < len(words):
+            token = words[i][1]
+            depth += token.count("(") - token.count(")")
+            analyze = analyze or token.lower() in ("analyze", "analyse")
+            i += 1
+            if depth <= 0:
+                break
+    inner = text[marks[i][0]:] if i < len(marks) else ""
+    return analyze, inner
+
+
+def _statement_kind(st: Any) -> str:
+    try:
+        return st.type.name
+    except ValueError:  # a statement type newer than DuckDB's Python enum (UPDATE EXTENSIONS)
+        return " ".join(word.upper() for _, word in _tokens(st.query)[:2]) or "unnamed"
+
+
+def _check_statement(kind: str, text: str) -> None:
+    if kind == "SELECT":
+        tree = _parse_tree(text)
+        if tree is None:
+            return  # DuckDB will say what is wrong with it (and refuse any write)
+        writes, functions = _acting_parts(tree)
+        if writes:
+            verb = sorted(writes)[0]
+            raise _refused(f"a WITH that runs {verb}", f"the {verb} would run although the statement is a SELECT")
+        if functions:
+            raise _refused(f"{sorted(functions)[0]}()", "it changes the database, it does not only read it")
+        return
+    if kind == "EXPLAIN":
+        analyze, inner = _explained(text)
+        try:
+            statements = duckdb.extract_statements(inner)
+        except duckdb.Error:
+            return  # DuckDB's own message when it runs
+        for st in statements:
+            inner_kind = _statement_kind(st)
+            try:
+                _check_statement(inner_kind, st.query)
+            except SQLRefused as exc:
+                what = exc.what.removesuffix(" statements")
+                if analyze:
+                    raise _refused(f"EXPLAIN ANALYZE of {what}", "EXPLAIN ANALYZE runs the statement") from None
+                raise _refused(f"EXPLAIN of {what}", "it plans a write") from None
+        return
+    if kind == "PRAGMA":
+        words = _tokens(text)
+        if len(words) >= 2 and words[0][1].lower() == "pragma" and words[1][1].lower() in ALLOWED_PRAGMAS:
+            return
+    raise _refused(f"{kind} statements")
+
+
 def check_read_only(query: str) -> None:
-    """Raise SQLRefused unless every statement only reads."""
+    """Raise SQLRefused unless every statement only reads (the first, clear message)."""
     try:
         statements = duckdb.extract_statements(query)
     except duckdb.Error as exc:
@@ -67,22 +233,16 @@ def check_read_only(query: str) -> None:
     if not statements:
         raise SQLFailed("no SQL statement given; try: %chaz sql SELECT * FROM runs")
     for st in statements:
-        kind = st.type.name
-        if kind in ALLOWED:
-            continue
-        if kind == "PRAGMA" and st.query.strip().lower().removeprefix("pragma").strip().startswith(ALLOWED_PRAGMAS):
-            continue
-        raise SQLRefused(
-            f"%chaz sql is read-only: {kind} statements are refused (the audit trail cannot be changed); "
-            "use SELECT"
-        )
+        _check_statement(_statement_kind(st), st.query)
 
 
+# ------------------------------------------------------------------ the database layer
 def open_read_only(path: str) -> duckdb.DuckDBPyConnection:
+    """Another notebook's store, read-only and locked down like this kernel's."""
     if not os.path.exists(path):
         raise SQLFailed(f"no database file {path}")
     try:
-        return duckdb.connect(path, read_only=True)
+        return duckdb.connect(path, read_only=True, config=dict(LOCKED_DOWN))
     except duckdb.IOException as exc:
         if "lock" in str(exc).lower():
             raise SQLFailed(
@@ -90,6 +250,14 @@ def open_read_only(path: str) -> duckdb.DuckDBPyConnection:
                 "while one writes it; query it from that kernel, or stop it first"
             ) from None
         raise SQLFailed(one_line(exc)) from None
+    except duckdb.Error as exc:
+        raise SQLFailed(one_line(exc)) from None
+
+
+def _read_only(con: duckdb.DuckDBPyConnection, run: Callable[[], Any]) -> Any:
+    """``run()`` in a read-only transaction of its own on ``con``."""
+    with read_only_transaction(con):
+        return run()
 
 
 def run_query(
@@ -105,7 +273,7 @@ def run_query(
     if db is None:
         if store is None:
             raise SQLFailed("no session store: %load_ext chaz_nb first, or give --db PATH")
-        con = store.reader()
+        con = store.reader()  # a cursor of its own: its transactions are the query's alone
         source = store.path
     else:
         con = open_read_only(db)
@@ -113,18 +281,22 @@ def run_query(
     statements = duckdb.extract_statements(query)
     try:
         for st in statements[:-1]:
-            con.execute(st.query).fetchall()
+            _read_only(con, lambda q=st.query: con.execute(q).fetchall())
         last = statements[-1].query
-        relation = con.sql(last)
-        if relation is None:  # EXPLAIN and PRAGMA can come back without a relation
-            rows = con.execute(last).fetchall()
-            return QueryResult([d[0] for d in con.description or []], rows, len(rows), None, source)
-        columns = list(relation.columns)
-        rows = relation.limit(max_rows + 1).fetchall()
-        total = len(rows)
-        if total > max_rows:
-            total = con.sql(f"SELECT count(*) FROM ({last})").fetchall()[0][0]
-            rows = rows[:max_rows]
+
+        def run_last() -> QueryResult:
+            relation = con.sql(last)
+            if relation is None:  # EXPLAIN and PRAGMA can come back without a relation
+                rows = con.execute(last).fetchall()
+                return QueryResult([d[0] for d in con.description or []], rows, len(rows), None, source)
+            columns = list(relation.columns)
+            rows = relation.limit(max_rows + 1).fetchall()
+            total = len(rows)
+            if total > max_rows:
+                total = con.sql(f"SELECT count(*) FROM ({last})").fetchall()[0][0]
+                rows = rows[:max_rows]
+            return QueryResult(columns, rows, total, relation, source)
+
+        return _read_only(con, run_last)
     except duckdb.Error as exc:
         raise SQLFailed(one_line(exc)) from None
-    return QueryResult(columns, rows, total, relation, source)

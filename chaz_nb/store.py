@@ -4,6 +4,14 @@ One read-write connection per store, used from the thread that owns the event lo
 that need to read get their own cursor (``SessionStore.reader()``). Entry ids and per-session
 ``seq`` numbers are allocated in memory: DuckDB admits one read-write process per file, so
 this process is the only writer and the counters cannot race another one.
+
+The DuckDB instance is opened locked down (``LOCKED_DOWN``): no file access besides its own
+database file (no ``COPY ... TO``, ``EXPORT``, ``ATTACH`` of a file, ``read_csv``, extension
+``LOAD``/``INSTALL``) and no configuration change (``SET`` is refused). The store needs none of
+them, and this is what lets ``%chaz sql`` and the audit view run users' SQL on the writer's own
+instance without being able to write anything (see ``chaz_nb.sqlquery``): DuckDB cannot open the
+same file a second time in the process, not even read-only. To export data, fetch it
+(``store.sql(...).fetchall()`` / ``.df()``) and write it from Python.
 """
 
 from __future__ import annotations
@@ -14,9 +22,10 @@ import logging
 import os
 import threading
 from collections import OrderedDict, deque
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import duckdb
 
@@ -76,13 +85,37 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
+#: DuckDB settings of every store instance (and of ``%chaz sql --db``'s read-only one):
+#: queries cannot touch the file system, load extensions or change any setting afterwards.
+LOCKED_DOWN: dict[str, Any] = {"enable_external_access": False, "lock_configuration": True}
+
+
+@contextmanager
+def read_only_transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+    """Run the block in ``BEGIN TRANSACTION READ ONLY`` on ``con``, rolled back afterwards.
+
+    DuckDB refuses any write to any attached database inside it when the statement is bound
+    (before a row is touched), however the write is spelled: a DELETE inside a WITH,
+    ``EXPLAIN ANALYZE UPDATE``, ``nextval()``, ``MERGE``. Use a cursor of its own: a statement
+    that ends the transaction (``COMMIT``) makes the ROLLBACK fail, which is ignored.
+    """
+    con.execute("BEGIN TRANSACTION READ ONLY")
+    try:
+        yield con
+    finally:
+        try:
+            con.execute("ROLLBACK")  # nothing to undo: ends the snapshot
+        except duckdb.TransactionException:
+            pass  # the block ended the transaction itself
+
+
 def _connect(path: str, read_only: bool) -> duckdb.DuckDBPyConnection:
     if path != ":memory:":
         parent = os.path.dirname(os.path.abspath(path))
         if not read_only:
             os.makedirs(parent, exist_ok=True)
     try:
-        return duckdb.connect(path, read_only=read_only)
+        return duckdb.connect(path, read_only=read_only, config=dict(LOCKED_DOWN))
     except duckdb.IOException as exc:
         text = str(exc)
         if "lock" in text.lower():
@@ -181,6 +214,20 @@ class SessionStore:
         """A cursor for reading from another thread (DuckDB connections are not shared)."""
         self._check_open()
         return self._con.cursor()
+
+    def read(self, query: str, params: Sequence[Any] | None = None) -> list[tuple]:
+        """Fetch all rows of ``query`` where DuckDB refuses writes (a read-only transaction).
+
+        For SQL the store did not write itself (the audit view's, ``%chaz sql``): nothing it
+        says can change the store, the files or the settings.
+        """
+        self._check_open()
+        cursor = self._con.cursor()
+        try:
+            with read_only_transaction(cursor):
+                return cursor.execute(query, list(params or [])).fetchall()
+        finally:
+            cursor.close()
 
     # --------------------------------------------------------------- sessions
     def create_session(

@@ -1,11 +1,15 @@
+import os
+import re
 import subprocess
 import sys
 import textwrap
 
+import duckdb
 import pytest
 
+from chaz_nb import sqlquery
 from chaz_nb.entries import EntryType
-from chaz_nb.sqlquery import SQLFailed, SQLRefused, run_query
+from chaz_nb.sqlquery import SQLFailed, SQLRefused, check_read_only, run_query
 from chaz_nb.store import SessionStore
 
 
@@ -105,3 +109,184 @@ def test_missing_pandas_gives_the_install_hint(filled, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_pandas)
     with pytest.raises(ImportError, match=r"pip install 'chaz_nb\[pandas\]'"):
         run_query("SELECT 1", filled).df()
+
+
+# ------------------------------------------------------------------ every statement type
+# Each DuckDB statement type with statements that would change the store, its settings or the
+# file system if they ran. "{out}" is a directory that must stay empty.
+NO_SQL_FORM = {"INVALID", "RELATION", "LOGICAL_PLAN", "EXTENSION"}  # not reachable from SQL text
+#: types whose SQL DuckDB's parser reports under another type (SET VARIABLE is a SET, ...)
+PARSED_AS = {"VARIABLE_SET": "SET", "CREATE_FUNC": "CREATE", "COPY_DATABASE": "PRAGMA", "ANALYZE": "VACUUM"}
+WRITES = {
+    "SELECT": [
+        "WITH d AS (DELETE FROM entries RETURNING id) SELECT count(*) FROM d",
+        "WITH d AS (UPDATE entries SET content = 'changed' RETURNING id) SELECT * FROM d",
+        "WITH d AS (INSERT INTO sessions (id, agent, kind, depth) VALUES (99, 'x', 'chat', 0) RETURNING id) "
+        "SELECT * FROM d",
+        "SELECT * FROM (WITH d AS (DELETE FROM entries RETURNING id) SELECT * FROM d) AS x",
+        "WITH c AS (COPY entries TO '{out}/cte.csv') SELECT * FROM c",
+        "SELECT * FROM checkpoint()",
+    ],
+    "INSERT": ["INSERT INTO sessions (id, agent, kind, depth) VALUES (99, 'x', 'chat', 0)"],
+    "UPDATE": ["UPDATE entries SET content = 'changed'"],
+    "CREATE": ["CREATE OR REPLACE VIEW tool_calls AS SELECT 1 AS x", "CREATE TABLE t AS SELECT 1",
+               "CREATE MACRO m(a) AS a", "CREATE SEQUENCE s"],
+    "DELETE": ["DELETE FROM entries", "SELECT 1; DELETE FROM entries"],
+    "PREPARE": ["PREPARE p AS DELETE FROM entries"],
+    "EXECUTE": ["PREPARE p AS SELECT 1; EXECUTE p; DELETE FROM entries"],
+    "ALTER": ["ALTER TABLE entries RENAME TO gone", "ALTER TABLE entries ADD COLUMN x INT"],
+    "TRANSACTION": ["COMMIT; DELETE FROM entries", "BEGIN; DELETE FROM entries; COMMIT",
+                    "ROLLBACK; UPDATE entries SET content = 'changed'"],
+    "COPY": ["COPY entries TO '{out}/entries.csv'", "COPY entries FROM '{src}'",
+             "COPY (SELECT * FROM entries) TO '{out}/entries.parquet' (FORMAT parquet)"],
+    "ANALYZE": ["ANALYZE entries"],
+    "VARIABLE_SET": ["SET VARIABLE x = 1"],
+    "CREATE_FUNC": ["CREATE FUNCTION f(a) AS a"],
+    "EXPLAIN": [
+        "EXPLAIN ANALYZE DELETE FROM entries",
+        "EXPLAIN ANALYZE UPDATE entries SET content = 'changed'",
+        "EXPLAIN ANALYZE INSERT INTO sessions (id, agent, kind, depth) VALUES (99, 'x', 'chat', 0)",
+        "EXPLAIN ANALYZE COPY entries TO '{out}/explained.csv'",
+        "EXPLAIN (ANALYZE, FORMAT json) DELETE FROM entries",
+        "/* why */ explain analyze\nWITH d AS (DELETE FROM entries RETURNING id) SELECT * FROM d",
+        "EXPLAIN DELETE FROM entries",
+    ],
+    "DROP": ["DROP VIEW runs", "DROP TABLE entries CASCADE"],
+    "EXPORT": ["EXPORT DATABASE '{out}/export'"],
+    "PRAGMA": ["PRAGMA force_checkpoint", "PRAGMA enable_profiling", "COPY FROM DATABASE memory TO other", "IMPORT DATABASE '{out}'"],
+    "VACUUM": ["VACUUM entries"],
+    "CALL": ["CHECKPOINT", "CALL force_checkpoint()"],
+    "SET": ["SET threads = 1", "SET memory_limit = '1MB'", "SET VARIABLE x = 1",
+            "SET profiling_output = '{out}/profile.json'", "RESET threads"],
+    "LOAD": ["LOAD '{out}/evil.duckdb_extension'", "INSTALL '{out}/evil.duckdb_extension'"],
+    "ATTACH": ["ATTACH '{out}/new.duckdb' AS other"],
+    "DETACH": ["DETACH DATABASE IF EXISTS other"],
+    "MULTI": ["PIVOT entries ON entry_type"],
+    "COPY_DATABASE": ["ATTACH '{out}/copy.duckdb' AS other; COPY FROM DATABASE memory TO other",
+                      "ATTACH ':memory:' AS other; COPY FROM DATABASE memory TO other"],
+    "MERGE_INTO": [
+        "MERGE INTO entries USING (SELECT 1 AS id) AS s ON s.id = entries.id WHEN MATCHED THEN DELETE",
+    ],
+}
+CASES = [(kind, q) for kind, queries in WRITES.items() for q in queries]
+
+
+def test_every_statement_type_has_a_case():
+    types = set(duckdb.StatementType.__members__)
+    assert types - NO_SQL_FORM <= set(WRITES), "a new DuckDB statement type needs cases here"
+    for kind, query in CASES:  # each case has a statement of the type it is listed under
+        kinds = {st.type.name for st in duckdb.extract_statements(query.format(out="o", src="s.csv"))}
+        assert kind in kinds or kind in PARSED_AS, (kind, query, kinds)
+
+
+@pytest.fixture(scope="module", params=["memory", "file", "--db"])
+def shared_store(request, tmp_path_factory):
+    """A store with 3 entries (shared by the module's tests: each checks it is unchanged)."""
+    path = ":memory:" if request.param == "memory" else str(tmp_path_factory.mktemp("store") / "s.duckdb")
+    store = SessionStore(path)
+    s = store.create_session("alice")
+    for i in range(3):
+        store.append(s, EntryType.MESSAGE, "user", f"m{i}")
+    if request.param == "--db":  # another notebook's file: closed here, opened read-only by --db
+        store.close()
+        with SessionStore(path, read_only=True) as ro:
+            yield None, path, _state(ro)
+    else:
+        yield store, None, _state(store)
+        store.close()
+
+
+@pytest.fixture
+def target(shared_store, tmp_path, monkeypatch):
+    """(store, db, an empty directory that must stay empty, a CSV to copy from, the store's state)."""
+    store, db, before = shared_store
+    out = tmp_path / "out"
+    out.mkdir()
+    src = tmp_path / "in.csv"
+    src.write_text("id\n1\n")
+    monkeypatch.chdir(out)  # relative paths land in out/ too
+    yield store, db, out, src, before
+    if db is not None:
+        with SessionStore(db, read_only=True) as ro:
+            assert _state(ro) == before
+
+
+def _state(store: SessionStore) -> tuple:
+    """What a write would change: rows, catalog, settings, attached databases."""
+    return (
+        store.execute("SELECT id, session_id, seq, content FROM entries ORDER BY id"),
+        store.execute("SELECT id, agent FROM sessions ORDER BY id"),
+        store.execute("SELECT table_name, table_type FROM information_schema.tables ORDER BY ALL"),
+        store.execute("SELECT function_name FROM duckdb_functions() WHERE NOT internal ORDER BY ALL"),
+        store.execute("SELECT sequence_name FROM duckdb_sequences()"),
+        store.execute("SELECT name, value FROM duckdb_settings() WHERE name IN ('threads', 'memory_limit', "
+                      "'enable_external_access', 'lock_configuration', 'enable_profiling', 'profiling_output') "
+                      "ORDER BY name"),
+        store.execute("SELECT database_name FROM duckdb_databases() WHERE NOT internal ORDER BY ALL"),
+    )
+
+
+@pytest.mark.parametrize("kind, query", CASES)
+def test_the_parser_refuses_every_write_in_one_line(kind, query):
+    with pytest.raises(SQLRefused) as info:
+        check_read_only(query.format(out="out", src="in.csv"))
+    message = str(info.value)
+    assert message.startswith("%chaz sql is read-only: ") and message.endswith("; use SELECT")
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("kind, query", CASES)
+def test_the_database_refuses_every_write_the_parser_might_miss(target, monkeypatch, kind, query):
+    store, db, out, src, before = target
+    monkeypatch.setattr(sqlquery, "check_read_only", lambda q: None)  # only the database stands guard
+    try:
+        run_query(query.format(out=out, src=src), store, db=db)
+    except SQLFailed as exc:
+        assert "\n" not in str(exc)
+    assert sorted(os.listdir(out)) == []  # no COPY/EXPORT/ATTACH/profile file
+    if store is not None:
+        assert _state(store) == before
+
+
+@pytest.mark.parametrize(
+    "query, message",
+    [
+        ("WITH d AS (DELETE FROM entries RETURNING id) SELECT count(*) FROM d",
+         "a WITH that runs DELETE is refused"),
+        ("EXPLAIN ANALYZE DELETE FROM entries", "EXPLAIN ANALYZE of DELETE is refused (EXPLAIN ANALYZE runs"),
+        ("EXPLAIN ANALYZE COPY entries TO 'x.csv'", "EXPLAIN ANALYZE of COPY is refused"),
+        ("EXPLAIN ANALYZE UPDATE entries SET content = ''", "EXPLAIN ANALYZE of UPDATE is refused"),
+        ("SELECT * FROM checkpoint()", "checkpoint() is refused"),
+    ],
+)
+def test_hidden_writes_are_named_in_the_message(filled, tmp_path, monkeypatch, query, message):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SQLRefused, match=re.escape(message)):
+        run_query(query, filled)
+    assert filled.sql("SELECT count(*) FROM entries").fetchall() == [(5,)]
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "EXPLAIN SELECT * FROM tool_calls",
+        "EXPLAIN ANALYZE SELECT count(*) FROM entries",
+        "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) SELECT * FROM r",
+        "SUMMARIZE entries",
+        "DESCRIBE entries",
+        "SHOW TABLES",
+        "PRAGMA table_info('entries')",
+        "/* a comment */ PRAGMA version",
+        "SELECT 'DELETE FROM entries' AS text",
+        "SELECT * FROM duckdb_tables()",
+    ],
+)
+def test_reads_still_run(filled, query):
+    assert run_query(query, filled).columns
+
+
+def test_a_relation_handed_back_reads_the_current_store(filled):
+    result = run_query("SELECT count(*) FROM entries", filled)
+    filled.append(1, EntryType.MESSAGE, "user", "later")
+    assert result.relation.fetchall() == [(6,)]  # not held in an old snapshot

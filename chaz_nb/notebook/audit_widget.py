@@ -3,6 +3,8 @@
 The rows come from the ``tool_calls`` audit view (joined with ``approvals`` for the approval
 state, and ``runs`` for tokens and cost). With a SESSION the table covers that session and the
 sessions of the agents it spawned, transitively; without one, every session of the store.
+Its queries run through ``SessionStore.read`` (a read-only transaction on the locked-down
+instance), like ``%chaz sql``'s: the view cannot change what it shows.
 
 It is displayed once with a ``display_id``, as one MIME bundle: the ipywidgets view (filters:
 agent and tool Dropdowns, "errors only" and "needs approval only" Checkboxes; a totals line;
@@ -241,7 +243,7 @@ class AuditView(StaticFallbackView):
     def load(self) -> None:
         """Re-read the rows and the run totals from the store."""
         scope, params = self._scope()
-        calls = self.store.execute(_CALLS.format(scope=scope), params)
+        calls = self.store.read(_CALLS.format(scope=scope), params)
         rows = []
         for i, r in enumerate(calls, 1):
             (session_id, agent, tool, arguments, output, is_error, duration_ms, finished, decision,
@@ -264,7 +266,7 @@ class AuditView(StaticFallbackView):
         self.rows = rows
         self.run_totals = {
             agent: (int(tokens or 0), cost, int(unpriced or 0))
-            for agent, _runs, tokens, cost, unpriced in self.store.execute(_RUNS.format(scope=scope), params)
+            for agent, _runs, tokens, cost, unpriced in self.store.read(_RUNS.format(scope=scope), params)
         }
 
     def agents(self) -> list[str]:
