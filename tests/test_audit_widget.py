@@ -212,3 +212,20 @@ async def test_static_fallback_has_the_rows_escaped(scenario, store):
     if view.widget is not None and getattr(view.widget, "model_id", None):
         assert WIDGET_MIME in bundle
     view.close()
+
+
+async def test_the_views_queries_cannot_change_the_store(scenario, store, monkeypatch):
+    """Its SQL runs in a read-only transaction: even a query that deletes would be refused."""
+    import duckdb
+
+    from chaz_nb.notebook import audit_widget
+
+    view = AuditView(store, follow=False, widget=False)
+    before = store.execute("SELECT count(*) FROM entries")
+    monkeypatch.setattr(audit_widget, "_RUNS", (
+        "WITH gone AS (DELETE FROM entries RETURNING id) "
+        "SELECT 'x', count(*), 0, 0.0, 0 FROM gone WHERE id NOT IN ({scope})"
+    ))
+    with pytest.raises(duckdb.Error, match="read-only"):
+        view.load()
+    assert store.execute("SELECT count(*) FROM entries") == before

@@ -129,6 +129,18 @@ def test_o_without_pandas_is_a_one_line_message(chaz, capsys, monkeypatch):
     assert "df" not in ip.user_ns
 
 
+def test_o_relation_of_a_hidden_write_is_never_handed_out(chaz, capsys, monkeypatch):
+    """Even past the parser, the relation is made inside the read-only transaction, which refuses it."""
+    from chaz_nb import sqlquery
+
+    ip.run_line_magic("chaz", "@assistant hello")
+    monkeypatch.setattr(sqlquery, "check_read_only", lambda query: None)
+    one_line_error(capsys, "%chaz sql -o rel --relation WITH d AS (DELETE FROM entries RETURNING id) SELECT * FROM d",
+                   "read-only")
+    assert "rel" not in ip.user_ns
+    assert count_entries(chaz) == 3
+
+
 def test_o_relation_is_duckdbs_relation(chaz):
     ip.run_line_magic("chaz", "@assistant hello")
     sql("-o rel --relation SELECT seq FROM entries ORDER BY seq")
@@ -177,9 +189,17 @@ def test_db_queries_another_notebooks_file_read_only(chaz, tmp_path, capsys):
         "ATTACH ':memory:' AS other",
         "SELECT 1; DELETE FROM entries",
         "CREATE TABLE t AS SELECT 1",
+        "WITH d AS (DELETE FROM entries RETURNING id) SELECT count(*) FROM d",
+        "EXPLAIN ANALYZE DELETE FROM entries",
+        "EXPLAIN ANALYZE UPDATE entries SET content = 'x'",
+        "EXPLAIN ANALYZE COPY entries TO 'copied.csv'",
+        "WITH c AS (COPY entries TO 'copied.csv') SELECT * FROM c",
+        "COPY entries TO 'copied.csv'",
+        "EXPORT DATABASE 'exported'",
     ],
 )
-def test_writes_are_refused_in_one_line_and_change_nothing(chaz, capsys, query):
+def test_writes_are_refused_in_one_line_and_change_nothing(chaz, capsys, tmp_path, monkeypatch, query):
+    monkeypatch.chdir(tmp_path)
     ip.run_line_magic("chaz", "@assistant hello")
     before = count_entries(chaz)
     err = one_line_error(capsys, f"%chaz sql {query}", "%chaz sql is read-only")
@@ -188,6 +208,7 @@ def test_writes_are_refused_in_one_line_and_change_nothing(chaz, capsys, query):
     assert chaz.store.execute("SELECT count(*) FROM sessions")[0][0] == 1
     assert {r[0] for r in chaz.store.execute("SELECT database_name FROM duckdb_databases()")} >= {"memory"}
     assert "other" not in {r[0] for r in chaz.store.execute("SELECT database_name FROM duckdb_databases()")}
+    assert list(tmp_path.iterdir()) == []  # no file written
 
 
 def test_bad_sql_is_one_line(chaz, capsys):

@@ -1,4 +1,5 @@
 import logging
+import os
 
 import duckdb
 import pytest
@@ -210,3 +211,42 @@ def test_cached_logs_match_the_database(store, monkeypatch):
         assert [e.content for e in store.entries(s, after_seq=15)] == [f"{s}-5", "x", "y"]
         assert [e.seq for e in store.entries(s, types=[EntryType.MESSAGE])] == [1, 4, 7, 10, 13, 16]
     assert len(store._logs) <= 3
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "DELETE FROM entries",
+        "WITH d AS (DELETE FROM entries RETURNING id) SELECT count(*) FROM d",
+        "EXPLAIN ANALYZE UPDATE entries SET content = 'changed'",
+        "COMMIT",  # ends only its own transaction
+    ],
+)
+def test_read_refuses_writes_in_the_database(store, query):
+    s = store.create_session("alice")
+    store.append(s, EntryType.MESSAGE, "user", "kept")
+    try:
+        store.read(query)
+    except duckdb.Error as exc:
+        assert "read-only" in str(exc)
+    assert store.read("SELECT content FROM entries") == [("kept",)]
+    assert store.append(s, EntryType.MESSAGE, "user", "still writable").seq == 2
+
+
+@pytest.mark.parametrize("path", [":memory:", "file"])
+def test_the_store_instance_touches_no_file_and_keeps_its_settings(tmp_path, monkeypatch, path):
+    monkeypatch.chdir(tmp_path)
+    if path == "file":
+        path = str(tmp_path / "db" / "s.duckdb")
+    with SessionStore(path) as store:
+        s = store.create_session("alice")
+        store.append(s, EntryType.MESSAGE, "user", "hi")
+        for query in ("COPY entries TO 'out.csv'", "EXPORT DATABASE 'exported'", "ATTACH 'new.duckdb' AS n",
+                      "SELECT * FROM read_csv('x.csv')", "SET threads = 1", "SET enable_external_access = true"):
+            with pytest.raises(duckdb.Error, match="disabled by configuration|configuration has been locked|while database is running"):
+                store.execute(query)
+        assert store.entries(s)[0].content == "hi"
+    assert sorted(os.listdir(tmp_path)) == (["db"] if path != ":memory:" else [])
+    if path != ":memory:":  # and the store's own file works as before
+        with SessionStore(path) as again:
+            assert [e.content for e in again.entries(1)] == ["hi"]
