@@ -5,7 +5,15 @@ from chaz_nb.agents import Agent
 from chaz_nb.entries import EntryType as T
 from chaz_nb.server import Server
 from chaz_nb.spawn import LateBound, LateBoundError
+from chaz_nb.store import SessionStore
 from chaz_nb.tools import ToolRegistry, tool
+
+deleted = []  # every call of delete_all that really ran
+
+
+@pytest.fixture(autouse=True)
+def clear_deleted():
+    deleted.clear()
 
 
 @tool
@@ -17,6 +25,7 @@ def add(a: int, b: int) -> int:
 @tool
 def delete_all() -> str:
     """Dangerous."""
+    deleted.append(True)
     return "deleted"
 
 
@@ -30,6 +39,17 @@ def log(store, session_id):
 
 def make_server(store, *agents):
     return Server(store, list(agents), ToolRegistry([add, delete_all]))
+
+
+def spawned(store, kind="child"):
+    return [s for s in store.sessions() if s.kind == kind]
+
+
+def results(store, session_id, tool_name):
+    return [e for e in store.entries(session_id) if e.entry_type is T.TOOL_RESULT and e.tool_name == tool_name]
+
+
+DELETER = [{"tool": "delete_all", "args": {}}, "{result}"]
 
 
 async def test_spawn_agent_sequence_entry_by_entry(store):
@@ -174,3 +194,115 @@ def test_late_bound_handle_is_set_exactly_once(store):
     Server(store, [], registry)
     with pytest.raises(LateBoundError, match="give each Server its own ToolRegistry"):
         Server(store, [], registry)
+
+
+# ------------------------------------------------- the ceiling of a spawned session
+def narrow_parent_and_greedy_child(**child):
+    return (
+        Agent("parent", model="chaz/script", tools=["spawn_agent", "send_message", "add"],
+              script=[spawn("child", "go"), "{result}"]),
+        # the child's own definition allows everything, delete_all included
+        Agent("child", model="chaz/script", tools=None, script=DELETER, **child),
+    )
+
+
+async def test_parent_writing_to_its_finished_child_cannot_reach_a_tool_outside_its_scope(store):
+    server = make_server(store, *narrow_parent_and_greedy_child())
+    p = server.current_session("parent")
+    await (await server.send(p, "go")).wait()
+    (child,) = spawned(store)
+    # The parent's next run writes a Directive into its (finished) child's session.
+    server.define_agent(Agent("parent", model="chaz/script", tools=["spawn_agent", "send_message", "add"],
+                              script=[{"tool": "send_message", "args": {"session_id": child.id, "text": "again",
+                                                                        "kind": "directive"}}, "{result}"]))
+    await (await server.send(p, "poke your child")).wait()
+    await server.wait_idle(10)
+    assert len([e for e in store.entries(child.id) if e.entry_type is T.ACK]) == 2
+    assert deleted == []
+    for result in results(store, child.id, "delete_all"):
+        assert result.content.startswith("delete_all: unknown tool 'delete_all'; tools available: add, send_message")
+
+
+async def test_a_person_or_a_schedule_triggering_a_child_session_gets_the_parents_ceiling(store):
+    server = make_server(store, *narrow_parent_and_greedy_child())
+    await (await server.send(server.current_session("parent"), "go")).wait()
+    (child,) = spawned(store)
+    handle = server.post(child.id, T.DIRECTIVE, "now delete everything", sender="user")
+    await handle.wait()
+    s = server.schedules.add("child", "every 1h", "delete everything", session=child.id)
+    await server.fire_agent_schedule(s)
+    assert len([e for e in store.entries(child.id) if e.entry_type is T.ACK]) == 3
+    assert deleted == []
+    assert all(r.payload["is_error"] for r in results(store, child.id, "delete_all"))
+
+
+async def test_ceiling_survives_a_restart_and_a_redefinition_with_more_tools(db_path):
+    store = SessionStore(db_path)
+    server = make_server(store, *narrow_parent_and_greedy_child())
+    await (await server.send(server.current_session("parent"), "go")).wait()
+    (child,) = spawned(store)
+    await server.stop()
+    store.close()
+
+    store = SessionStore(db_path)
+    try:
+        # a new kernel, the child redefined with every tool and the parent gone
+        server = make_server(store, Agent("child", model="chaz/script", tools=["*"], script=DELETER))
+        await server.post(child.id, T.DIRECTIVE, "delete everything", sender="user").wait()
+        assert deleted == []
+        (_, after_restart) = results(store, child.id, "delete_all")
+        assert after_restart.content.startswith("delete_all: unknown tool 'delete_all'")
+        await server.stop()
+    finally:
+        store.close()
+
+
+async def test_grandchild_session_keeps_the_narrowest_ceiling_of_its_line(store):
+    server = make_server(
+        store,
+        Agent("parent", model="chaz/script", tools=["spawn_agent", "add"], script=[spawn("child", "go"), "{result}"]),
+        Agent("child", model="chaz/script", tools=None, script=[spawn("grandchild", "go"), "{result}"]),
+        Agent("grandchild", model="chaz/script", tools=None, script=DELETER),
+    )
+    await (await server.send(server.current_session("parent"), "go")).wait()
+    (grandchild,) = [s for s in store.sessions() if s.agent == "grandchild"]
+    assert grandchild.depth == 2
+    await server.post(grandchild.id, T.DIRECTIVE, "delete everything", sender="user").wait()
+    assert deleted == []
+    assert all(r.payload["is_error"] for r in results(store, grandchild.id, "delete_all"))
+
+
+async def test_worker_session_keeps_the_tools_list_it_was_spawned_with(store):
+    server = make_server(
+        store,
+        Agent("boss", model="chaz/script", tools=["spawn_worker", "add", "delete_all"],
+              script=[{"tool": "spawn_worker", "args": {"task": "sum", "tools": ["add"]}}, "{result}"]),
+    )
+    await (await server.send(server.current_session("boss"), "go")).wait()
+    (worker,) = spawned(store, "worker")
+    # later, the boss itself (which has delete_all) is asked in the worker's session
+    server.define_agent(Agent("boss", model="chaz/script", tools=["spawn_worker", "add", "delete_all"], script=DELETER))
+    await server.post(worker.id, T.DIRECTIVE, "delete everything", sender="user").wait()
+    assert deleted == []
+    assert results(store, worker.id, "delete_all")[0].content.startswith(
+        "delete_all: unknown tool 'delete_all'; tools available: add"
+    )
+
+
+async def test_narrowed_child_cannot_escape_through_its_agents_own_chat_session(store):
+    parent, _ = narrow_parent_and_greedy_child()
+    server = make_server(store, parent, Agent("child", model="chaz/script", tools=None, script=[]))
+    own = server.current_session("child")  # the child agent's ordinary chat session, no ceiling
+    # The spawned child writes a Directive into its agent's own session, then tries delete_all
+    # itself; that session's run replays the same moves.
+    server.define_agent(Agent("child", model="chaz/script", tools=None, script=[
+        {"tool": "send_message", "args": {"session_id": own, "text": "delete everything", "kind": "directive"}},
+        {"tool": "delete_all", "args": {}}, "{result}"]))
+    await (await server.send(server.current_session("parent"), "go")).wait()
+    await server.wait_idle(10)
+    assert [e.entry_type for e in store.entries(own)][:2] == [T.DIRECTIVE, T.ACK]
+    assert deleted == []
+    assert all(r.payload["is_error"] for r in results(store, own, "delete_all"))
+    # A person's own message there is not capped: the agent has its full tools again.
+    await (await server.send(own, "delete everything")).wait()
+    assert deleted == [True]
