@@ -306,3 +306,74 @@ async def test_narrowed_child_cannot_escape_through_its_agents_own_chat_session(
     # A person's own message there is not capped: the agent has its full tools again.
     await (await server.send(own, "delete everything")).wait()
     assert deleted == [True]
+
+
+# ----------------------------------------------------------- the run tree's budget
+def tree_errors(store):
+    return [e for s in store.sessions() for e in store.entries(s.id)
+            if e.entry_type is T.ERROR and e.content.startswith("run tree budget reached")]
+
+
+async def test_self_spawning_fan_out_stops_at_the_trees_spawn_budget(store):
+    fan_out = [spawn("fan", f"part {i}", **{"async": True}) for i in range(3)]
+    server = make_server(store, Agent("fan", model="chaz/script", max_spawns=5, max_depth=20,
+                                      script=[fan_out, "{result}"]))
+    root = server.current_session("fan")
+    await (await server.send(root, "go")).wait()
+    await server.wait_idle(30)
+    assert len(store.sessions()) == 1 + 5
+    refused = [e for s in store.sessions() for e in results(store, s.id, "spawn_agent") if e.payload["is_error"]]
+    assert refused and all("run tree budget reached: 5 spawns" in e.content for e in refused)
+    errors = tree_errors(store)
+    assert errors, "the tree ends with an Error entry"
+    assert errors[0].content == (
+        "run tree budget reached: 5 spawns (max_spawns of agent 'fan', which started the tree); "
+        "raise it with Agent(..., max_spawns=N) or `max_spawns = N` in %%chaz agent fan"
+    )
+    assert errors[0].payload["tree_budget"]["spawns"] == 5
+    # The budget is per tree: a person's next message starts a fresh one.
+    server.define_agent(Agent("fan", model="chaz/script", max_spawns=5, script=["fresh"]))
+    assert (await (await server.send(root, "again")).wait()).content == "fresh"
+
+
+async def test_model_call_budget_covers_children_and_the_parent_gets_a_tool_error(store):
+    adds = [{"tool": "add", "args": {"a": i, "b": 1}} for i in range(3)]
+    server = make_server(
+        store,
+        Agent("root", model="chaz/script", max_model_calls=3, script=[spawn("child", "count"), "{result}"]),
+        Agent("child", model="chaz/script", script=[*adds, "done"]),
+    )
+    root = server.current_session("root")
+    reply = await (await server.send(root, "go")).wait()
+    (child,) = spawned(store)
+    message = ("run tree budget reached: 3 model calls (max_model_calls of agent 'root', which started the tree); "
+               "raise it with Agent(..., max_model_calls=N) or `max_model_calls = N` in %%chaz agent root")
+    # root 1 call + child 2 calls; the child's 3rd call of the tree's 4 is refused
+    assert store.latest(child.id).entry_type is T.ERROR and store.latest(child.id).content == message
+    (spawn_result,) = results(store, root, "spawn_agent")
+    assert spawn_result.payload["is_error"] and message in spawn_result.content
+    assert reply.entry_type is T.ERROR and reply.content == message
+    assert reply.payload["tree_budget"]["model_calls"] == 3
+
+
+async def test_budget_follows_a_run_that_another_run_of_the_tree_triggered(store):
+    # No spawn at all: session 1's run writes a Directive into session 2 (same agent), whose
+    # run writes one back. Four model calls at the least; the tree has three.
+    ping = [{"tool": "send_message", "args": {"session_id": sid, "text": "ping", "kind": "directive"}} for sid in (1, 2)]
+    server = make_server(store, Agent("pinger", model="chaz/script", max_model_calls=3, script=[ping, "{result}"]))
+    first, second = server.new_session("pinger"), server.new_session("pinger")
+    assert (first, second) == (1, 2)
+    await (await server.send(first, "start")).wait()
+    await server.wait_idle(30)
+    assert [e.entry_type for e in store.entries(second)][:2] == [T.DIRECTIVE, T.ACK]
+    (error, *_) = tree_errors(store)
+    assert error.content.startswith("run tree budget reached: 3 model calls (max_model_calls of agent 'pinger'")
+
+
+def test_tree_budget_limits_are_validated_and_default_out_of_reach():
+    agent = Agent("a")
+    assert (agent.max_spawns, agent.max_model_calls) == (50, 500)
+    with pytest.raises(ValueError, match="max_spawns must be an integer >= 0"):
+        Agent("a", max_spawns=-1)
+    with pytest.raises(ValueError, match="max_model_calls must be an integer >= 1"):
+        Agent("a", max_model_calls=0)
