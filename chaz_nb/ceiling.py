@@ -106,10 +106,14 @@ class Ceiling:
             return None
         try:
             data = json.loads(raw) if isinstance(raw, str) else raw
-            tools = data["tools"]
+            tools, chain = data["tools"], data["auto_approve"]
+            if not (tools is None or isinstance(tools, list)) or not (
+                isinstance(chain, list) and all(isinstance(level, list) for level in chain)
+            ):
+                raise TypeError("tools must be a list or null, auto_approve a list of lists")
             return cls(
                 None if tools is None else frozenset(str(t) for t in tools),
-                tuple(frozenset(str(p) for p in level) for level in data["auto_approve"]),
+                tuple(frozenset(str(p) for p in level) for level in chain),
                 int(data["call_depth"]),
                 None if data["max_call_depth"] is None else int(data["max_call_depth"]),
             )
