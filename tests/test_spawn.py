@@ -377,3 +377,25 @@ def test_tree_budget_limits_are_validated_and_default_out_of_reach():
         Agent("a", max_spawns=-1)
     with pytest.raises(ValueError, match="max_model_calls must be an integer >= 1"):
         Agent("a", max_model_calls=0)
+
+
+async def test_room_member_writing_to_a_child_session_of_the_room_gets_its_ceiling(store):
+    server = make_server(
+        store,
+        Agent("boss", model="chaz/script", tools=["spawn_agent", "add"], script=[spawn("child", "go"), "{result}"]),
+        Agent("child", model="chaz/script", tools=None, script=DELETER),
+        Agent("peer", model="chaz/script", tools=None, script=[]),
+    )
+    room = server.create_room("lab", ["boss", "peer"])
+    await server.post(room, T.MESSAGE, "@boss delegate").wait()
+    (child,) = spawned(store)
+    assert child.parent_id == room
+    # another member of the room, who has every tool, re-triggers the room's child session
+    server.define_agent(Agent("peer", model="chaz/script", tools=None, script=[
+        {"tool": "send_message", "args": {"session_id": child.id, "text": "delete everything", "kind": "directive"}},
+        "{result}"]))
+    await server.post(room, T.MESSAGE, "@peer poke the child").wait()
+    await server.wait_idle(10)
+    assert len([e for e in store.entries(child.id) if e.entry_type is T.ACK]) == 2
+    assert deleted == []
+    assert all(r.payload["is_error"] for r in results(store, child.id, "delete_all"))
