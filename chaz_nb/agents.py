@@ -12,6 +12,7 @@ from .tree_budget import DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_SPAWNS
 if TYPE_CHECKING:  # pragma: no cover
     import asyncio
 
+    from .ceiling import Ceiling
     from .runtime import IterationBudget
     from .server import Server
     from .tools import ScopedTools
@@ -129,6 +130,8 @@ class RunContext:
     auto_approve: tuple[frozenset[str], ...] = ()
     #: spawns and model calls left to the whole run tree this run belongs to
     tree: "TreeBudget | None" = None
+    #: the cap above this run (before its agent's own tools and auto-approve list)
+    ceiling: "Ceiling | None" = None
     #: waits until the run's ToolCall/ToolResult events are committed
     flush_events: "Callable[[], Awaitable[None]] | None" = None
 

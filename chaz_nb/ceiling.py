@@ -5,7 +5,7 @@ the ceiling's chain plus its agent's own list (a tool is auto-approved only when
 allows it); its spawn depth starts at the ceiling's ``call_depth`` and may not pass its
 ``max_call_depth``.
 
-Two things give a run a ceiling, and a run gets the narrower of both (``meet``):
+Three things give a run a ceiling, and a run gets the narrowest of them (``meet``):
 
 * the session it runs in. A session created by ``spawn_agent`` / ``spawn_worker`` keeps the
   ceiling of the run that spawned it (its scope, its auto-approve chain, its depth limit) in
@@ -17,6 +17,9 @@ Two things give a run a ceiling, and a run gets the narrower of both (``meet``):
   to one of its own sessions, a spawn's Directive) caps the run it starts by the writer's own
   authority, so a narrowed child cannot write to its agent's chat session and run there with
   the agent's full tools. Room turns are peer turns and keep their own agent's authority.
+* the schedule that fires it. ``schedule_create`` in a capped run stores the run's ceiling
+  with the schedule (``schedules.ceiling``); every fire, in this session or a fresh one,
+  runs under it.
 
 A ceiling with ``tools=None`` caps nothing (a session a person created).
 """

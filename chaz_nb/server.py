@@ -327,6 +327,7 @@ class Server:
             # The session's own ceiling (kept since its spawn) and the writer's, if a run wrote
             # the trigger: whoever triggers the run, it can do no more than both allow.
             ceiling = (Ceiling.from_json(session.ceiling) or Ceiling()).meet(origin.ceiling if origin else None)
+            ceiling = ceiling.meet(invocation.ceiling if invocation else None)
         except CeilingError as exc:
             return self.store.append(
                 session_id, EntryType.ERROR, "system", f"{exc}; the session does not run (start a new one)"
@@ -357,6 +358,7 @@ class Server:
             auto_approve=ceiling.chain(agent.auto_approve),
             unattended=bool(invocation and invocation.unattended),
             tree=tree,
+            ceiling=ceiling,
         )
         token = current_run.set(ctx)
         try:

@@ -132,11 +132,11 @@ class SessionStore:
         self._logs: OrderedDict[int, list[Entry]] = OrderedDict()
         self._pending_writes: list[tuple[list[NewEntry], asyncio.Future]] = []
         self._flush_scheduled = False
-        self._has_run_id = self._has_column("entries", "run_id")
+        self._has_run_id = self.has_column("entries", "run_id")
         # A read-only file of an older schema has no ceiling column: read it as NULL.
         self._session_columns = (
             "id, agent, kind, parent_id, depth, created_at, title, metadata, "
-            + ("ceiling" if self._has_column("sessions", "ceiling") else "NULL")
+            + ("ceiling" if self.has_column("sessions", "ceiling") else "NULL")
         )
 
     # ----------------------------------------------------------------- basics
@@ -157,7 +157,8 @@ class SessionStore:
             rows = self._con.execute(query, params or []).fetchall()
         return rows[0][0] if rows else None
 
-    def _has_column(self, table: str, column: str) -> bool:
+    def has_column(self, table: str, column: str) -> bool:
+        """Whether the file's schema has ``table.column`` (a read-only file may be older)."""
         return bool(
             self._scalar(
                 "SELECT count(*) FROM duckdb_columns() WHERE table_name = ? AND column_name = ?",

@@ -399,3 +399,20 @@ async def test_room_member_writing_to_a_child_session_of_the_room_gets_its_ceili
     assert len([e for e in store.entries(child.id) if e.entry_type is T.ACK]) == 2
     assert deleted == []
     assert all(r.payload["is_error"] for r in results(store, child.id, "delete_all"))
+
+
+async def test_narrowed_child_cannot_schedule_itself_out_of_its_ceiling(store):
+    server = make_server(
+        store,
+        Agent("parent", model="chaz/script", tools=["spawn_agent", "schedule_create"], script=[spawn("child", "go"), "{result}"]),
+        Agent("child", model="chaz/script", tools=None, script=[
+            {"tool": "schedule_create", "args": {"trigger": "every 1h", "prompt": "delete everything", "session": "fresh"}},
+            "{result}"]),
+    )
+    await (await server.send(server.current_session("parent"), "go")).wait()
+    (schedule,) = server.schedules.list("child")
+    server.define_agent(Agent("child", model="chaz/script", tools=None, script=DELETER))
+    fire = await server.fire_agent_schedule(schedule)
+    assert store.session(fire.session_id).kind == "schedule"
+    assert deleted == []
+    assert results(store, fire.session_id, "delete_all")[0].content.startswith("delete_all: unknown tool 'delete_all'")
