@@ -46,7 +46,7 @@ class TreeBudget:
     def _exhaust(self, what: str, limit: int, field: str) -> str:
         if self.exhausted is None:
             self.exhausted = (
-                f"run tree budget reached: {limit} {what} (max_{field} of agent {self.root_agent!r}, "
+                f"run tree budget reached: {limit} {what}{'' if limit == 1 else 's'} (max_{field} of agent {self.root_agent!r}, "
                 f"which started the tree); raise it with Agent(..., max_{field}=N) or "
                 f"`max_{field} = N` in %%chaz agent {self.root_agent}"
             )
@@ -55,7 +55,7 @@ class TreeBudget:
     def take_spawn(self) -> None:
         """Count one spawn; TreeBudgetExceeded once the tree has none left (or has stopped)."""
         if self.exhausted is None and self.spawns >= self.max_spawns:
-            self._exhaust("spawns", self.max_spawns, "spawns")
+            self._exhaust("spawn", self.max_spawns, "spawns")
         if self.exhausted is not None:
             raise TreeBudgetExceeded(self.exhausted)
         self.spawns += 1
@@ -63,7 +63,7 @@ class TreeBudget:
     def take_model_call(self) -> None:
         """Count one model call; TreeBudgetExceeded once the tree has none left (or has stopped)."""
         if self.exhausted is None and self.model_calls >= self.max_model_calls:
-            self._exhaust("model calls", self.max_model_calls, "model_calls")
+            self._exhaust("model call", self.max_model_calls, "model_calls")
         if self.exhausted is not None:
             raise TreeBudgetExceeded(self.exhausted)
         self.model_calls += 1

@@ -416,3 +416,14 @@ async def test_narrowed_child_cannot_schedule_itself_out_of_its_ceiling(store):
     assert store.session(fire.session_id).kind == "schedule"
     assert deleted == []
     assert results(store, fire.session_id, "delete_all")[0].content.startswith("delete_all: unknown tool 'delete_all'")
+
+
+async def test_schedules_a_tree_creates_count_as_its_spawns(store):
+    create = [{"tool": "schedule_create", "args": {"trigger": f"every {n}h", "prompt": "wake", "session": "fresh"}}
+              for n in (1, 2)]
+    server = make_server(store, Agent("planner", model="chaz/script", max_spawns=1, script=[create, "{result}"]))
+    reply = await (await server.send(server.current_session("planner"), "plan")).wait()
+    assert len(server.schedules.list("planner")) == 1
+    refused = [r for r in results(store, reply.session_id, "schedule_create") if r.payload["is_error"]]
+    assert len(refused) == 1 and "run tree budget reached: 1 spawn (max_spawns of agent 'planner'" in refused[0].content
+    assert reply.entry_type is T.ERROR
