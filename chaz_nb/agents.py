@@ -7,12 +7,16 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
+from .tree_budget import DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_SPAWNS
+
 if TYPE_CHECKING:  # pragma: no cover
     import asyncio
 
+    from .ceiling import Ceiling
     from .runtime import IterationBudget
     from .server import Server
     from .tools import ScopedTools
+    from .tree_budget import TreeBudget
 
 RESERVED_NAMES = frozenset({"user", "system", "all", "everyone"})
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
@@ -42,6 +46,10 @@ class Agent:
     auto_approve: list[str] = field(default_factory=list)
     #: seconds an approval request waits before it is denied; ``None`` = the server default
     approval_timeout: float | None = None
+    #: spawns (``spawn_agent`` + ``spawn_worker``) in the whole run tree this agent starts
+    max_spawns: int = DEFAULT_MAX_SPAWNS
+    #: model calls in the whole run tree this agent starts (every run in it, see tree_budget)
+    max_model_calls: int = DEFAULT_MAX_MODEL_CALLS
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
@@ -57,6 +65,10 @@ class Agent:
             raise AgentError(f"agent {self.name}: max_iterations must be a positive integer")
         if self.max_depth is not None and (not isinstance(self.max_depth, int) or self.max_depth < 0):
             raise AgentError(f"agent {self.name}: max_depth must be an integer >= 0")
+        for limit, least in (("max_spawns", 0), ("max_model_calls", 1)):
+            value = getattr(self, limit)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise AgentError(f"agent {self.name}: {limit} must be an integer >= {least}")
         if self.tools is not None:
             if isinstance(self.tools, str):
                 self.tools = [t.strip() for t in self.tools.split(",") if t.strip()]
@@ -96,6 +108,8 @@ class SpawnContext:
     parent_run: int | None = None
     #: auto-approve patterns of every ancestor (a child can only be stricter)
     auto_approve: tuple[frozenset[str], ...] = ()
+    #: the spawning run's tree budget: the child's runs draw on it too
+    tree: "TreeBudget | None" = None
 
 
 @dataclass
@@ -114,6 +128,10 @@ class RunContext:
     #: auto-approve patterns of this agent and of each ancestor; a tool is auto-approved
     #: only when every level allows it
     auto_approve: tuple[frozenset[str], ...] = ()
+    #: spawns and model calls left to the whole run tree this run belongs to
+    tree: "TreeBudget | None" = None
+    #: the cap above this run (before its agent's own tools and auto-approve list)
+    ceiling: "Ceiling | None" = None
     #: waits until the run's ToolCall/ToolResult events are committed
     flush_events: "Callable[[], Awaitable[None]] | None" = None
 

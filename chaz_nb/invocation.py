@@ -9,7 +9,10 @@ which of the room's agents takes the turn. Both go through the server's one run 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .ceiling import Ceiling
 
 
 @dataclass
@@ -22,3 +25,5 @@ class Invocation:
     ack: dict[str, Any] = field(default_factory=dict)
     #: no person is there to answer approval requests (a schedule fire)
     unattended: bool = False
+    #: a cap on the run (a schedule that a capped run created), see ceiling.py
+    ceiling: "Ceiling | None" = None

@@ -120,11 +120,20 @@ def _m004_schedules(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
+def _m005_ceilings(con: duckdb.DuckDBPyConnection) -> None:
+    # A spawned session's authority ceiling (chaz_nb/ceiling.py), JSON. Its own column, not a
+    # metadata key: metadata is rewritten whole by rooms and schedules, a ceiling never is.
+    con.execute("ALTER TABLE sessions ADD COLUMN ceiling JSON")
+    # The ceiling of the capped run that created a schedule: its fires stay under it.
+    con.execute("ALTER TABLE schedules ADD COLUMN ceiling JSON")
+
+
 MIGRATIONS: list[Migration] = [
     Migration("001_sessions_entries", _m001_sessions_entries),
     Migration("002_session_title_metadata", _m002_session_title_metadata),
     Migration("003_audit_views", _m003_audit_views),
     Migration("004_schedules", _m004_schedules),
+    Migration("005_ceilings", _m005_ceilings),
 ]
 
 

@@ -24,10 +24,12 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from .agents import current_run
+from .ceiling import Ceiling
 from .entries import EntryType
 from .invocation import Invocation
 from .store import utcnow
 from .tools import ToolError, ToolRegistry, tool
+from .tree_budget import TreeBudgetExceeded
 
 if TYPE_CHECKING:  # pragma: no cover
     from .server import Server
@@ -269,6 +271,8 @@ class Schedule:
     disabled_reason: str | None = None
     created_by: str = "user"
     created_at: datetime | None = None
+    #: JSON ceiling of the capped run that created it (ceiling.py); every fire stays under it
+    ceiling: str | None = None
 
     @property
     def target(self) -> str:
@@ -324,6 +328,8 @@ class Schedules:
         self._waker: asyncio.Future | None = None
         self._fires: set[asyncio.Task] = set()
         self._inflight: dict[int, int] = {}
+        # A read-only file of an older schema has no ceiling column.
+        self._columns = _COLUMNS + (", ceiling" if self.store.has_column("schedules", "ceiling") else "")
         install(server.tools)
         if not self.store.read_only:  # fires a previous process left running never finished
             self.store.execute(
@@ -335,13 +341,13 @@ class Schedules:
     # ------------------------------------------------------------ storage
     def _all(self) -> dict[int, Schedule]:
         if self._cache is None:
-            rows = self.store.execute(f"SELECT {_COLUMNS} FROM schedules ORDER BY id")
+            rows = self.store.execute(f"SELECT {self._columns} FROM schedules ORDER BY id")
             self._cache = {row[0]: Schedule(*row) for row in rows}
         return self._cache
 
     def _save(self, s: Schedule) -> None:
-        values = [getattr(s, c.strip()) for c in _COLUMNS.split(",")]
-        self.store.execute(f"INSERT OR REPLACE INTO schedules ({_COLUMNS}) VALUES ({', '.join('?' * len(values))})", values)
+        values = [getattr(s, c.strip()) for c in self._columns.split(",")]
+        self.store.execute(f"INSERT OR REPLACE INTO schedules ({self._columns}) VALUES ({', '.join('?' * len(values))})", values)
         self._all()[s.id] = s
         self._poke()
 
@@ -365,6 +371,7 @@ class Schedules:
         expires_at: datetime | str | None = None,
         max_fires: int | None = None,
         created_by: str = "user",
+        ceiling: str | None = None,
     ) -> Schedule:
         """Create a schedule for ``agent``.
 
@@ -409,7 +416,7 @@ class Schedules:
             id=schedule_id, agent=agent, trigger=parsed.text, kind=parsed.kind, prompt=prompt,
             session_id=session_id, max_failures=max_failures, expires_at=expires,
             max_fires=max_fires, next_fire_at=parsed.first_fire(now), created_by=created_by,
-            created_at=now,
+            created_at=now, ceiling=ceiling,
         )
         self._save(s)
         self._autostart()
@@ -564,9 +571,10 @@ class Schedules:
         if session_id is None:
             session_id = self.store.create_session(
                 s.agent, "schedule", title=f"schedule #{s.id} fire {fire_id}",
-                metadata={"schedule_id": s.id, "fire_id": fire_id},
+                metadata={"schedule_id": s.id, "fire_id": fire_id}, ceiling=s.ceiling,
             )
         invocation = Invocation(
+            ceiling=Ceiling.from_json(s.ceiling),
             agent=s.agent,
             input=s.prompt,
             ack={"trigger_type": "schedule", "schedule_id": s.id, "fire_id": fire_id, "wake_prompt": s.prompt},
@@ -653,9 +661,19 @@ def install(registry: ToolRegistry) -> None:
         if session not in ("this", "fresh"):
             raise ToolError('session must be "this" or "fresh"')
         target: int | str = "fresh" if session == "fresh" else ctx.session_id
+        # A capped run (a spawned child, a run another run triggered) cannot schedule itself
+        # out of its cap: every fire runs under the ceiling it had. A schedule is also a run
+        # the tree starts later, so it counts as a spawn of the tree.
+        capped = ctx.ceiling is not None and ctx.ceiling != Ceiling()
+        if ctx.tree is not None:
+            try:
+                ctx.tree.take_spawn()
+            except TreeBudgetExceeded as exc:
+                raise ToolError(str(exc)) from None
         try:
             s = ctx.server.schedules.add(ctx.agent.name, trigger, prompt, target, max_fires=max_fires,
-                                         created_by=ctx.agent.name)
+                                         created_by=ctx.agent.name,
+                                         ceiling=ctx.ceiling.to_json() if capped else None)
         except ValueError as exc:
             raise ToolError(str(exc)) from None
         return f"created {s.one_line()}"

@@ -18,6 +18,7 @@ from . import spawn as spawn_tools
 from .approvals import DEFAULT_TIMEOUT, ApprovalBook, ApprovalProxy, mask_arguments
 from .agents import Agent, AgentError, RunContext, SpawnContext, current_run
 from .backends import LiteLLMBackend, ModelBackend
+from .ceiling import Ceiling, CeilingError
 from .entries import Entry, EntryType
 from . import compaction, rooms, schedules
 from .invocation import Invocation
@@ -34,6 +35,7 @@ from .runtime import (
 )
 from .store import NewEntry, SessionStore
 from .tools import ToolRegistry
+from .tree_budget import BudgetedBackend, TreeBudget, TreeBudgetExceeded
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +81,20 @@ class _SessionState:
     parked: int = 0  # open approval requests of the current run
 
 
+@dataclass(frozen=True)
+class _Origin:
+    """The run that wrote a trigger: its authority caps the run the trigger starts."""
+
+    ceiling: Ceiling
+    tree: TreeBudget | None
+
+    def merge(self, other: "_Origin | None") -> "_Origin":
+        # One follow-up run answers several queued triggers: it gets the narrowest authority.
+        if other is None:
+            return self
+        return _Origin(self.ceiling.meet(other.ceiling), self.tree or other.tree)
+
+
 class Server:
     """Runs agents in response to entries written to a SessionStore."""
 
@@ -108,6 +124,7 @@ class Server:
         self._handles: dict[int, RunHandle] = {}  # trigger entry id -> handle, while in flight
         self._spawn: dict[int, SpawnContext] = {}
         self._completions: dict[int, asyncio.Future] = {}
+        self._origins: dict[int, _Origin] = {}  # trigger entry id -> the run that wrote it
         self._current: dict[str, int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped = False
@@ -157,10 +174,16 @@ class Server:
     def register_child_session(
         self, agent_name: str, kind: str, spawn: SpawnContext
     ) -> tuple[int, "asyncio.Future[None]"]:
-        """Create a child session for a spawn; return its id and the completion future."""
+        """Create a child session for a spawn; return its id and the completion future.
+
+        The session keeps the spawning run's ceiling (its scope, its auto-approve chain, its
+        depth limit) for every later run there, across restarts (see ceiling.py).
+        """
         self.agent(agent_name)
+        ceiling = Ceiling(spawn.parent_tools.names, spawn.auto_approve, spawn.call_depth, spawn.max_call_depth)
         session_id = self.store.create_session(
-            agent_name, kind, parent_id=spawn.parent_session, depth=spawn.call_depth
+            agent_name, kind, parent_id=spawn.parent_session, depth=spawn.call_depth,
+            ceiling=ceiling.to_json(),
         )
         completion = self._get_loop().create_future()
         spawn.completion = completion
@@ -217,9 +240,14 @@ class Server:
         loop = self._get_loop()
         future: asyncio.Future = loop.create_future()
         self._handles[entry.id] = RunHandle(entry, future)
+        origin = self._origin_of(entry)
+        if origin is not None:
+            self._origins[entry.id] = origin
         state = self._states.get(entry.session_id)
         if state is not None:
             # Busy: one more run after this one, on the updated context, answers it.
+            if state.queued is not None and state.queued.id in self._origins:
+                self._origins[entry.id] = self._origins.pop(state.queued.id).merge(origin)
             state.queued = entry
             state.queued_futures.append(future)
             return
@@ -228,6 +256,19 @@ class Server:
         state.task = loop.create_task(
             self._session_loop(entry.session_id, entry), name=f"chaz-session-{entry.session_id}"
         )
+
+    def _origin_of(self, entry: Entry) -> _Origin | None:
+        """The run of this server that wrote ``entry``, if a run did.
+
+        Agents write triggers (a spawn's Directive, ``send_message``) with a synchronous
+        append from inside their run, so on_write sees the writer's context. The sender check
+        keeps a person's entry that shares a group commit with a run's write from being
+        taken for the run's.
+        """
+        run = current_run.get()
+        if run is None or run.server is not self or entry.sender != run.agent.name:
+            return None
+        return _Origin(Ceiling.of_run(run), run.tree)
 
     async def _session_loop(
         self, session_id: int, trigger: Entry | None, invocation: Invocation | None = None
@@ -281,6 +322,17 @@ class Server:
                 f"unknown agent {agent_name!r}; define it before writing to its session",
             )
         spawn = self._spawn.get(session_id)
+        origin = self._origins.pop(trigger.id, None) if trigger is not None else None
+        try:
+            # The session's own ceiling (kept since its spawn) and the writer's, if a run wrote
+            # the trigger: whoever triggers the run, it can do no more than both allow.
+            ceiling = (Ceiling.from_json(session.ceiling) or Ceiling()).meet(origin.ceiling if origin else None)
+            ceiling = ceiling.meet(invocation.ceiling if invocation else None)
+        except CeilingError as exc:
+            return self.store.append(
+                session_id, EntryType.ERROR, "system", f"{exc}; the session does not run (start a new one)"
+            )
+        tree = (origin.tree if origin else None) or (spawn.tree if spawn else None) or TreeBudget.for_agent(agent)
         ack = await self.store.write_one(
             session_id,
             EntryType.ACK,
@@ -292,28 +344,21 @@ class Server:
         )
         run_id = ack.id
         self._states[session_id].run_id = run_id
-        own_auto = frozenset(agent.auto_approve)
-        if spawn is not None:
-            scope = self.tools.scope(agent.tools, parent=spawn.parent_tools)
-            call_depth, max_depth = spawn.call_depth, spawn.max_call_depth
-            budget = spawn.budget or IterationBudget(agent.max_iterations)
-            auto_approve = (*spawn.auto_approve, own_auto)
-        else:
-            scope = self.tools.scope(agent.tools)
-            call_depth, max_depth = 0, agent.call_depth_limit
-            budget = IterationBudget(agent.max_iterations)
-            auto_approve = (own_auto,)
+        # spawn_worker shares its parent's iteration budget (first run only)
+        budget = (spawn.budget if spawn else None) or IterationBudget(agent.max_iterations)
         ctx = RunContext(
             server=self,
             session_id=session_id,
             agent=agent,
             run_id=run_id,
-            call_depth=call_depth,
-            max_call_depth=max_depth,
-            scope=scope,
+            call_depth=ceiling.call_depth,
+            max_call_depth=ceiling.depth_limit(agent.call_depth_limit),
+            scope=ceiling.scope(self.tools, agent.tools),
             budget=budget,
-            auto_approve=auto_approve,
+            auto_approve=ceiling.chain(agent.auto_approve),
             unattended=bool(invocation and invocation.unattended),
+            tree=tree,
+            ceiling=ceiling,
         )
         token = current_run.set(ctx)
         try:
@@ -337,7 +382,7 @@ class Server:
             result: RunResult = await execute(
                 model=agent.model,
                 messages=messages,
-                backend=self.backend,
+                backend=BudgetedBackend(self.backend, ctx.tree) if ctx.tree else self.backend,
                 tools=self.make_executor(ctx),
                 events=events,
                 budget=ctx.budget,
@@ -353,13 +398,11 @@ class Server:
             raise
         except ModelCallError as exc:
             await self._drain(events, writer)
-            return await self.store.write_one(
-                session_id,
-                EntryType.ERROR,
-                agent.name,
-                f"model call failed: {exc.reason}",
-                payload={**base, **exc.usage.to_json(), "steps": exc.steps},
-            )
+            payload = {**base, **exc.usage.to_json(), "steps": exc.steps}
+            reason = f"model call failed: {exc.reason}"
+            if isinstance(exc.__cause__, TreeBudgetExceeded) and ctx.tree is not None:
+                reason, payload["tree_budget"] = str(exc.__cause__), ctx.tree.to_json()
+            return await self.store.write_one(session_id, EntryType.ERROR, agent.name, reason, payload=payload)
         except Exception as exc:  # a bug must not lose the run's trail: record it
             log.exception("run %s in session %s failed", run_id, session_id)
             await self._drain(events, writer)
@@ -559,6 +602,7 @@ class Server:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        self._origins.clear()
         await self.schedules.stop()
 
     # ------------------------------- schedules, rooms, compaction (see their own modules)

@@ -2,6 +2,19 @@
 
 The tools are registered before the Server exists and reach it through a ``LateBound``
 handle set exactly once (the reference's ``Arc<OnceLock<Arc<Server>>>``).
+
+A child never gets more than the run that spawned it, during the spawn and after it:
+
+* Ceiling. The child session keeps the spawning run's scope, auto-approve chain and depth
+  limit (``sessions.ceiling``, see ceiling.py). Every later run there (the parent's
+  ``send_message``, a person, a schedule, after a restart or a redefinition of the child
+  agent with more tools) runs with ``tools ∩ ceiling`` and the ceiling's auto-approve chain
+  plus its own list. Grandchildren are capped by the child's capped run, so the cap is
+  transitive; ``spawn_worker``'s ``tools`` can only narrow.
+* Budget. Every spawn and every model call of the tree one trigger set off counts against
+  the root agent's ``max_spawns`` (default 50) and ``max_model_calls`` (default 500), see
+  tree_budget.py. The spawn past the limit is a tool error for the caller; then each run
+  still going in the tree ends with an Error entry that names the limit and how to raise it.
 """
 
 from __future__ import annotations
@@ -11,6 +24,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 from .agents import SpawnContext, current_run
 from .entries import EntryType
 from .tools import ToolError, ToolRegistry, tool
+from .tree_budget import TreeBudgetExceeded
 
 if TYPE_CHECKING:  # pragma: no cover
     from .server import Server
@@ -69,6 +83,7 @@ def install(registry: ToolRegistry) -> LateBound["Server"]:
             raise ToolError(f"unknown agent {agent!r}; known agents: {', '.join(sorted(server.agents))}")
         child = server.agents[agent]
         spawn = _child_spawn_context(ctx, max_depth=child.call_depth_limit, parent_tools=ctx.scope)
+        _take_spawn(ctx)
         directive = task if not context else f"{task}\n\nContext:\n{context}"
         return await _run_child(server, ctx, agent, "child", spawn, directive, async_)
 
@@ -85,6 +100,7 @@ def install(registry: ToolRegistry) -> LateBound["Server"]:
         spawn = _child_spawn_context(
             ctx, max_depth=ctx.max_call_depth, parent_tools=ctx.scope.narrow(tools)
         )
+        _take_spawn(ctx)
         spawn.budget = ctx.budget
         return await _run_child(server, ctx, ctx.agent.name, "worker", spawn, task, False)
 
@@ -99,6 +115,16 @@ def _run_context(tool_name: str):
     if ctx is None:
         raise ToolError(f"{tool_name} can only be called by an agent during a run")
     return ctx
+
+
+def _take_spawn(ctx) -> None:
+    """Count the spawn against the run tree's budget; a ToolError once none is left."""
+    if ctx.tree is None:
+        return
+    try:
+        ctx.tree.take_spawn()
+    except TreeBudgetExceeded as exc:
+        raise ToolError(str(exc)) from None
 
 
 def _child_spawn_context(ctx, *, max_depth: int, parent_tools) -> SpawnContext:
@@ -116,6 +142,7 @@ def _child_spawn_context(ctx, *, max_depth: int, parent_tools) -> SpawnContext:
         parent_session=ctx.session_id,
         parent_run=ctx.run_id,
         auto_approve=ctx.auto_approve,
+        tree=ctx.tree,
     )
 
 

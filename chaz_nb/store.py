@@ -65,6 +65,8 @@ class SessionInfo:
     created_at: datetime | None
     title: str | None = None
     metadata: dict[str, Any] | None = None
+    #: a spawned session's authority ceiling as stored (JSON text; see chaz_nb/ceiling.py)
+    ceiling: str | None = None
 
 
 @dataclass(frozen=True)
@@ -163,10 +165,11 @@ class SessionStore:
         self._logs: OrderedDict[int, list[Entry]] = OrderedDict()
         self._pending_writes: list[tuple[list[NewEntry], asyncio.Future]] = []
         self._flush_scheduled = False
-        self._has_run_id = bool(
-            self._scalar(
-                "SELECT count(*) FROM duckdb_columns() WHERE table_name = 'entries' AND column_name = 'run_id'"
-            )
+        self._has_run_id = self.has_column("entries", "run_id")
+        # A read-only file of an older schema has no ceiling column: read it as NULL.
+        self._session_columns = (
+            "id, agent, kind, parent_id, depth, created_at, title, metadata, "
+            + ("ceiling" if self.has_column("sessions", "ceiling") else "NULL")
         )
 
     # ----------------------------------------------------------------- basics
@@ -186,6 +189,15 @@ class SessionStore:
         with self._lock:
             rows = self._con.execute(query, params or []).fetchall()
         return rows[0][0] if rows else None
+
+    def has_column(self, table: str, column: str) -> bool:
+        """Whether the file's schema has ``table.column`` (a read-only file may be older)."""
+        return bool(
+            self._scalar(
+                "SELECT count(*) FROM duckdb_columns() WHERE table_name = ? AND column_name = ?",
+                [table, column],
+            )
+        )
 
     def _read_schema_version(self) -> int:
         try:
@@ -239,8 +251,13 @@ class SessionStore:
         *,
         title: str | None = None,
         metadata: dict[str, Any] | None = None,
+        ceiling: str | None = None,
     ) -> int:
-        """Create a session owned by ``agent``; a child's depth defaults to its parent's + 1."""
+        """Create a session owned by ``agent``; a child's depth defaults to its parent's + 1.
+
+        ``ceiling`` (JSON text) is written with the row, in the same statement, so a spawned
+        session never exists without it; nothing updates it later.
+        """
         self._check_writable()
         if depth is None:
             depth = 0
@@ -249,19 +266,22 @@ class SessionStore:
                 depth = parent.depth + 1
         with self._lock:
             session_id = self._next_session_id
+            columns = "id, agent, kind, parent_id, depth, created_at, title, metadata"
+            values = [
+                session_id,
+                agent,
+                kind,
+                parent_id,
+                depth,
+                utcnow(),
+                title,
+                json.dumps(metadata) if metadata is not None else None,
+            ]
+            if ceiling is not None:
+                columns += ", ceiling"
+                values.append(ceiling)
             self._con.execute(
-                "INSERT INTO sessions (id, agent, kind, parent_id, depth, created_at, title, metadata)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    session_id,
-                    agent,
-                    kind,
-                    parent_id,
-                    depth,
-                    utcnow(),
-                    title,
-                    json.dumps(metadata) if metadata is not None else None,
-                ],
+                f"INSERT INTO sessions ({columns}) VALUES ({', '.join('?' * len(values))})", values
             )
             self._next_session_id += 1
             self._next_seq[session_id] = 1
@@ -284,8 +304,7 @@ class SessionStore:
             return cached
         with self._lock:
             row = self._con.execute(
-                "SELECT id, agent, kind, parent_id, depth, created_at, title, metadata"
-                " FROM sessions WHERE id = ?",
+                f"SELECT {self._session_columns} FROM sessions WHERE id = ?",
                 [int(session_id)],
             ).fetchall()
             row = row[0] if row else None
@@ -299,10 +318,7 @@ class SessionStore:
     def sessions(self) -> list[SessionInfo]:
         self._check_open()
         with self._lock:
-            rows = self._con.execute(
-                "SELECT id, agent, kind, parent_id, depth, created_at, title, metadata"
-                " FROM sessions ORDER BY id"
-            ).fetchall()
+            rows = self._con.execute(f"SELECT {self._session_columns} FROM sessions ORDER BY id").fetchall()
         return [_session_from_row(row) for row in rows]
 
     # ---------------------------------------------------------------- entries
@@ -675,4 +691,5 @@ def _session_from_row(row: Sequence[Any]) -> SessionInfo:
         created_at=row[5],
         title=row[6],
         metadata=json.loads(row[7]) if row[7] else None,
+        ceiling=row[8] if len(row) > 8 else None,
     )

@@ -185,6 +185,30 @@ async def test_child_inherits_auto_approval_only_where_both_allow(store):
     assert reply.content == "child: hits for q" and server.pending_approvals() == []
 
 
+async def test_finished_child_session_still_asks_where_its_parent_would_have(store):
+    server = make(
+        store,
+        Agent("parent", model="chaz/script", tools=["spawn_agent", "search"], auto_approve=[],
+              script=[{"tool": "spawn_agent", "args": {"agent": "child", "task": "look"}}, "{result}"]),
+        Agent("child", model="chaz/script", auto_approve=["search"], script=[{"tool": "search", "args": {"query": "q"}}, "child: {result}"]),
+    )
+    first = await server.send(server.current_session("parent"), "go")
+    [req] = await parked(server)
+    server.decide(req["request_id"], "deny")
+    await first.wait()
+    child_session = req["session_id"]
+    # After the spawn: the child agent now auto-approves everything, and a person re-triggers it.
+    server.define_agent(Agent("child", model="chaz/script", auto_approve=["*"],
+                              script=[{"tool": "search", "args": {"query": "q"}}, "child: {result}"]))
+    again = server.post(child_session, T.DIRECTIVE, "look again", sender="user")
+    await until(lambda: server.pending_approvals() or again.done())
+    assert not again.done() and ran == []
+    [req] = server.pending_approvals()
+    assert (req["session_id"], req["tool_name"]) == (child_session, "search")
+    server.decide(req["request_id"], "approve")
+    assert (await again.wait()).content == "child: hits for q"
+
+
 async def test_unattended_run_is_denied_at_once(store):
 
     server = make(store, deployer())

@@ -235,6 +235,15 @@ def test_agent_cell_takes_toml_and_spawns_a_child(chaz):
     assert len(child) == 1 and child[0].agent == "calc" and child[0].depth == 1
 
 
+def test_agent_tree_budget_from_flags_and_toml(chaz, capsys):
+    ip.run_line_magic("chaz", "agent lone --max-spawns 0 --max-model-calls 20")
+    assert (chaz.agents["lone"].max_spawns, chaz.agents["lone"].max_model_calls) == (0, 20)
+    ip.run_cell_magic("chaz", "agent wide", "max_spawns = 200\nmax_model_calls = 2000\n")
+    assert (chaz.agents["wide"].max_spawns, chaz.agents["wide"].max_model_calls) == (200, 2000)
+    capsys.readouterr()
+    one_line_error(capsys, "%chaz agent x --max-model-calls 0", "max_model_calls must be an integer >= 1")
+
+
 def test_agents_sessions_log_sql(chaz, capsys):
     ip.run_line_magic("chaz", "@assistant hi")
     capsys.readouterr()

@@ -138,6 +138,24 @@ def test_older_file_is_migrated_in_place(db_path):
         assert applied == [m.name for m in MIGRATIONS]
 
 
+def test_session_ceiling_is_kept_with_the_session_across_reopen(db_path):
+    ceiling = '{"tools": ["add"], "auto_approve": [[]], "call_depth": 1, "max_call_depth": 3}'
+    with SessionStore(db_path) as first:
+        child = first.create_session("child", "child", parent_id=first.create_session("parent"), ceiling=ceiling)
+        first.update_session_metadata(child, {"note": "metadata is rewritten whole"})
+    with SessionStore(db_path) as second:
+        assert second.session(child).ceiling == ceiling
+        assert [s.ceiling for s in second.sessions()] == [None, ceiling]
+        assert second.sql("SELECT ceiling->>'$.tools[0]' FROM sessions WHERE id = ?", [child]).fetchall() == [("add",)]
+
+
+def test_read_only_file_of_an_older_schema_reads_sessions_without_a_ceiling(db_path):
+    with SessionStore(db_path, migrations=MIGRATIONS[:4]) as old:
+        sid = old.create_session("alice")
+    with SessionStore(db_path, read_only=True) as reader:
+        assert reader.session(sid).ceiling is None and reader.sessions()[0].agent == "alice"
+
+
 def test_file_from_a_newer_release_is_refused(db_path):
     with SessionStore(db_path):
         pass

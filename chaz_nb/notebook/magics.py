@@ -95,7 +95,8 @@ def _agent_parser() -> _ArgumentParser:
     p = _ArgumentParser(
         prog="agent",
         usage="%chaz agent NAME [--model M] [--system S] [--tools a,b] [--auto-approve a,b] "
-        "[--approval-timeout S] [--max-depth N] [--max-iterations N] [--script JSON]",
+        "[--approval-timeout S] [--max-depth N] [--max-iterations N] [--max-spawns N] [--max-model-calls N] "
+        "[--script JSON]",
         add_help=True,
         allow_abbrev=False,
     )
@@ -109,6 +110,10 @@ def _agent_parser() -> _ArgumentParser:
                    help="seconds an approval request waits before it is denied")
     p.add_argument("--max-depth", type=int, dest="max_depth")
     p.add_argument("--max-iterations", type=int, dest="max_iterations")
+    p.add_argument("--max-spawns", type=int, dest="max_spawns",
+                   help="spawns in the whole run tree this agent starts (default 50)")
+    p.add_argument("--max-model-calls", type=int, dest="max_model_calls",
+                   help="model calls in the whole run tree this agent starts (default 500)")
     p.add_argument("--script", help="JSON list of steps for the chaz/script model")
     return p
 
@@ -467,7 +472,7 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
             return None
         where = f"%chaz agent {args.name}" if body is None else f"%%chaz agent {args.name}"
         spec: dict[str, Any] = {} if body is None else parse_toml(body, where)
-        for key in ("model", "system", "max_depth", "max_iterations", "approval_timeout"):
+        for key in ("model", "system", "max_depth", "max_iterations", "approval_timeout", "max_spawns", "max_model_calls"):
             if getattr(args, key) is not None:
                 spec[key] = getattr(args, key)
         if args.auto_approve is not None:

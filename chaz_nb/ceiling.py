@@ -1,0 +1,133 @@
+"""The authority ceiling of a run: the most it may do, whoever started it.
+
+A run's tools are its agent's tools within the ceiling's ``tools``; its auto-approve chain is
+the ceiling's chain plus its agent's own list (a tool is auto-approved only when every level
+allows it); its spawn depth starts at the ceiling's ``call_depth`` and may not pass its
+``max_call_depth``.
+
+Three things give a run a ceiling, and a run gets the narrowest of them (``meet``):
+
+* the session it runs in. A session created by ``spawn_agent`` / ``spawn_worker`` keeps the
+  ceiling of the run that spawned it (its scope, its auto-approve chain, its depth limit) in
+  ``sessions.ceiling``, for every later run there: one the parent triggers with
+  ``send_message``, a person's ``%chaz`` message, a schedule fire, after a restart, after the
+  child agent is redefined with more tools. Without it a finished child was a way out of its
+  parent's scope.
+* the run that wrote the trigger. A Message or Directive written by a run (``send_message``
+  to one of its own sessions, a spawn's Directive) caps the run it starts by the writer's own
+  authority, so a narrowed child cannot write to its agent's chat session and run there with
+  the agent's full tools. Room turns are peer turns and keep their own agent's authority.
+* the schedule that fires it. ``schedule_create`` in a capped run stores the run's ceiling
+  with the schedule (``schedules.ceiling``); every fire, in this session or a fresh one,
+  runs under it.
+
+A ceiling with ``tools=None`` caps nothing (a session a person created).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .agents import RunContext
+    from .tools import ScopedTools, ToolRegistry
+
+Chain = tuple[frozenset[str], ...]
+
+
+class CeilingError(ValueError):
+    """A stored ceiling that cannot be read; the session refuses to run rather than run open."""
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    #: tool names the run may have at most; ``None`` = no cap
+    tools: frozenset[str] | None = None
+    #: auto-approve patterns of every level above the run
+    auto_approve: Chain = ()
+    #: the spawn depth the run stands at
+    call_depth: int = 0
+    #: the deepest spawn the run may make; ``None`` = its agent's own limit
+    max_call_depth: int | None = None
+
+    @classmethod
+    def of_run(cls, ctx: "RunContext") -> "Ceiling":
+        """What a run may do: the cap it puts on the runs it triggers or spawns."""
+        return cls(ctx.scope.names, tuple(ctx.auto_approve), ctx.call_depth, ctx.max_call_depth)
+
+    def meet(self, other: "Ceiling | None") -> "Ceiling":
+        """The narrower of two ceilings: tools intersected, chains joined, depth the deeper."""
+        if other is None:
+            return self
+        if self.tools is None:
+            tools = other.tools
+        elif other.tools is None:
+            tools = self.tools
+        else:
+            tools = self.tools & other.tools
+        limits = [d for d in (self.max_call_depth, other.max_call_depth) if d is not None]
+        return Ceiling(
+            tools,
+            _join(self.auto_approve, other.auto_approve),
+            max(self.call_depth, other.call_depth),
+            min(limits) if limits else None,
+        )
+
+    def scope(self, registry: "ToolRegistry", patterns: Iterable[str] | None) -> "ScopedTools":
+        """An agent's tools (``patterns``) within this ceiling."""
+        from .tools import ScopedTools
+
+        scope = registry.scope(patterns)
+        if self.tools is None:
+            return scope
+        return ScopedTools(registry, scope.names & self.tools)
+
+    def chain(self, own: Iterable[str]) -> Chain:
+        """The run's auto-approve chain: every level above it, then its agent's own list."""
+        return _join(self.auto_approve, (frozenset(own),))
+
+    def depth_limit(self, agent_limit: int) -> int:
+        return agent_limit if self.max_call_depth is None else min(agent_limit, self.max_call_depth)
+
+    # ------------------------------------------------------------ storage
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "tools": None if self.tools is None else sorted(self.tools),
+                "auto_approve": [sorted(level) for level in self.auto_approve],
+                "call_depth": self.call_depth,
+                "max_call_depth": self.max_call_depth,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, raw: "str | dict[str, Any] | None") -> "Ceiling | None":
+        """A stored ceiling (``None`` when the session has none); CeilingError when unreadable."""
+        if raw is None or raw == "":
+            return None
+        try:
+            data = json.loads(raw) if isinstance(raw, str) else raw
+            tools, chain = data["tools"], data["auto_approve"]
+            if not (tools is None or isinstance(tools, list)) or not (
+                isinstance(chain, list) and all(isinstance(level, list) for level in chain)
+            ):
+                raise TypeError("tools must be a list or null, auto_approve a list of lists")
+            return cls(
+                None if tools is None else frozenset(str(t) for t in tools),
+                tuple(frozenset(str(p) for p in level) for level in chain),
+                int(data["call_depth"]),
+                None if data["max_call_depth"] is None else int(data["max_call_depth"]),
+            )
+        except (TypeError, ValueError, KeyError) as exc:
+            raise CeilingError(f"the session's stored ceiling is unreadable ({exc})") from None
+
+
+def _join(a: Sequence[frozenset[str]], b: Sequence[frozenset[str]]) -> Chain:
+    # Every level must allow a tool, so a repeated level adds nothing: keep each once, in order.
+    out: list[frozenset[str]] = []
+    for level in (*a, *b):
+        if level not in out:
+            out.append(level)
+    return tuple(out)
