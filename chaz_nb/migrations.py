@@ -120,11 +120,19 @@ def _m004_schedules(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
+def _m005_runs_answers(con: duckdb.DuckDBPyConnection) -> None:
+    from .audit import create_audit_views
+
+    # runs.answers: how many Messages/Directives a run answers (the Ack's answers_count)
+    create_audit_views(con)
+
+
 MIGRATIONS: list[Migration] = [
     Migration("001_sessions_entries", _m001_sessions_entries),
     Migration("002_session_title_metadata", _m002_session_title_metadata),
     Migration("003_audit_views", _m003_audit_views),
     Migration("004_schedules", _m004_schedules),
+    Migration("005_runs_answers", _m005_runs_answers),
 ]
 
 
