@@ -2,7 +2,8 @@
 
 The views read only what was recorded at write time (token usage and cost live in the
 entries' payload), so they need no model at query time and work on any notebook's store.
-They are created by a migration; a change to a view is a new migration that replaces it.
+They are created by a migration; a change to a view is a new migration that replaces it
+(``create_audit_views`` always makes the newest form).
 """
 
 from __future__ import annotations
@@ -93,11 +94,11 @@ WITH acks AS (
     -- a run's opening Ack is the run (its id is the run id); one JSON parse for its fields
     SELECT run_id, session_id, agent, started_at,
            TRY_CAST(f[1] AS BIGINT) AS trigger_entry_id, f[2] AS trigger_kind, f[3] AS schedule_id,
-           f[4] AS model, TRY_CAST(f[5] AS BIGINT) AS parent_run
+           f[4] AS model, TRY_CAST(f[5] AS BIGINT) AS parent_run, TRY_CAST(f[6] AS INTEGER) AS answers
     FROM (
         SELECT a.id AS run_id, a.session_id, a.sender AS agent, a.created_at AS started_at,
                json_extract_string(a.payload, ['$.trigger_id', '$.trigger_type', '$.schedule_id',
-                                               '$.model', '$.parent_run']) AS f
+                                               '$.model', '$.parent_run', '$.answers_count']) AS f
         FROM entries a
         WHERE a.entry_type = 'Ack' AND a.run_id = a.id)
 ),
@@ -144,7 +145,10 @@ SELECT a.session_id, a.agent, a.run_id,
        TRY_CAST(e.f[4] AS DOUBLE) AS cost_usd,
        CASE WHEN e.created_at IS NULL THEN NULL
             ELSE date_diff('microsecond', a.started_at, e.created_at) / 1000.0 END AS latency_ms,
-       a.model, a.parent_run
+       a.model, a.parent_run,
+       -- Messages/Directives the run answers together (a burst coalesced into one run);
+       -- runs recorded before the Ack had the field answered their one trigger
+       coalesce(a.answers, CASE WHEN a.trigger_entry_id IS NULL THEN 0 ELSE 1 END) AS answers
 FROM acks a
 LEFT JOIN ends e ON e.run_id = a.run_id
 LEFT JOIN steps_seen s ON s.run_id = a.run_id

@@ -128,12 +128,20 @@ def _m005_ceilings(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("ALTER TABLE schedules ADD COLUMN ceiling JSON")
 
 
+def _m006_runs_answers(con: duckdb.DuckDBPyConnection) -> None:
+    from .audit import create_audit_views
+
+    # runs.answers: how many Messages/Directives a run answers (the Ack's answers_count)
+    create_audit_views(con)
+
+
 MIGRATIONS: list[Migration] = [
     Migration("001_sessions_entries", _m001_sessions_entries),
     Migration("002_session_title_metadata", _m002_session_title_metadata),
     Migration("003_audit_views", _m003_audit_views),
     Migration("004_schedules", _m004_schedules),
     Migration("005_ceilings", _m005_ceilings),
+    Migration("006_runs_answers", _m006_runs_answers),
 ]
 
 

@@ -4,21 +4,32 @@ A room is a session of kind ``room`` whose metadata lists its member agents, an 
 and a burst budget. Every Message or Directive written to a room is routed here instead of to
 the session's single agent:
 
-- a person's Message (or any Directive) starts a turn for each member it @mentions, or for
-  the agents named in its payload ``to`` (the magic's explicit ``@NAME``); with no mention,
-  the room's host takes the turn, and with no host nobody does;
+- a person's Message (or any Directive) is answered in one agreed order, held by
+  ``Rooms.answerers`` and used by every path (``%chaz @NAME`` in a room, ``Server.post`` /
+  ``Server.send`` to a room session, ``Rooms.say``): the explicit names (the magic's
+  ``@NAME``, the payload's ``to``), else every member it @mentions (first mention first, one
+  turn each, as in a group chat), else the room's host, else the first member, else the
+  default agent (the room session's own agent; ``default=`` overrides it). So a person's
+  Message is always answered while the room has an agent to answer it;
 - an agent's Message starts a turn for each other member it @mentions (``@name``,
-  case-insensitive, attached agents only, never the sender);
-- loop guard: the trailing run of agent Messages is counted (a person's Message or a
-  Directive resets it); once it reaches the room's burst budget, agent-to-agent wakes stop
-  and an Error entry from ``system`` says why;
-- a mention of a name that is not a member is shown as an Error entry, not dropped silently.
+  case-insensitive, attached agents only, never the sender), and for nobody when it
+  mentions nobody (replies do not fall back to the host: that would loop);
+- loop guard: every agent turn of a burst counts toward the room's burst budget, one per
+  woken member, so a reply that mentions N members uses N of it. A person's Message or a
+  Directive starts a new burst (counting the turns already queued after it). When the budget
+  is used up, agent-to-agent wakes stop and an Error entry from ``system`` names who was not
+  woken; the count lives in memory and, after a restart, starts from the trailing agent
+  Messages of the log;
+- a mention (or an explicit ``to``) of a name that is not a member is shown as an Error
+  entry, not dropped silently.
 
 Turns in a room run one at a time, in order (one run per room, like turns in a chat room):
 an agent's turn reads the transcript as it is when the turn starts, so a later turn sees the
-replies of the earlier ones. Each agent's context is the room transcript with the other
-agents' messages as user-role messages labelled ``[@name]``; with two or more members, its
-system prompt gets a note naming the others and the @mention convention.
+replies of the earlier ones; a wake of an agent whose turn is still queued joins that turn
+(its Ack's ``answers`` lists every entry it answers). Each agent's context is the room
+transcript with the other agents' messages as user-role messages labelled ``[@name]``; with
+two or more members, its system prompt gets a note naming the others and the @mention
+convention.
 
 ``send_message`` (a tool) lets an agent write a Message or Directive to another session it
 has access to: sessions it owns, their child sessions, and rooms it is a member of.
@@ -82,8 +93,9 @@ class Room:
 @dataclass
 class _Turn:
     agent: str
-    trigger: Entry
+    trigger: Entry  # the newest entry the turn answers
     futures: list[asyncio.Future] = field(default_factory=list)
+    answers: list[Entry] = field(default_factory=list)  # every entry it answers, in seq order
 
 
 class Rooms:
@@ -94,6 +106,7 @@ class Rooms:
         self._cache: dict[int, Room | None] = {}
         self._turns: dict[int, deque[_Turn]] = {}
         self._loops: dict[int, asyncio.Task] = {}
+        self._burst_turns: dict[int, int] = {}  # agent turns in the current burst, per room
         install(server.tools)
 
     # ------------------------------------------------------------- rooms
@@ -197,36 +210,94 @@ class Rooms:
         return room
 
     # ---------------------------------------------------------- speaking
+    def answerers(
+        self,
+        room: Room,
+        text: str,
+        explicit: Iterable[str] = (),
+        sender: str | None = None,
+        default: str | None = None,
+    ) -> tuple[list[str], list[str]]:
+        """Who answers a person's Message or a Directive, in turn order; and the unknown names.
+
+        The one place of the agreed order: the explicit names that are members; else every
+        member mentioned in ``text`` (first mention first); else the host; else the first
+        member; else ``default`` (by default the room session's own agent, if defined). The
+        sender never answers itself. The second list has the explicit and mentioned names
+        that are not members, for the caller to report.
+        """
+        unknown: list[str] = []
+
+        def pick(names: Iterable[str]) -> list[str]:
+            found: list[str] = []
+            for raw in names:
+                name = room.member(str(raw).lstrip("@"))
+                if name is None:
+                    if str(raw).lstrip("@").lower() not in (u.lower() for u in unknown):
+                        unknown.append(str(raw).lstrip("@"))
+                elif name != sender and name not in found:
+                    found.append(name)
+            return found
+
+        chosen = pick(explicit)
+        mentioned = pick(mentions(text))
+        if not chosen:
+            chosen = mentioned
+        if not chosen and room.host and room.host != sender:
+            chosen = [room.host]
+        if not chosen:
+            chosen = [m for m in room.members if m != sender][:1]
+        if not chosen:
+            fallback = default if default is not None else self._default_agent(room)
+            if fallback and fallback != sender:
+                chosen = [fallback]
+        return chosen, unknown
+
+    def _default_agent(self, room: Room) -> str | None:
+        """The room session's own agent (a room made with no host records its first member)."""
+        try:
+            agent = self.server.store.session(room.id).agent
+        except StoreError:
+            return None
+        return agent if agent in self.server.agents else None
+
     def speaker(self, room_id: int, text: str, explicit: str | None = None, default: str | None = None) -> str | None:
-        """Who answers a person's message: explicit @NAME, first member mentioned, host, first member, default."""
+        """Who answers a person's message first (see ``answerers``); an explicit non-member is an error."""
         from .server import ServerError
 
         room = self.get(room_id)
-        if explicit:
-            name = room.member(explicit.lstrip("@"))
-            if name is None:
-                raise ServerError(
-                    f"@{explicit.lstrip('@')} is not in room {room.name!r}; members: "
-                    + ", ".join("@" + m for m in room.members)
-                )
-            return name
-        for mentioned in mentions(text):
-            name = room.member(mentioned)
-            if name is not None:
-                return name
-        if room.host:
-            return room.host
-        if room.members:
-            return room.members[0]
-        return default
+        if explicit and room.member(explicit.lstrip("@")) is None:
+            raise ServerError(
+                f"@{explicit.lstrip('@')} is not in room {room.name!r}; members: "
+                + ", ".join("@" + m for m in room.members)
+            )
+        names, _ = self.answerers(room, text, [explicit] if explicit else (), default=default)
+        return names[0] if names else None
 
     def say(
-        self, room_id: int, text: str, explicit: str | None = None, sender: str = "user", default: str | None = None
+        self,
+        room_id: int,
+        text: str,
+        explicit: str | None = None,
+        sender: str = "user",
+        default: str | None = None,
+        *,
+        directive: bool = False,
+        payload: dict[str, Any] | None = None,
     ) -> "RunHandle | None":
-        """Write a person's Message to the room, answered by ``speaker(...)``; the run's handle."""
-        name = self.speaker(room_id, text, explicit=explicit, default=default)
-        payload = {"to": [name]} if name else None
-        return self.server.post(room_id, EntryType.MESSAGE, text, sender, payload)
+        """Write a person's Message (or a Directive) to the room; the handle of its turns.
+
+        ``explicit`` (a member) takes the turn alone; with no explicit name the room's order
+        decides (see ``answerers``). ``payload`` is merged into the entry's payload.
+        """
+        name = self.speaker(room_id, text, explicit=explicit, default=default)  # refuses before writing
+        extra = dict(payload or {})
+        if explicit:
+            extra["to"] = [name]
+        if default is not None:
+            extra["default"] = default  # routing applies the same order to the written entry
+        kind = EntryType.DIRECTIVE if directive else EntryType.MESSAGE
+        return self.server.post(room_id, kind, text, sender, extra or None)
 
     async def wait(self, room_id: int, timeout: float | None = None) -> None:
         """Wait until the room has no turn running or queued (the whole burst)."""
@@ -255,11 +326,19 @@ class Rooms:
     def _route(self, room: Room, entry: Entry) -> None:
         from .server import RunHandle
 
-        named = mentions(entry.content)
-        found = [room.member(n) for n in named]
-        unknown = [n for n, m in zip(named, found) if m is None]
-        mentioned = [m for m in found if m is not None and m != entry.sender]
         from_agent = entry.entry_type is EntryType.MESSAGE and entry.sender in self.server.agents
+        if from_agent:
+            named = mentions(entry.content)
+            unknown = [n for n in named if room.member(n) is None]
+            targets = [m for m in dict.fromkeys(room.member(n) for n in named) if m is not None and m != entry.sender]
+        else:
+            to = entry.payload.get("to")
+            explicit = [to] if isinstance(to, str) else list(to or [])
+            default = entry.payload.get("default")
+            targets, unknown = self.answerers(
+                room, entry.content, explicit, sender=entry.sender,
+                default=default if isinstance(default, str) and default in self.server.agents else None,
+            )
         if unknown:
             self._note(
                 room,
@@ -268,37 +347,65 @@ class Rooms:
                 f"{'it' if len(unknown) == 1 else 'them'}",
                 {"note": "unknown_mention", "names": unknown, "entry_id": entry.id},
             )
-        if from_agent:
-            targets = mentioned
-            if targets:
-                burst = self._burst(room.id)
-                if burst >= room.burst_budget:
-                    self._note(
-                        room,
-                        f"loop guard: {burst} agent messages in a row reached this room's burst budget "
-                        f"({room.burst_budget}); {', '.join('@' + t for t in targets)} not woken. "
-                        "A message from a person resets it.",
-                        {"note": "loop_guard", "burst": burst, "budget": room.burst_budget,
-                         "not_woken": targets, "entry_id": entry.id},
-                    )
-                    return
-        else:
-            to = entry.payload.get("to")
-            if to:
-                explicit = [room.member(str(n).lstrip("@")) for n in ([to] if isinstance(to, str) else to)]
-                targets = [m for m in explicit if m is not None]
-            else:
-                targets = mentioned or ([room.host] if room.host else [])
+        if from_agent and targets:
+            targets = self._within_budget(room, entry, targets)
         if not targets:
             return
         loop = self.server._get_loop()
-        futures = [self._enqueue(room, name, entry, loop) for name in dict.fromkeys(targets)]
+        futures = [self._enqueue(room, name, entry, loop) for name in targets]
+        if not from_agent:
+            # a person's Message or a Directive starts a new burst: the turns queued after it
+            self._burst_turns[room.id] = len(self._turns.get(room.id, ()))
         combined = futures[0] if len(futures) == 1 else _all_done(loop, futures)
         self.server._handles[entry.id] = RunHandle(entry, combined)
         combined.add_done_callback(lambda _f, key=entry.id: self.server._handles.pop(key, None))
 
+    def _within_budget(self, room: Room, entry: Entry, targets: list[str]) -> list[str]:
+        """The targets an agent's Message may wake: each new turn counts toward the budget.
+
+        A member whose turn is still queued joins that turn and costs nothing; every other
+        woken member is one turn of the burst. The members beyond the budget are named in
+        an Error entry from ``system``.
+        """
+        queued = {t.agent for t in self._turns.get(room.id, ())}
+        used = self._burst_turns.get(room.id)
+        if used is None:  # first agent wake seen by this process: count from the log
+            used = self._burst(room.id)
+        left = max(0, room.burst_budget - used)
+        woken: list[str] = []
+        held: list[str] = []
+        for name in targets:
+            if name in queued:
+                woken.append(name)
+            elif left > 0:
+                woken.append(name)
+                left -= 1
+                used += 1
+            else:
+                held.append(name)
+        self._burst_turns[room.id] = used
+        if held:
+            not_woken = ", ".join("@" + t for t in held)
+            if len(woken) == 0:
+                text = (
+                    f"loop guard: {used} agent messages in a row reached this room's burst budget "
+                    f"({room.burst_budget}); {not_woken} not woken. A message from a person resets it."
+                )
+            else:
+                text = (
+                    f"loop guard: @{entry.sender} mentions {len(targets)} members but this room's burst "
+                    f"budget ({room.burst_budget}) had {len(woken)} agent turn{'s' if len(woken) != 1 else ''} "
+                    f"left; {not_woken} not woken. A message from a person resets it."
+                )
+            self._note(
+                room, text,
+                {"note": "loop_guard", "burst": used, "budget": room.burst_budget,
+                 "woken": woken, "not_woken": held, "entry_id": entry.id},
+            )
+        return woken
+
     def _burst(self, room_id: int) -> int:
-        """Trailing agent Messages (a person's Message or a Directive ends the count)."""
+        """Trailing agent Messages in the log (a person's Message or a Directive ends the count)."""
         count = 0
         for e in reversed(self.server.store.entries(room_id, types=(EntryType.MESSAGE, EntryType.DIRECTIVE))):
             if e.entry_type is EntryType.DIRECTIVE or e.sender not in self.server.agents:
@@ -316,8 +423,9 @@ class Rooms:
             if turn.agent == agent:
                 turn.trigger = entry
                 turn.futures.append(future)
+                turn.answers.append(entry)
                 return future
-        queue.append(_Turn(agent, entry, [future]))
+        queue.append(_Turn(agent, entry, [future], [entry]))
         if room.id not in self.server._states:
             from .server import _SessionState
 
@@ -335,7 +443,8 @@ class Rooms:
                 turn = queue.popleft()
                 state.run_id = None
                 invocation = Invocation(agent=turn.agent, ack={"room": room_id, "turn": turn.agent})
-                outcome = await self.server._run_once(room_id, turn.trigger, invocation)
+                answers = sorted(turn.answers, key=lambda e: e.seq)
+                outcome = await self.server._run_once(room_id, turn.trigger, invocation, answers=answers)
                 _resolve(turn.futures, outcome)
                 turn = None
         except asyncio.CancelledError:

@@ -3,7 +3,10 @@
 Every invocation is a write: a Message from a non-agent sender or any Directive starts the
 session's agent; everything else is ignored, so the server never re-triggers on its own
 replies. One run at a time per session; a trigger that arrives during a run queues one
-follow-up run on the updated context.
+follow-up run on the updated context, and every trigger that arrives before that run starts
+joins it. So a burst of Messages gets fewer replies than Messages; to keep that visible, each
+run's Ack lists the triggers it answers: ``answers`` (their entry ids, in seq order) and
+``answers_count``. Every trigger is in exactly one Ack's ``answers``.
 """
 
 from __future__ import annotations
@@ -76,8 +79,9 @@ class _SessionState:
     task: asyncio.Task | None = None
     run_id: int | None = None
     futures: list[asyncio.Future] = field(default_factory=list)
-    queued: Entry | None = None
+    queued: Entry | None = None  # the newest trigger waiting for the follow-up run
     queued_futures: list[asyncio.Future] = field(default_factory=list)
+    queued_triggers: list[Entry] = field(default_factory=list)  # every trigger it will answer
     parked: int = 0  # open approval requests of the current run
 
 
@@ -250,6 +254,7 @@ class Server:
                 self._origins[entry.id] = self._origins.pop(state.queued.id).merge(origin)
             state.queued = entry
             state.queued_futures.append(future)
+            state.queued_triggers.append(entry)
             return
         state = _SessionState(futures=[future])
         self._states[entry.session_id] = state
@@ -274,10 +279,20 @@ class Server:
         self, session_id: int, trigger: Entry | None, invocation: Invocation | None = None
     ) -> None:
         state = self._states[session_id]
+        answers = [trigger] if trigger is not None else []
         try:
             while True:
+                if invocation is None and state.queued is not None:
+                    # Triggers written before this run starts are in the context it reads:
+                    # they join it rather than wait for a follow-up that would answer again.
+                    trigger, state.queued = state.queued, None
+                    answers += state.queued_triggers
+                    state.futures += state.queued_futures
+                    state.queued_futures, state.queued_triggers = [], []
                 try:
-                    outcome = await self._run_once(session_id, trigger, invocation)
+                    outcome = await self._run_once(
+                        session_id, trigger, invocation, answers=sorted(answers, key=lambda e: e.seq)
+                    )
                     invocation = None  # queued follow-ups are plain runs
                 except asyncio.CancelledError:
                     outcome = None
@@ -288,6 +303,7 @@ class Server:
                     break
                 trigger, state.queued = state.queued, None
                 state.futures, state.queued_futures = state.queued_futures, []
+                answers, state.queued_triggers = state.queued_triggers, []
                 state.run_id = None
         finally:
             self._forget_handles(state.futures + state.queued_futures)
@@ -309,8 +325,15 @@ class Server:
 
     # --------------------------------------------------------------- run
     async def _run_once(
-        self, session_id: int, trigger: Entry | None, invocation: Invocation | None = None
+        self,
+        session_id: int,
+        trigger: Entry | None,
+        invocation: Invocation | None = None,
+        answers: list[Entry] | None = None,
     ) -> Entry | None:
+        """One run; ``answers`` are the triggers it answers (default: ``trigger`` alone)."""
+        if answers is None:
+            answers = [trigger] if trigger is not None else []
         session = self.store.session(session_id)
         agent_name = invocation.agent if invocation and invocation.agent else session.agent
         agent = self.agents.get(agent_name)
@@ -340,7 +363,9 @@ class Server:
             f"{agent.name} is working",
             payload={"trigger_id": trigger.id if trigger else None,
                      "trigger_type": trigger.entry_type.value if trigger else None, "model": agent.model,
-                     "parent_run": spawn.parent_run if spawn else None, **(invocation.ack if invocation else {})},
+                     "parent_run": spawn.parent_run if spawn else None,
+                     "answers": [e.id for e in answers], "answers_count": len(answers),
+                     **(invocation.ack if invocation else {})},
         )
         run_id = ack.id
         self._states[session_id].run_id = run_id

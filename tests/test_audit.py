@@ -119,6 +119,18 @@ async def test_runs_view(scenario, store):
     assert lead_run["latency_ms"] >= helper_run["latency_ms"] > 0
     assert lead_run["finished_at"] >= lead_run["started_at"]
     assert lead_run["model"] == "chaz/script"
+    assert lead_run["answers"] == helper_run["answers"] == 1
+
+
+async def test_runs_view_counts_the_messages_each_run_answers(store):
+    server = Server(store, [Agent("assistant")])
+    s = server.current_session("assistant")
+    handles = await asyncio.gather(*(server.send(s, f"m{i}") for i in range(5)))
+    await asyncio.gather(*(h.wait() for h in handles))
+    runs = rows(store, "SELECT run_id, answers FROM runs ORDER BY run_id")
+    acks = {e.id: e.payload["answers_count"] for e in store.entries(s) if e.entry_type is T.ACK}
+    assert {r["run_id"]: r["answers"] for r in runs} == acks
+    assert sum(r["answers"] for r in runs) == 5 and len(runs) < 5  # answered together
 
 
 async def test_runs_view_shows_parked_and_running(store):

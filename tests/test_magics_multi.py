@@ -200,6 +200,22 @@ def test_room_creation_and_mention_gated_turns(chaz, capsys):
     assert extension.current_state().room == 1
 
 
+def test_room_magic_is_answered_by_the_named_member_whatever_the_text_mentions(chaz, capsys):
+    run(AGENTS, capsys)
+    run("%chaz room lab @ping @quiet", capsys)
+    out = run("%chaz @quiet hello, is @ghost here?", capsys)  # a non-member is mentioned
+    assert talk(chaz, 1) == [
+        ("Message", "user", "hello, is @ghost here?"),
+        ("Error", "system", "@ghost is not in this room (members: @ping, @quiet); nobody was woken for it"),
+        ("Message", "quiet", "quiet here"),
+    ]
+    assert "quiet: quiet here" in out
+    ack = [e for e in chaz.store.entries(1) if e.entry_type is T.ACK][0]
+    assert ack.sender == "quiet" and ack.payload["answers"] == [chaz.store.entries(1)[0].id]
+    run("%chaz directive @quiet sum up", capsys)  # mentions nobody: still the named member
+    assert talk(chaz, 1)[-2:] == [("Directive", "user", "sum up"), ("Message", "quiet", "quiet here")]
+
+
 def test_room_host_and_errors_are_one_line(chaz, capsys):
     run(AGENTS, capsys)
     assert run("%chaz room", capsys).startswith("no rooms yet")

@@ -44,17 +44,46 @@ async def test_a_message_wakes_only_the_agents_it_mentions(store):
     server = make(store, scripted("alice", "alice here"), scripted("bob", "bob here"), scripted("carol", "carol here"))
     room = server.create_room("lab", ["alice", "bob", "carol"])
     assert store.session(room).kind == "room"
-    assert server.post(room, T.MESSAGE, "hello everyone") is None  # no mention, no host: nobody
-    assert not server.is_busy(room)
     handle = server.post(room, T.MESSAGE, "@BOB what do you think?")  # case-insensitive
     assert (await handle.wait()).content == "bob here"
     assert talk(store, room) == [
-        ("Message", "user", "hello everyone"),
         ("Message", "user", "@BOB what do you think?"),
         ("Message", "bob", "bob here"),
     ]
     ack = [e for e in store.entries(room) if e.entry_type is T.ACK][0]
     assert ack.sender == "bob" and ack.payload["room"] == room and ack.payload["trigger_id"] == handle.trigger.id
+
+
+async def test_a_person_message_that_mentions_no_member_is_answered_on_every_path(store):
+    server = make(store, scripted("alice", "alice here"), scripted("bob", "bob here"), scripted("outsider", "o"))
+    room = server.create_room("lab", ["alice", "bob"])  # no host: the first member answers
+    posted = server.post(room, T.MESSAGE, "hello everyone")
+    assert posted is not None and (await posted.wait()).content == "alice here"
+    sent = await server.send(room, "@outsider, are you there?")  # a non-member only
+    assert (await sent.wait()).content == "alice here"
+    said = server.rooms.say(room, "anyone?")
+    assert (await said.wait()).content == "alice here"
+    directive = server.post(room, T.DIRECTIVE, "tidy up", sender="user")
+    assert (await directive.wait()).content == "alice here"
+    assert [e.sender for e in store.entries(room) if e.entry_type is T.ACK] == ["alice"] * 4
+    note = [e for e in store.entries(room) if e.entry_type is T.ERROR][0]
+    assert note.content.startswith("@outsider is not in this room (members: @alice, @bob)")
+    # a `to` naming a non-member is reported, and the order still finds someone
+    stray = server.post(room, T.MESSAGE, "hi", payload={"to": ["ghost"]})
+    assert (await stray.wait()).content == "alice here"
+    assert store.entries(room)[-3].payload["names"] == ["ghost"]
+
+
+async def test_a_room_with_no_members_is_answered_by_the_default_agent(store):
+    server = make(store, scripted("alice", "alice here"), scripted("helper", "helper here"))
+    room = server.create_room("lab", ["alice"])
+    server.rooms.detach(room, "alice")
+    # the room session's own agent is the default ...
+    assert (await (await server.send(room, "hello?")).wait()).content == "alice here"
+    # ... unless the caller names one
+    assert server.room_speaker(room, "hello?", default="helper") == "helper"
+    handle = server.rooms.say(room, "hello again?", default="helper")
+    assert (await handle.wait()).content == "helper here"
 
 
 async def test_host_answers_unmentioned_messages(store):
@@ -116,6 +145,29 @@ async def test_loop_guard_stops_agent_to_agent_wakes_at_the_burst_budget(store):
     await server.send(room, "@pong go on")
     await server.rooms.wait(room, 5)
     assert len([e for e in talk(store, room) if e[0] == "Message" and e[1] != "user"]) == 8
+
+
+@pytest.mark.parametrize("budget, answering", [(4, ["a", "b", "c"]), (2, ["a"])])
+async def test_each_mentioned_member_counts_toward_the_burst_budget(store, budget, answering):
+    server = make(
+        store, scripted("lead", "@a @b @c what do you think?"),
+        scripted("a", "@lead a agrees"), scripted("b", "@lead b agrees"), scripted("c", "@lead c agrees"),
+    )
+    room = server.create_room("panel", ["lead", "a", "b", "c"], burst_budget=budget)
+    await server.send(room, "@lead ask the panel")
+    await server.rooms.wait(room, 10)
+    agent_messages = [e for e in talk(store, room) if e[0] == "Message" and e[1] != "user"]
+    # every mentioned member answers while the budget lasts, and no burst outgrows it
+    assert [e[1] for e in agent_messages] == ["lead", *answering]
+    assert len(agent_messages) <= budget
+    notes = [e for e in store.entries(room) if e.entry_type is T.ERROR]
+    assert notes and all(n.payload["note"] == "loop_guard" for n in notes)
+    if budget == 2:
+        assert notes[0].content.startswith(
+            "loop guard: @lead mentions 3 members but this room's burst budget (2) had 1 agent turn left; "
+            "@b, @c not woken"
+        )
+        assert notes[0].payload["woken"] == ["a"] and notes[0].payload["not_woken"] == ["b", "c"]
 
 
 async def test_directive_resets_the_burst_and_default_budget_is_six(store):
@@ -211,3 +263,17 @@ async def test_stop_cancels_room_turns(store):
     assert await handle.wait() is None
     assert not server.is_busy(room)
     assert store.latest(room).content == "interrupted: run cancelled"
+
+
+async def test_a_queued_turn_that_answers_two_messages_says_so_in_its_ack(store):
+    slow = scripted("slow", "slow here", model_options={"metadata": {"chaz_delay": 0.2}})
+    server = make(store, slow, scripted("bob", "bob here"))
+    room = server.create_room("lab", ["slow", "bob"])
+    first = await server.send(room, "@slow @bob hi")
+    again = await server.send(room, "@bob and this?")  # bob's turn is still queued: it answers both
+    await first.wait()
+    await again.wait()
+    acks = {e.sender: e.payload for e in store.entries(room) if e.entry_type is T.ACK}
+    assert acks["slow"]["answers"] == [first.trigger.id] and acks["slow"]["answers_count"] == 1
+    assert acks["bob"]["answers"] == [first.trigger.id, again.trigger.id] and acks["bob"]["answers_count"] == 2
+    assert acks["bob"]["trigger_id"] == again.trigger.id

@@ -111,6 +111,35 @@ async def test_message_during_a_run_queues_one_more_run(store):
     assert replies == ["echo: one", "echo: three"]
     assert Gated.calls == 2
     assert server.session_status(s) == "idle"
+    # each run's Ack says which Messages it answers: the follow-up answers two together
+    acks = [e.payload for e in store.entries(s) if e.entry_type is T.ACK]
+    assert [(a["answers"], a["answers_count"]) for a in acks] == [
+        ([first.trigger.id], 1), ([second.trigger.id, third.trigger.id], 2),
+    ]
+    assert acks[1]["trigger_id"] == third.trigger.id
+
+
+async def test_every_message_of_a_burst_is_in_exactly_one_ack(store):
+    server = Server(store, [Agent("assistant")])
+    s = server.current_session("assistant")
+    handles = await asyncio.gather(*(server.send(s, f"m{i}") for i in range(200)))
+    outcomes = await asyncio.gather(*(h.wait() for h in handles))
+    await server.wait_idle(10)
+    acks = [e for e in store.entries(s) if e.entry_type is T.ACK]
+    answered = [i for a in acks for i in a.payload["answers"]]
+    assert sorted(answered) == sorted(h.trigger.id for h in handles)
+    assert len(answered) == len(set(answered)) == 200
+    by_run = {}
+    for ack in acks:
+        ids = ack.payload["answers"]
+        seqs = [store.entry(i).seq for i in ids]
+        assert seqs == sorted(seqs) and ack.payload["answers_count"] == len(ids)
+        assert ack.payload["trigger_id"] == ids[-1]  # the run answers on the newest of them
+        by_run.update({i: ack.id for i in ids})
+    # each Message's handle gets the reply of the run that lists it
+    for handle, outcome in zip(handles, outcomes):
+        assert outcome.payload["run_id"] == by_run[handle.trigger.id]
+    assert len(acks) < 200  # a burst is answered together, not one reply per Message
 
 
 async def test_silent_turn_writes_no_message(server, store):

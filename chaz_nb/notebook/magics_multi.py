@@ -309,7 +309,6 @@ class MultiAgentCommands:
 
         Returns False when no room is current (the caller then talks to NAME's own session).
         """
-        from ..entries import EntryType
         from ..server import ServerError
         from .extension import origin
         from .magics import check_agent, open_view, wait_session
@@ -333,14 +332,9 @@ class MultiAgentCommands:
         latest = server.store.latest(room_id)
         view = open_view(state, room_id, after_seq=latest.seq if latest else 0, follow=True,
                          title=f"room {room.name}")
-        # rooms.say(), plus the origin of the write (which notebook cell) as every %chaz turn has
-        server.post(
-            room_id,
-            EntryType.DIRECTIVE if directive else EntryType.MESSAGE,
-            text,
-            sender="user",
-            payload={"to": [speaker], "origin": origin(state.shell)},
-        )
+        # the room's one order (rooms.Rooms.answerers): @NAME answers; the origin is which cell wrote it
+        server.rooms.say(room_id, text, explicit=speaker, directive=directive,
+                         payload={"origin": origin(state.shell)})
         state.last_session = room_id
         view.flush()
         view.display()
