@@ -45,7 +45,7 @@ HELP = """\
 %chaz wait [SESSION]        wait for a session's run to finish
 %chaz pending               tool calls waiting for your approval
 %chaz approve ID|last|all   approve (--all-calls: every call to that tool in the session)
-%chaz deny ID|last [--reason R]   deny; the agent is told, with the reason
+%chaz deny ID|last [--reason TEXT...]   deny; the agent is told, with the reason (the rest of the line)
 %chaz sql [-o NAME] QUERY   read-only SQL on the session database (views: tool_calls, runs, approvals, messages)
 %%chaz sql [-o NAME [--relation]] [--db PATH] [--max-rows N]   the cell body is the query
 %chaz audit [SESSION]       a live table of tool calls with filters and totals
