@@ -37,7 +37,7 @@ from .runtime import (
     one_line_reason,
 )
 from .store import NewEntry, SessionStore
-from .tools import ToolRegistry
+from .tools import ToolRegistry, ToolsLike, as_registry
 from .tree_budget import BudgetedBackend, TreeBudget, TreeBudgetExceeded
 
 log = logging.getLogger(__name__)
@@ -106,15 +106,17 @@ class Server:
         self,
         store: SessionStore,
         agents: Iterable[Agent] | Mapping[str, Agent] = (),
-        tools: ToolRegistry | None = None,
+        tools: ToolsLike = None,
         *,
         backend: ModelBackend | None = None,
         max_concurrent_calls: int = 10,
         tool_timeout: float = 60.0,
         approval_timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
+        # A list of tools or plain functions is as good as a registry (most agent
+        # libraries take a list); anything else is one TypeError here.
+        self.tools = as_registry(tools)
         self.store = store
-        self.tools = tools if tools is not None else ToolRegistry()
         handle = getattr(self.tools, "spawn_handle", None) or spawn_tools.install(self.tools)
         handle.set(self)
         self.backend: ModelBackend = backend or LiteLLMBackend()

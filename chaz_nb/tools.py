@@ -16,7 +16,7 @@ import re
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
+from typing import Any, Callable, Iterable, Literal, Mapping, Sequence, Union
 
 ApprovalMode = Literal["never", "unless_auto_approved", "always"]
 RiskLevel = Literal["low", "medium", "high"]
@@ -239,6 +239,36 @@ class ToolRegistry:
         if parent is not None:
             allowed &= parent.names
         return ScopedTools(self, allowed)
+
+
+ToolsLike = Union[ToolRegistry, Iterable[Union[Tool, Callable[..., Any]]], None]
+
+
+def as_registry(tools: ToolsLike, where: str = "Server(tools=...)") -> ToolRegistry:
+    """A ToolRegistry as is; any other iterable of tools or plain functions as a new registry.
+
+    Plain functions become tools as ``@tool`` would make them. Anything else is one TypeError
+    here, at the call, rather than an AttributeError deep inside: a lone tool, a string (an
+    iterable of characters) and a mapping (an iterable of keys) are refused by name.
+    """
+    if tools is None:
+        return ToolRegistry()
+    if isinstance(tools, ToolRegistry):
+        return tools
+    expected = f"{where} takes a ToolRegistry or a list of tools or functions"
+    if isinstance(tools, Tool) or (callable(tools) and not isinstance(tools, type)):
+        name = getattr(tools, "name", None) or getattr(tools, "__name__", "tool")
+        raise TypeError(f"{expected}; wrap one tool in a list: tools=[{name}]")
+    if isinstance(tools, (str, bytes, Mapping)) or not isinstance(tools, Iterable):
+        raise TypeError(f"{expected}, not {type(tools).__name__}")
+    items = list(tools)
+    for i, item in enumerate(items):
+        if not (isinstance(item, Tool) or callable(item)) or isinstance(item, type):
+            raise TypeError(
+                f"{expected}; item {i} is {item!r} ({type(item).__name__}): "
+                "pass the function or the @chaz_nb.tool object itself"
+            )
+    return ToolRegistry(items)
 
 
 class ScopedTools:

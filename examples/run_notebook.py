@@ -1,6 +1,9 @@
-"""Execute a notebook in a fresh kernel and print what each cell showed (text form).
+"""Execute a notebook in a fresh kernel, print what each cell showed (text form), save the result.
 
-Run: python examples/run_notebook.py notebooks/01_quickstart.ipynb [--save OUT.ipynb]
+Run: python examples/run_notebook.py notebooks/01_quickstart.ipynb [--save OUT.ipynb | --no-save]
+The executed notebook goes beside the input as NAME.out.ipynb (``*.out.ipynb`` is in
+.gitignore, and nbval skips it), so it can be opened in Jupyter with every output in place;
+the input is left as it was. It is written even when a cell fails, to show where.
 The notebook runs offline (the built-in chaz/echo and chaz/script models; no API key).
 """
 
@@ -15,6 +18,14 @@ import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
+OUT_SUFFIX = ".out.ipynb"
+
+
+def default_output(notebook: str) -> str:
+    """``notebooks/01_quickstart.ipynb`` -> ``notebooks/01_quickstart.out.ipynb``."""
+    stem, ext = os.path.splitext(notebook)
+    return (stem if ext == ".ipynb" else notebook) + OUT_SUFFIX
+
 
 def text_of(output: dict) -> str:
     if output.get("output_type") == "stream":
@@ -28,8 +39,13 @@ def text_of(output: dict) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebook")
-    parser.add_argument("--save", help="write the executed notebook here")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--save", metavar="OUT", help=f"write the executed notebook here (default: NAME{OUT_SUFFIX} beside it)")
+    where.add_argument("--no-save", action="store_true", help="do not write the executed notebook")
     args = parser.parse_args()
+    out_path = None if args.no_save else (args.save or default_output(args.notebook))
+    if out_path is not None and os.path.abspath(out_path) == os.path.abspath(args.notebook):
+        parser.error("--save must not be the input notebook (it would be overwritten)")
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     nb = nbformat.read(args.notebook, as_version=4)
     client = NotebookClient(nb, timeout=300, kernel_name="python3",
@@ -50,10 +66,13 @@ def main() -> int:
             text = text_of(output)
             if text.strip():
                 print("    " + text.rstrip("\n").replace("\n", "\n    "))
-    if args.save:
-        nbformat.write(nb, args.save)
-        print(f"\nexecuted notebook written to {args.save}")
     print(f"\n{'failed' if failed else 'done'} in {time.monotonic() - started:.1f} s")
+    if out_path is None:
+        print("executed notebook not written (--no-save)")
+    else:
+        os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+        nbformat.write(nb, out_path)
+        print(f"executed notebook written to {out_path}")
     return 1 if failed else 0
 
 

@@ -25,6 +25,10 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 _SANITIZE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nbval_sanitize.cfg")
 
+#: examples/run_notebook.py writes NAME.out.ipynb beside each notebook it runs (git ignores
+#: them): those are executed copies, not examples, so nbval does not check them.
+collect_ignore_glob = ["*.out.ipynb"]
+
 
 def pytest_configure(config):
     if getattr(config.option, "nbval_sanitize_with", None) is None:

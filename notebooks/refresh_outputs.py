@@ -40,5 +40,6 @@ def refresh(path: str) -> None:
 if __name__ == "__main__":
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ.pop("CHAZ_MODEL", None)
-    for nb_path in sys.argv[1:] or sorted(glob.glob(os.path.join(HERE, "*.ipynb"))):
+    examples = [p for p in glob.glob(os.path.join(HERE, "*.ipynb")) if not p.endswith(".out.ipynb")]
+    for nb_path in sys.argv[1:] or sorted(examples):  # not the copies run_notebook.py leaves
         refresh(nb_path)

@@ -15,7 +15,7 @@ from chaz_nb.sqlquery import SQLFailed, SQLRefused, run_query
 ip = get_ipython()
 
 SUBCOMMANDS = ["", "agent", "agents", "sessions", "log", "new", "wait", "sql", "config", "help", "directive",
-               "pending", "approve", "deny", "schedule", "room", "compact", "audit", "bogus"]
+               "pending", "approve", "deny", "schedule", "room", "compact", "audit", "bogus", "agnt", "Agents"]
 words = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\n\r"), max_size=40)
 token = st.sampled_from(["@assistant", "@nobody", "--no-wait", "--model", "chaz/echo", "--tools", "a,b", "--script",
                          "[1", "'[\"hi\"]'", "--max-depth", "-1", "3", "db=", "x=y", "--reason", "last", "all",

@@ -153,7 +153,7 @@ def test_origin_records_cell_id_execution_count_and_kernel(kernel):
 
 BAD = [
     ("%chaz @nobody hi", "UsageError: unknown agent @nobody; known agents: @assistant"),
-    ("%chaz frobnicate", "UsageError: unknown sub-command 'frobnicate'; usage: %chaz @NAME text"),
+    ("%chaz frobnicate", "UsageError: unknown sub-command 'frobnicate'; sub-commands: agent, agents,"),
     ("%chaz agent x --model chaz/script --script '[1,'", "UsageError: %chaz agent x: bad --script JSON"),
     ("%%chaz agent x\nmodel = \n", "UsageError: %%chaz agent x: bad TOML: Invalid value"),
     ("%chaz agent x --tools nope", "UsageError: %chaz agent x: no tool 'nope' in this notebook"),

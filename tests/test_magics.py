@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 
 import pytest
 from IPython.core.error import UsageError
@@ -276,15 +277,91 @@ def test_config_db_moves_to_another_file(chaz, tmp_path, capsys):
 def test_config_model(chaz, capsys):
     capsys.readouterr()
     ip.run_line_magic("chaz", "config model=openai/gpt-4o-mini")
-    assert capsys.readouterr().out.strip() == "agent assistant: openai/gpt-4o-mini, all registered tools"
+    n = len(chaz.tools)
+    assert capsys.readouterr().out.strip() == (
+        f"agent assistant: openai/gpt-4o-mini, every registered tool ({n} now, and any registered later)"
+    )
     assert chaz.agents["assistant"].model == "openai/gpt-4o-mini"
+
+
+def test_agent_without_tools_gets_every_registered_tool_and_says_so(chaz, capsys):
+    ip.run_cell(TOOLS).raise_error()
+    ip.run_line_magic("chaz", "agent calc --model chaz/echo --tools add")  # registers add
+    capsys.readouterr()
+    ip.run_line_magic("chaz", "agent helper --model chaz/echo")
+    n = len(chaz.tools)
+    assert "add" in chaz.tools and n > 1
+    assert capsys.readouterr().out.strip() == (
+        f"agent helper: chaz/echo, every registered tool ({n} now, and any registered later)"
+    )
+    assert chaz.tools.scope(chaz.agents["helper"].tools).names == set(chaz.tools.names())
+    ip.run_line_magic("chaz", "agent loner --model chaz/echo --tools ''")
+    assert capsys.readouterr().out.strip() == "agent loner: chaz/echo, no tools"
+
+
+# ------------------------------------------------------------------ usage
+@pytest.mark.parametrize(
+    "cell, suggestion",
+    [
+        ("%chaz agnt x", "did you mean agent?"),
+        ("%chaz sesions", "did you mean sessions?"),
+        ("%chaz Agents", "did you mean agents?"),
+        ("%chaz shedule list", "did you mean schedule?"),
+        ("%chaz assistant hello", "did you mean @assistant? (a message starts with @NAME)"),
+        ("%chaz asistant hello", "did you mean @assistant?"),
+    ],
+)
+def test_unknown_sub_command_suggests_the_nearest_one(chaz, capsys, cell, suggestion):
+    err = one_line_error(capsys, cell, suggestion)
+    assert "usage: %chaz @NAME" not in err  # the one hint, not the whole usage
+    assert "%chaz help" in err
+
+
+def test_unknown_sub_command_with_nothing_near_lists_the_sub_commands(chaz, capsys):
+    err = one_line_error(capsys, "%chaz xyzzy", "unknown sub-command 'xyzzy'; sub-commands: ")
+    for sub in ("agent", "deny", "sql", "room", "help"):
+        assert f" {sub}," in err or f" {sub} " in err
+
+
+def _flags(parser):
+    return sorted(o for a in parser._actions for o in a.option_strings if o not in ("-h", "--help"))
+
+
+def _mentions(text, flag):
+    """The flag as a whole word: --max is not in "--max-depth"."""
+    return re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", text) is not None
+
+
+def test_every_flag_a_parser_accepts_is_in_its_usage_and_the_full_usage():
+    from chaz_nb.notebook import magics, magics_multi, magics_sql
+
+    parsers = [
+        (magics._agent_parser(), magics._agent_parser().usage),
+        (magics_sql._sql_parser(), magics_sql.SQL_USAGE),
+        (magics_multi._room_parser(), magics_multi.ROOM_USAGE),
+    ]
+    assert "--approval-timeout" in _flags(parsers[0][0]) and "--max-iterations" in _flags(parsers[0][0])
+    for parser, usage in parsers:
+        for flag in _flags(parser):
+            assert _mentions(usage, flag), (flag, usage)
+            assert _mentions(magics.USAGE, flag), flag
+    for flag in _flags(magics._agent_parser()):
+        assert _mentions(magics.HELP, flag), flag
+
+
+def test_bare_chaz_and_help_show_the_agent_flags(chaz, capsys):
+    err = one_line_error(capsys, "%chaz", "usage: %chaz @NAME text")
+    assert "--approval-timeout S" in err and "--max-iterations N" in err and "--reason" in err
+    ip.run_line_magic("chaz", "help")
+    out = capsys.readouterr().out
+    assert "--approval-timeout S" in out and "every registered tool" in out
 
 
 # ------------------------------------------------------------------ one-line errors
 def test_bad_inputs_get_one_line_errors(chaz, capsys):
     ip.run_cell(TOOLS).raise_error()
     one_line_error(capsys, "%chaz @nobody hi", "unknown agent @nobody; known agents: @assistant")
-    one_line_error(capsys, "%chaz frobnicate", "unknown sub-command 'frobnicate'; usage: %chaz @NAME")
+    one_line_error(capsys, "%chaz frobnicate", "unknown sub-command 'frobnicate'; sub-commands: agent, agents,")
     one_line_error(capsys, "%chaz", "usage: %chaz @NAME text")
     one_line_error(capsys, "%chaz @assistant", "nothing to send to @assistant")
     one_line_error(capsys, "%chaz agent x --model chaz/script --script '[1,'", "bad --script JSON")

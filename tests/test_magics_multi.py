@@ -269,4 +269,5 @@ def test_help_lists_the_new_sub_commands(chaz, capsys):
                    "%chaz room NAME @a @b", "%chaz room --leave", "%chaz compact [SESSION]"):
         assert needle in out
     usage = one_line_error(capsys, "%chaz", "usage:")
-    assert "schedule add|list|pause|resume|remove" in usage and "compact [SESSION]" in usage
+    assert "schedule add @NAME" in usage and "schedule remove ID" in usage and "compact [SESSION]" in usage
+    assert "--max-fires N" in usage and "--budget N" in usage  # the full usage: every sub-command's flags

@@ -26,3 +26,25 @@ def test_notebooks_pass_nbval(request):
         cwd=ROOT, capture_output=True, text=True, timeout=600, env=env,
     )
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+
+
+def test_nbval_skips_the_executed_copies_run_notebook_writes(tmp_path):
+    # examples/run_notebook.py leaves NAME.out.ipynb beside each notebook it runs; nbval must
+    # not check those copies as if they were examples (a stale copy would fail the suite).
+    import shutil
+
+    import nbformat
+
+    here = tmp_path / "notebooks"
+    here.mkdir()
+    for name in ("conftest.py", "nbval_sanitize.cfg"):
+        shutil.copy(os.path.join(ROOT, "notebooks", name), here / name)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 + 1")])
+    nbformat.write(nb, str(here / "example.ipynb"))
+    nbformat.write(nb, str(here / "example.out.ipynb"))
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "--nbval", str(here), "-p", "no:cacheprovider"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )
+    assert "example.ipynb" in out.stdout, out.stdout + out.stderr
+    assert "example.out.ipynb" not in out.stdout

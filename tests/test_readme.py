@@ -20,3 +20,14 @@ def test_ci_runs_exactly_the_readme_test_command():
 def test_readme_main_job_is_a_single_fresh_machine_command():
     main = readme_commands()[0]
     assert main.startswith("python3 -m venv .venv") and "pip install" in main
+
+
+def test_readme_says_where_the_quickstart_writes_the_executed_notebook():
+    import importlib.util
+
+    main = readme_commands()[0]
+    notebook = re.search(r"run_notebook\.py (\S+\.ipynb)", main).group(1)
+    spec = importlib.util.spec_from_file_location("run_notebook", ROOT / "examples" / "run_notebook.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert f"`{module.default_output(notebook)}`" in (ROOT / "README.md").read_text()

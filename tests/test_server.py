@@ -243,3 +243,49 @@ async def test_new_session_starts_fresh_context(server, store):
     await (await server.send(first, "remember me")).wait()
     second = server.new_session("assistant")
     assert second != first and server.current_session("assistant") == second
+
+
+def mul(a: int, b: int) -> int:
+    """Multiply two integers."""
+    return a * b
+
+
+def script_agent(tool_name):
+    return Agent("calc", model="chaz/script", tools=[tool_name],
+                 script=[{"tool": tool_name, "args": {"a": 2, "b": 3}}, "got {result}"])
+
+
+@pytest.mark.parametrize(
+    "tools",
+    [
+        pytest.param(lambda: [mul, add], id="list of a plain function and a tool"),
+        pytest.param(lambda: (mul,), id="tuple"),
+        pytest.param(lambda: (t for t in [add, mul]), id="generator"),
+        pytest.param(lambda: ToolRegistry([mul]), id="registry"),
+    ],
+)
+async def test_tools_may_be_any_iterable_of_tools_or_functions(store, tools):
+    server = Server(store, [script_agent("mul")], tools=tools())
+    reply = await (await server.send(server.current_session("calc"), "go")).wait()
+    assert reply.content == "got 6"
+    assert server.tools.get("mul").parameters["required"] == ["a", "b"]
+    assert "spawn_agent" in server.tools
+
+
+@pytest.mark.parametrize(
+    "tools, message",
+    [
+        (add, "wrap one tool in a list: tools=[add]"),
+        (mul, "wrap one tool in a list: tools=[mul]"),
+        ("add", "not str"),
+        ({"add": add}, "not dict"),
+        (42, "not int"),
+        ([add, "mul"], "item 1 is 'mul' (str)"),
+        ([None], "item 0 is None"),
+    ],
+)
+def test_tools_that_are_not_a_list_of_tools_are_one_clear_type_error(store, tools, message):
+    with pytest.raises(TypeError, match="^Server\\(tools=\\.\\.\\.\\) takes") as info:
+        Server(store, [Agent("assistant")], tools=tools)
+    assert message in str(info.value) and "\n" not in str(info.value)
+    assert store.sessions() == []  # nothing was written or subscribed

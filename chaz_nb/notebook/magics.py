@@ -7,36 +7,31 @@ traceback) and which marks the cell as failed, so "Run All" stops there.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import re
 import shlex
 import sys
+import textwrap
 from dataclasses import fields
 from typing import Any, Callable
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
-from .magics_approvals import ApprovalCommands
-from .magics_multi import MultiAgentCommands
-from .magics_sql import SqlCommands
+from .magics_approvals import APPROVE_USAGE, DENY_USAGE, PENDING_USAGE, ApprovalCommands
+from .magics_multi import ROOM_USAGE, SCHEDULE_USAGE, MultiAgentCommands
+from .magics_sql import AUDIT_USAGE, SQL_USAGE, SqlCommands
 
-USAGE = (
-    "usage: %chaz @NAME text | directive @NAME text | agent NAME --model M [--system S] "
-    "[--tools a,b] [--auto-approve a,b] [--max-depth N] [--script JSON] | agents | sessions | "
-    "log [SESSION] | new @NAME | wait [SESSION] | pending | approve ID|last|all | "
-    "deny ID|last [--reason R] | sql QUERY | audit [SESSION] | schedule add|list|pause|resume|remove | "
-    "room [NAME @a @b|--leave] | compact [SESSION] | config [db=PATH] [model=M] | help"
-)
 CELL_USAGE = "usage: %%chaz @NAME [--no-wait] | %%chaz directive @NAME | %%chaz agent NAME (TOML body) | %%chaz sql [options] (SQL body)"
 
-HELP = """\
+_HELP = """\
 %chaz @NAME text            send a Message to NAME's current session and wait for the reply
 %chaz --no-wait @NAME text  send and return at once (the run goes on; see %chaz wait)
 %chaz directive @NAME text  write a Directive (a task) instead of a Message
 %%chaz @NAME                the cell body is the message
-%chaz agent NAME --model M [--system S] [--tools a,b] [--auto-approve a,b] [--approval-timeout S]
-                            [--max-depth N] [--max-iterations N] [--script JSON]
+{agent}
+                            without --tools the agent gets every registered tool (the line it prints says how many)
 %%chaz agent NAME           the same fields as a TOML body (model = "...", tools = ["a", "b"], ...)
 %chaz agents                the agents of this kernel
 %chaz sessions              the sessions in the database
@@ -45,7 +40,7 @@ HELP = """\
 %chaz wait [SESSION]        wait for a session's run to finish
 %chaz pending               tool calls waiting for your approval
 %chaz approve ID|last|all   approve (--all-calls: every call to that tool in the session)
-%chaz deny ID|last [--reason R]   deny; the agent is told, with the reason
+%chaz deny ID|last [--reason TEXT...]   deny; the agent is told, with the reason (the rest of the line)
 %chaz sql [-o NAME] QUERY   read-only SQL on the session database (views: tool_calls, runs, approvals, messages)
 %%chaz sql [-o NAME [--relation]] [--db PATH] [--max-rows N]   the cell body is the query
 %chaz audit [SESSION]       a live table of tool calls with filters and totals
@@ -92,37 +87,86 @@ class _HelpShown(Exception):
 
 
 def _agent_parser() -> _ArgumentParser:
-    p = _ArgumentParser(
-        prog="agent",
-        usage="%chaz agent NAME [--model M] [--system S] [--tools a,b] [--auto-approve a,b] "
-        "[--approval-timeout S] [--max-depth N] [--max-iterations N] [--max-spawns N] [--max-model-calls N] "
-        "[--script JSON]",
-        add_help=True,
-        allow_abbrev=False,
-    )
-    p.add_argument("name")
-    p.add_argument("--model")
-    p.add_argument("--system")
-    p.add_argument("--tools", help="comma-separated tool names (from this notebook) or globs")
-    p.add_argument("--auto-approve", dest="auto_approve",
+    p = _ArgumentParser(prog="agent", add_help=True, allow_abbrev=False)
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("--model", metavar="M")
+    p.add_argument("--system", metavar="S")
+    p.add_argument("--tools", metavar="a,b",
+                   help="comma-separated tool names (from this notebook) or globs; default: every registered tool")
+    p.add_argument("--auto-approve", dest="auto_approve", metavar="a,b",
                    help="comma-separated tools (or globs) this agent may call without asking")
-    p.add_argument("--approval-timeout", type=float, dest="approval_timeout",
+    p.add_argument("--approval-timeout", type=float, dest="approval_timeout", metavar="S",
                    help="seconds an approval request waits before it is denied")
-    p.add_argument("--max-depth", type=int, dest="max_depth")
-    p.add_argument("--max-iterations", type=int, dest="max_iterations")
-    p.add_argument("--max-spawns", type=int, dest="max_spawns",
+    p.add_argument("--max-depth", type=int, dest="max_depth", metavar="N")
+    p.add_argument("--max-iterations", type=int, dest="max_iterations", metavar="N")
+    p.add_argument("--max-spawns", type=int, dest="max_spawns", metavar="N",
                    help="spawns in the whole run tree this agent starts (default 50)")
-    p.add_argument("--max-model-calls", type=int, dest="max_model_calls",
+    p.add_argument("--max-model-calls", type=int, dest="max_model_calls", metavar="N",
                    help="model calls in the whole run tree this agent starts (default 500)")
-    p.add_argument("--script", help="JSON list of steps for the chaz/script model")
+    p.add_argument("--script", metavar="JSON", help="JSON list of steps for the chaz/script model")
+    p.usage = "%chaz " + usage_of(p)
     return p
+
+
+def usage_of(parser: argparse.ArgumentParser) -> str:
+    """``agent NAME [--model M] ...``: a sub-command's usage from its parser's own arguments.
+
+    The usage lines are made from the parser rather than written beside it, so a flag added
+    to the parser is in ``%chaz``'s usage and ``%chaz help`` too (they once drifted apart).
+    """
+    parts = [parser.prog]
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        metavar = action.metavar or action.dest.upper()
+        if not action.option_strings:
+            parts.append({"?": f"[{metavar}]", "*": f"[{metavar} ...]"}.get(action.nargs, metavar))
+        elif action.nargs == 0:
+            parts.append(f"[{action.option_strings[0]}]")
+        else:
+            parts.append(f"[{action.option_strings[0]} {metavar}]")
+    return " ".join(parts)
+
+
+def _forms(usage: str) -> str:
+    return usage[len("usage: %chaz "):]
+
+
+AGENT_FORM = usage_of(_agent_parser())
+#: the full usage: each sub-command's own usage text, so none can fall behind its parser
+USAGE = "usage: %chaz " + " | ".join(
+    [
+        "@NAME text",
+        "--no-wait @NAME text",
+        "directive @NAME text",
+        AGENT_FORM,
+        "agents",
+        "sessions",
+        "log [SESSION]",
+        "new @NAME",
+        "wait [SESSION]",
+        _forms(PENDING_USAGE),
+        _forms(APPROVE_USAGE),
+        _forms(DENY_USAGE),
+        _forms(SQL_USAGE),
+        _forms(AUDIT_USAGE),
+        _forms(SCHEDULE_USAGE),
+        _forms(ROOM_USAGE),
+        "compact [SESSION]",
+        "config [db=PATH] [model=M]",
+        "help",
+    ]
+)
+HELP = _HELP.replace(
+    "{agent}", textwrap.fill(AGENT_FORM, width=100, initial_indent="%chaz ", subsequent_indent=" " * 28)
+)
 
 
 def _split(line: str) -> list[str]:
     try:
         return shlex.split(line)
     except ValueError as exc:
-        raise UsageError(f"%chaz: cannot parse the line ({exc}); {USAGE}") from None
+        raise UsageError(f"%chaz: cannot parse the line ({exc}); close the quote, or %chaz help for the usage") from None
 
 
 def parse_message_line(line: str, where: str = "%chaz") -> tuple[str, str, bool]:
@@ -147,7 +191,7 @@ def parse_message_line(line: str, where: str = "%chaz") -> tuple[str, str, bool]
             break
         rest = rest[m.end():]
     if name is None:
-        raise UsageError(f"{where}: say which agent, e.g. {where} @assistant hello; {USAGE}")
+        raise UsageError(f"{where}: say which agent, e.g. {where} @assistant hello (%chaz help shows the usage)")
     return name, rest.strip(), wait
 
 
@@ -292,8 +336,17 @@ def _default_model() -> str:
     return default_model()
 
 
-def describe_agent(agent: Any) -> str:
-    tools = "all registered tools" if agent.tools is None else (", ".join(agent.tools) or "no tools")
+def describe_agent(agent: Any, server: Any) -> str:
+    """The confirmation line of an agent definition.
+
+    An agent defined without ``tools`` may use every tool registered on the server, at the
+    time of each run: the line says so, with today's count, so nobody hands out a tool by
+    accident.
+    """
+    if agent.tools is None:
+        tools = f"every registered tool ({len(server.tools)} now, and any registered later)"
+    else:
+        tools = ", ".join(agent.tools) or "no tools"
     extra = f", max depth {agent.max_depth}" if agent.max_depth is not None else ""
     if getattr(agent, "auto_approve", None):
         extra += f", auto-approves {', '.join(agent.auto_approve)}"
@@ -335,7 +388,7 @@ def send_turn(
     server = state.server
     check_agent(server, name)
     if not text.strip():
-        raise UsageError(f"%chaz: nothing to send to @{name}; {USAGE}")
+        raise UsageError(f"%chaz: nothing to send to @{name}; write the text after @{name}")
     session = server.current_session(name)
     latest = server.store.latest(session)
     view = None
@@ -413,8 +466,23 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
             return self._message(line, directive=False)
         handler = getattr(self, f"_cmd_{head}", None) if re.fullmatch(r"[a-z]+", head) else None
         if handler is None:
-            raise UsageError(f"unknown sub-command {head!r}; {USAGE}")
+            raise UsageError(f"unknown sub-command {head!r}; {self._nearest(head)} (%chaz help shows the usage)")
         return handler(rest.strip())
+
+    def _nearest(self, head: str) -> str:
+        """"did you mean agent?" (difflib over the sub-commands, then the agents' names)."""
+        subs = sorted(name[len("_cmd_"):] for name in dir(type(self)) if name.startswith("_cmd_"))
+        try:
+            agents = sorted(self.state.server.agents)
+        except UsageError:  # not loaded: the sub-command will say so
+            agents = []
+        if head in agents:
+            return f"did you mean @{head}? (a message starts with @NAME)"
+        for candidates, prefix in ((subs, ""), (agents, "@")):
+            close = difflib.get_close_matches(head.lower(), candidates, n=1, cutoff=0.6)
+            if close:
+                return f"did you mean {prefix}{close[0]}?"
+        return f"sub-commands: {', '.join(subs)}"
 
     # -- cell form
     def _cell(self, line: str, cell: str) -> Any:
@@ -482,7 +550,7 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
         if args.script is not None:
             spec["script"] = parse_script(args.script, where)
         agent = define_agent(state, args.name, spec, where)
-        print(describe_agent(agent))
+        print(describe_agent(agent, state.server))
 
     def _cmd_agents(self, rest: str) -> None:
         if rest:
@@ -567,7 +635,7 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
                     raise UsageError(f"%chaz config db={value}: {str(exc).splitlines()[0]}") from None
             elif key == "model":
                 define_agent(state, DEFAULT_AGENT, _agent_spec(state.server.agents[DEFAULT_AGENT], model=value), "%chaz config")
-                print(describe_agent(state.server.agents[DEFAULT_AGENT]))
+                print(describe_agent(state.server.agents[DEFAULT_AGENT], state.server))
             else:
                 raise UsageError(f"%chaz config: unknown key {key!r}; keys: db, model")
 

@@ -4,11 +4,15 @@ For keyboard users and for notebooks run top to bottom (nbval): the same decisio
 approval widget's buttons and the JupyterLab sidebar, written as ApprovalDecision entries by
 the person at this kernel (``decided_by="user"``). A cell that waited on a run stops when the
 run parks, so these run in a later cell; ``%chaz wait`` then waits for the reply.
+
+``%chaz deny last --reason not today``: everything after ``--reason`` is the reason (no quotes
+needed), as ``%chaz @NAME`` takes the rest of the line; so the request comes before it.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from typing import Any
 
@@ -16,7 +20,7 @@ from IPython.core.error import UsageError
 
 PENDING_USAGE = "usage: %chaz pending"
 APPROVE_USAGE = "usage: %chaz approve ID|last|oldest|all [--all-calls]"
-DENY_USAGE = "usage: %chaz deny ID|last|oldest|all [--reason R]"
+DENY_USAGE = "usage: %chaz deny ID|last|oldest|all [--reason TEXT...]"
 
 
 def _args(rest: str, usage: str) -> list[str]:
@@ -24,6 +28,31 @@ def _args(rest: str, usage: str) -> list[str]:
         return shlex.split(rest)
     except ValueError as exc:
         raise UsageError(f"cannot parse the line ({exc}); {usage}") from None
+
+
+_REASON = re.compile(r"(?:^|\s)--reason(?:=|\s|$)")
+
+
+def split_reason(rest: str) -> tuple[str, str | None]:
+    """``ID --reason not today`` -> (``"ID"``, ``"not today"``).
+
+    Everything after ``--reason`` (or ``--reason=``) is the reason, unquoted words and all, as
+    ``%chaz @NAME`` takes the rest of the line; one pair of quotes around all of it is dropped.
+    """
+    m = _REASON.search(rest)
+    if m is None:
+        return rest, None
+    reason = rest[m.end():].strip()
+    if len(reason) >= 2 and reason[0] == reason[-1] and reason[0] in "'\"":
+        try:
+            words = shlex.split(reason)
+        except ValueError:
+            words = []
+        if len(words) == 1:
+            reason = words[0]
+    if not reason.strip():
+        raise UsageError(f"%chaz deny: --reason needs a text; {DENY_USAGE}")
+    return rest[: m.start()], reason
 
 
 def _short(value: Any, n: int = 60) -> str:
@@ -72,30 +101,18 @@ class ApprovalCommands:
         self._decide("approve", args[0], decision, None)
 
     def _cmd_deny(self, rest: str) -> None:
-        args = _args(rest, DENY_USAGE)
-        reason = None
-        refs: list[str] = []
-        i = 0
-        while i < len(args):
-            a = args[i]
-            if a == "--reason" or a.startswith("--reason="):
-                if a == "--reason":
-                    if i + 1 >= len(args) or not args[i + 1].strip():
-                        raise UsageError(f"%chaz deny: --reason needs a text; {DENY_USAGE}")
-                    reason = args[i + 1]
-                    i += 2
-                    continue
-                reason = a.partition("=")[2]
-                if not reason.strip():
-                    raise UsageError(f"%chaz deny: --reason needs a text; {DENY_USAGE}")
-            elif a.startswith("--"):
-                raise UsageError(f"%chaz deny: unknown option {a}; {DENY_USAGE}")
-            else:
-                refs.append(a)
-            i += 1
-        if len(refs) != 1:
+        refs_text, reason = split_reason(rest)
+        args = _args(refs_text, DENY_USAGE)
+        bad = [a for a in args if a.startswith("--")]
+        if bad:
+            raise UsageError(f"%chaz deny: unknown option {bad[0]}; {DENY_USAGE}")
+        if reason is not None and not args:
+            raise UsageError(
+                f"%chaz deny: put the request before --reason (everything after --reason is the reason); {DENY_USAGE}"
+            )
+        if len(args) != 1:
             raise UsageError(f"%chaz deny: say which request; {DENY_USAGE}")
-        self._decide("deny", refs[0], "deny", reason)
+        self._decide("deny", args[0], "deny", reason)
 
     def _decide(self, what: str, ref: str, decision: str, reason: str | None) -> None:
         server = self.state.server

@@ -17,7 +17,7 @@ from IPython.core.error import UsageError
 
 from .display import esc as _esc
 
-SQL_USAGE = "usage: %chaz sql [-o NAME [--relation]] [--db PATH] [--max-rows N] QUERY"
+SQL_USAGE = "usage: %chaz sql [-o|--out NAME [--relation]] [--db PATH] [--max-rows N] QUERY"
 AUDIT_USAGE = "usage: %chaz audit [SESSION]"
 
 #: characters of a value shown in a table cell before it folds into <details>
