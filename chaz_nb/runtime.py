@@ -81,7 +81,7 @@ class ScopedToolExecutor:
     async def call(self, call_id: str, name: str, arguments: dict[str, Any]) -> ToolOutcome:
         try:
             t = self.scope.get(name)
-            result = await asyncio.wait_for(t.run(arguments), self.timeout)
+            result = await asyncio.wait_for(t.run(arguments, hold_limit=self.timeout), self.timeout)
         except ToolError as exc:
             return ToolOutcome(safe_text(exc), is_error=True)
         except asyncio.TimeoutError:

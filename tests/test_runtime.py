@@ -1,5 +1,6 @@
 import asyncio
 import json
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -292,3 +293,21 @@ async def test_a_cancelled_run_closes_every_open_call_with_a_result():
         await run_task
     results = [e for e in events._queue if isinstance(e, ToolResultEvent)]
     assert sorted(r.id for r in results) == ["c0", "c1"] and all(r.is_error for r in results)
+
+
+@tool
+async def hogs_the_loop() -> str:
+    """An async tool that blocks instead of awaiting."""
+    import time
+
+    time.sleep(0.3)
+    return "done hogging"
+
+
+async def test_an_async_tool_that_holds_the_loop_past_the_timeout_is_an_error_result(caplog):
+    executor = ScopedToolExecutor(ToolRegistry([hogs_the_loop]).scope(None), timeout=0.1)
+    outcome = await executor.call("c1", "hogs_the_loop", {})
+    assert outcome.is_error
+    assert re.match(r"hogs_the_loop held the kernel loop for \d+\.\d s", outcome.output)
+    assert "0.1 s tool timeout" in outcome.output
+    assert "hogs_the_loop held the kernel loop" in caplog.text  # noticed in the log as well
