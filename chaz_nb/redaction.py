@@ -49,11 +49,12 @@ MIN_SECRET_LENGTH = 8
 # X-Goog-Api-Key, x-auth-token, x-csrf-token, Authorization. Not max_tokens or token_budget.
 _KEY_HEADER = r"(?:[A-Za-z0-9]+[-_])*api[-_]?key|[A-Za-z0-9]+(?:-[A-Za-z0-9]+)*-token"
 _CREDENTIAL_FIELD = re.compile(rf"(?i)(?:{_KEY_HEADER}|(?:proxy-)?authorization)")
-_PATTERNS.append(
-    # x-api-key: abc / "api-key": "abc" / 'X-Auth-Token': 'abc' (keeps the name, masks the value;
-    # Authorization has its own pattern above, which keeps the scheme)
-    (re.compile(rf"(?i)(?<![A-Za-z0-9_-])((?:{_KEY_HEADER})[\"']?\s*[:=]\s*[\"']?)(?!\[REDACTED\])[^\s\"',}}]+"),
-     r"\1" + REDACTED)
+# x-api-key: abc / "api-key": "abc" / 'X-Auth-Token': 'abc' (keeps the name, masks the value;
+# Authorization has its own pattern above, which keeps the scheme). It costs as much as the
+# other patterns together, so it runs only on text that has "key" or "-token" in it.
+_KEY_HEADER_VALUE = (
+    re.compile(rf"(?i)(?<![A-Za-z0-9_-])((?:{_KEY_HEADER})[\"']?\s*[:=]\s*[\"']?)(?!\[REDACTED\])[^\s\"',}}]+"),
+    r"\1" + REDACTED,
 )
 
 
@@ -94,6 +95,9 @@ def redact(text: str, environ: dict[str, str] | None = None) -> str:
             text = text.replace(value, REDACTED)
     for pattern, replacement in _PATTERNS:
         text = pattern.sub(replacement, text)
+    lowered = text.lower()
+    if "key" in lowered or "-token" in lowered:
+        text = _KEY_HEADER_VALUE[0].sub(_KEY_HEADER_VALUE[1], text)
     return text
 
 
