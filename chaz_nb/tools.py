@@ -14,8 +14,8 @@ unnoticed: widgets, comms, schedules and every other run share it):
   writes, the run's context) is written as ``async def``.
 - An async function runs on the loop and the timeout applies at its awaits. Each step it
   takes between two awaits is timed: a step over ``LOOP_HOLD_WARNING`` seconds (or over the
-  timeout) is logged as a warning, and a step longer than the timeout makes the call an error result (the value is
-  not used), so a tool that blocks instead of awaiting is always seen.
+  timeout) is logged as a warning, and a step longer than the timeout makes the call an
+  error result (the value is not used), so a tool that blocks instead of awaiting is seen.
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 ApprovalMode = Literal["never", "unless_auto_approved", "always"]
 RiskLevel = Literal["low", "medium", "high"]
 APPROVAL_MODES = ("never", "unless_auto_approved", "always")
+RISK_LEVELS = ("low", "medium", "high")
 #: seconds one step of an async tool may hold the kernel loop before it is logged
 LOOP_HOLD_WARNING = 0.5
 
 log = logging.getLogger(__name__)
-RISK_LEVELS = ("low", "medium", "high")
 
 
 class ToolError(Exception):
@@ -136,11 +136,7 @@ class Tool:
         return result
 
     async def _on_loop(self, coro: Any, hold_limit: float | None) -> Any:
-        held = 0.0
-
         def step(seconds: float) -> None:
-            nonlocal held
-            held = max(held, seconds)
             if seconds > LOOP_HOLD_WARNING or (hold_limit is not None and seconds > hold_limit):
                 log.warning("tool %s held the kernel loop for %.1f s without awaiting", self.name, seconds)
             if hold_limit is not None and seconds > hold_limit:
