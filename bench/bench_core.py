@@ -28,8 +28,8 @@ from chaz_nb.entries import EntryType  # noqa: E402
 STEPS = 8  # tool-calling steps per run (+1 final answer)
 
 
-@tool(in_thread=False)
-def add(a: int, b: int) -> int:
+@tool  # async: runs on the loop, no thread hop in the measured step
+async def add(a: int, b: int) -> int:
     """Add two integers."""
     return a + b
 

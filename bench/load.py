@@ -25,14 +25,14 @@ from chaz_nb import Agent, Server, SessionStore, ToolRegistry, tool  # noqa: E40
 from chaz_nb.backends import litellm_module  # noqa: E402
 
 
-@tool(in_thread=False)
-def lookup(key: str) -> str:
+@tool  # async: runs on the loop, no thread hop
+async def lookup(key: str) -> str:
     """Look a key up."""
     return f"value of {key}"
 
 
-@tool(in_thread=False)
-def add(a: int, b: int) -> int:
+@tool
+async def add(a: int, b: int) -> int:
     """Add two integers."""
     return a + b
 

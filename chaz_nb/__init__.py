@@ -11,6 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+from . import logredact as _logredact
+
+# Before any chaz_nb module logs: tracebacks on a kernel's stderr land in the notebook.
+_logredact.install()
+
 if TYPE_CHECKING:  # pragma: no cover
     from .agents import Agent
     from .entries import Entry, EntryType

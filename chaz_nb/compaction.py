@@ -142,8 +142,8 @@ class Compaction:
 def install(registry: ToolRegistry) -> None:
     """Register the agents' ``compact`` tool."""
 
-    @tool(in_thread=False)
-    def compact(summary: str) -> str:
+    @tool  # async: it writes to the store, which stays on the kernel loop
+    async def compact(summary: str) -> str:
         """Replace the conversation so far with your summary: later turns start from it.
 
         Args:

@@ -2,13 +2,21 @@
 
 Applied by the store to every string of every entry before it is written, so a key that a
 tool prints, an exception message quotes, or a model echoes is masked at write time.
+
+What counts as a secret: the value of any environment variable named like a key
+(``KNOWN_KEY_VARS``, or ending in API_KEY, SECRET, TOKEN, PASSWORD, ACCESS_KEY), the shapes of
+provider keys (``sk-...``, ``AKIA...``, ``ghp_...``, ``xox.-...``), and the value after a
+credential header name (``Authorization``, ``x-api-key``, ``api-key``, ``*-token``). In
+structured data (``redact_data``) dict keys go through the same ``redact`` as values, at every
+depth, and the value under a credential header name is masked whole. Log records of chaz_nb
+get the same treatment (``chaz_nb.logredact``).
 """
 
 from __future__ import annotations
 
 import os
 import re
-import time
+from typing import Any, Callable
 
 REDACTED = "[REDACTED]"
 
@@ -37,6 +45,18 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
 ]
 MIN_SECRET_LENGTH = 8
 
+# Header (or field) names whose value is a credential: x-api-key, api-key, api_key,
+# X-Goog-Api-Key, x-auth-token, x-csrf-token, Authorization. Not max_tokens or token_budget.
+_KEY_HEADER = r"(?:[A-Za-z0-9]+[-_])*api[-_]?key|[A-Za-z0-9]+(?:-[A-Za-z0-9]+)*-token"
+_CREDENTIAL_FIELD = re.compile(rf"(?i)(?:{_KEY_HEADER}|(?:proxy-)?authorization)")
+# x-api-key: abc / "api-key": "abc" / 'X-Auth-Token': 'abc' (keeps the name, masks the value;
+# Authorization has its own pattern above, which keeps the scheme). It costs as much as the
+# other patterns together, so it runs only on text that has "key" or "-token" in it.
+_KEY_HEADER_VALUE = (
+    re.compile(rf"(?i)(?<![A-Za-z0-9_-])((?:{_KEY_HEADER})[\"']?\s*[:=]\s*[\"']?)(?!\[REDACTED\])[^\s\"',}}]+"),
+    r"\1" + REDACTED,
+)
+
 
 def secret_values(environ: dict[str, str] | None = None) -> list[str]:
     """Values of key-like environment variables, longest first (so prefixes cannot leak)."""
@@ -49,18 +69,20 @@ def secret_values(environ: dict[str, str] | None = None) -> list[str]:
     return sorted(values, key=len, reverse=True)
 
 
-_cache: tuple[float, int, list[str]] = (0.0, -1, [])
-CACHE_SECONDS = 0.5
+_cache: tuple[dict[Any, Any], list[str]] | None = None
 
 
 def _current_secret_values() -> list[str]:
-    # Scanning os.environ costs ~0.3 ms; every string of every entry is redacted, so the
-    # scan is reused for half a second (the shape patterns below need no environment).
+    # Scanning os.environ costs ~0.3 ms and every string of every entry and log record is
+    # redacted, so the scan is reused while the environment is unchanged. Comparing with a
+    # snapshot costs ~1 µs and sees every change (a count or a timer misses a swapped key).
     global _cache
-    now = time.monotonic()
-    if now - _cache[0] > CACHE_SECONDS or len(os.environ) != _cache[1]:
-        _cache = (now, len(os.environ), secret_values())
-    return _cache[2]
+    data = getattr(os.environ, "_data", None)
+    if data is None:  # not CPython's os.environ: scan each time
+        return secret_values()
+    if _cache is None or _cache[0] != data:
+        _cache = (dict(data), secret_values())
+    return _cache[1]
 
 
 def redact(text: str, environ: dict[str, str] | None = None) -> str:
@@ -73,4 +95,43 @@ def redact(text: str, environ: dict[str, str] | None = None) -> str:
             text = text.replace(value, REDACTED)
     for pattern, replacement in _PATTERNS:
         text = pattern.sub(replacement, text)
+    lowered = text.lower()
+    if "key" in lowered or "-token" in lowered:
+        text = _KEY_HEADER_VALUE[0].sub(_KEY_HEADER_VALUE[1], text)
     return text
+
+
+def is_credential_field(name: str) -> bool:
+    """Whether a header or field called ``name`` holds a credential (its value is masked)."""
+    return bool(_CREDENTIAL_FIELD.fullmatch(name))
+
+
+def redact_data(value: Any, redact_text: Callable[[str], str] = redact) -> Any:
+    """``value`` (JSON-like data) with every string redacted: dict keys as well as values.
+
+    The value under a credential name (``x-api-key``, ``Authorization``...) is masked whole;
+    two keys that redact to the same text keep both values (``[REDACTED]``, ``[REDACTED]#2``).
+    """
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, dict):
+        out: dict[Any, Any] = {}
+        for key, item in value.items():
+            if isinstance(key, str):
+                if is_credential_field(key) and item is not None and not isinstance(item, (bool, dict, list, tuple)):
+                    item = REDACTED
+                key = _unique(redact_text(key), out)
+            out[key] = redact_data(item, redact_text)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [redact_data(v, redact_text) for v in value]
+    return value
+
+
+def _unique(key: str, taken: dict[Any, Any]) -> str:
+    if key not in taken:
+        return key
+    n = 2
+    while f"{key}#{n}" in taken:
+        n += 1
+    return f"{key}#{n}"

@@ -515,8 +515,8 @@ def has_access(server: "Server", agent: str, session_id: int) -> bool:
 def install(registry: ToolRegistry) -> None:
     """Register ``send_message``."""
 
-    @tool(in_thread=False)
-    def send_message(session_id: int, text: str, kind: str = "message") -> str:
+    @tool  # async: it writes to the store, which stays on the kernel loop
+    async def send_message(session_id: int, text: str, kind: str = "message") -> str:
         """Write a message (or a directive: a task to do) into another session you have access to.
 
         Args:

@@ -81,27 +81,58 @@ class ScopedToolExecutor:
     async def call(self, call_id: str, name: str, arguments: dict[str, Any]) -> ToolOutcome:
         try:
             t = self.scope.get(name)
-            result = await asyncio.wait_for(t.run(arguments), self.timeout)
+            result = await asyncio.wait_for(t.run(arguments, hold_limit=self.timeout), self.timeout)
         except ToolError as exc:
-            return ToolOutcome(str(exc), is_error=True)
+            return ToolOutcome(safe_text(exc), is_error=True)
         except asyncio.TimeoutError:
             return ToolOutcome(f"{name} timed out after {self.timeout:g} s", is_error=True)
         except Exception as exc:  # the tool's own failure is data for the model
-            return ToolOutcome(f"{type(exc).__name__}: {exc}", is_error=True)
+            return ToolOutcome(describe_exception(exc), is_error=True)
+        # Turning the value into text runs the tool's own __str__/__repr__ (or a default=
+        # hook): a failure there is this tool's error, never the whole step's.
+        try:
+            output = format_output(result)
+        except Exception as exc:
+            return ToolOutcome(
+                f"{name} returned a {type(result).__name__} that cannot be shown as text "
+                f"({describe_exception(exc)})",
+                is_error=True,
+            )
         # Whatever a tool returns is data for the model: never an outcome object that could
         # claim an approval or an error state for itself.
-        return ToolOutcome(format_output(result))
+        return ToolOutcome(output)
 
 
 def format_output(value: Any) -> str:
+    """A tool's return value as text: JSON where it can be, else ``str``, else ``repr``.
+
+    Raises when the value's own ``__str__`` and ``__repr__`` both raise.
+    """
     if isinstance(value, str):
         return value
     if value is None:
         return ""
     try:
         return json.dumps(value, default=str, ensure_ascii=False)
-    except (TypeError, ValueError):
+    except Exception:
+        pass
+    try:
         return str(value)
+    except Exception:
+        return repr(value)
+
+
+def safe_text(value: object) -> str:
+    """``str(value)``, or a placeholder naming its type when its ``__str__`` raises."""
+    try:
+        return str(value)
+    except Exception as exc:
+        return f"<{type(value).__name__}: str() raised {type(exc).__name__}>"
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``Type: message``, even for an exception whose ``__str__`` raises."""
+    return f"{type(exc).__name__}: {safe_text(exc)}"
 
 
 # ----------------------------------------------------------------- budget
@@ -217,11 +248,17 @@ async def execute(
                 await events.put(ToolCallEvent(call.id, call.name, args if args is not None else call.arguments))
 
         async def run_one(call: ToolCallRequest, args: dict[str, Any] | None, problem: str | None) -> ToolOutcome:
+            # Every ToolCall event gets exactly one ToolResult event, whatever happens here.
             started = time.perf_counter()
-            if problem is not None or tools is None:
-                outcome = ToolOutcome(problem or f"unknown tool {call.name!r}; no tools available", True)
-            else:
-                outcome = await tools.call(call.id, call.name, args or {})
+            try:
+                if problem is not None or tools is None:
+                    outcome = ToolOutcome(problem or f"unknown tool {call.name!r}; no tools available", True)
+                else:
+                    outcome = await tools.call(call.id, call.name, args or {})
+                    if not isinstance(outcome.output, str):
+                        outcome.output = safe_text(outcome.output)
+            except Exception as exc:  # an executor's own failure is still this call's result
+                outcome = ToolOutcome(f"{call.name} failed: {describe_exception(exc)}", True)
             if events is not None:
                 await events.put(
                     ToolResultEvent(
@@ -233,9 +270,23 @@ async def execute(
                         outcome.extra,
                     )
                 )
+                answered.add(call.id)
             return outcome
 
-        outcomes = await asyncio.gather(*(run_one(*p) for p in planned))
+        answered: set[str] = set()
+        try:
+            outcomes = await asyncio.gather(*(run_one(*p) for p in planned))
+        except asyncio.CancelledError:
+            # A cancelled run still closes each call it announced (some never started: a
+            # task cancelled before its first step runs none of its code).
+            if events is not None:
+                for call, _, _ in planned:
+                    if call.id not in answered:
+                        with contextlib.suppress(asyncio.QueueFull):
+                            events.put_nowait(
+                                ToolResultEvent(call.id, call.name, "cancelled: the run was stopped", True)
+                            )
+            raise
         for (call, _, _), outcome in zip(planned, outcomes):
             history.append({"role": "tool", "tool_call_id": call.id, "content": outcome.output})
         if looped:

@@ -647,8 +647,8 @@ def _run_id_of(store: Any, session_id: int, fire_id: int) -> int | None:
 def install(registry: ToolRegistry) -> None:
     """Register schedule_create, schedule_list and schedule_cancel (scoped to the calling agent)."""
 
-    @tool(in_thread=False)
-    def schedule_create(trigger: str, prompt: str, session: str = "this", max_fires: int | None = None) -> str:
+    @tool  # async: these run on the kernel loop, beside the scheduler
+    async def schedule_create(trigger: str, prompt: str, session: str = "this", max_fires: int | None = None) -> str:
         """Schedule yourself to be woken later with a prompt.
 
         Args:
@@ -678,15 +678,15 @@ def install(registry: ToolRegistry) -> None:
             raise ToolError(str(exc)) from None
         return f"created {s.one_line()}"
 
-    @tool(in_thread=False)
-    def schedule_list() -> str:
+    @tool
+    async def schedule_list() -> str:
         """List your schedules."""
         ctx = _ctx("schedule_list")
         mine = ctx.server.schedules.list(ctx.agent.name)
         return "\n".join(s.one_line() for s in mine) if mine else "you have no schedules"
 
-    @tool(in_thread=False)
-    def schedule_cancel(schedule_id: int) -> str:
+    @tool
+    async def schedule_cancel(schedule_id: int) -> str:
         """Cancel (delete) one of your schedules.
 
         Args:

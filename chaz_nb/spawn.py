@@ -67,7 +67,7 @@ def install(registry: ToolRegistry) -> LateBound["Server"]:
     """Register spawn_agent and spawn_worker in ``registry``; return the handle to bind."""
     handle: LateBound[Server] = LateBound("the spawn_agent tool's server handle")
 
-    @tool(in_thread=False)
+    @tool
     async def spawn_agent(agent: str, task: str, context: str | None = None, async_: bool = False) -> str:
         """Start another agent on a task in a child session and return its reply.
 
@@ -87,7 +87,7 @@ def install(registry: ToolRegistry) -> LateBound["Server"]:
         directive = task if not context else f"{task}\n\nContext:\n{context}"
         return await _run_child(server, ctx, agent, "child", spawn, directive, async_)
 
-    @tool(in_thread=False)
+    @tool
     async def spawn_worker(task: str, tools: list[str] | None = None) -> str:
         """Run a helper copy of yourself on a sub-task, with fewer tools, sharing your step budget.
 

@@ -32,6 +32,7 @@ import duckdb
 from .entries import Entry, EntryType
 from .migrations import MIGRATIONS, Migration, apply_migrations
 from .redaction import redact as redact_secrets
+from .redaction import redact_data
 
 log = logging.getLogger(__name__)
 
@@ -274,8 +275,8 @@ class SessionStore:
                 parent_id,
                 depth,
                 utcnow(),
-                title,
-                json.dumps(metadata) if metadata is not None else None,
+                self.redact(title) if title else title,
+                json.dumps(redact_data(metadata, self.redact)) if metadata is not None else None,
             ]
             if ceiling is not None:
                 columns += ", ceiling"
@@ -292,7 +293,8 @@ class SessionStore:
         self.session(session_id)
         with self._lock:
             self._con.execute(
-                "UPDATE sessions SET metadata = ? WHERE id = ?", [json.dumps(metadata), session_id]
+                "UPDATE sessions SET metadata = ? WHERE id = ?",
+                [json.dumps(redact_data(metadata, self.redact)), session_id],
             )
             self._sessions.pop(int(session_id), None)
 
@@ -369,7 +371,7 @@ class SessionStore:
                     next_seq[sid] = self._seq_start(sid)
                 entry_type = EntryType(item.entry_type)
                 content = self.redact(_text(item.content))
-                payload = _redact_payload(item.payload or {}, self.redact)
+                payload = redact_data(item.payload or {}, self.redact)
                 payload_json = json.dumps(payload, default=str, ensure_ascii=False)
                 entry = Entry(
                     id=next_id,
@@ -653,16 +655,6 @@ def _text(value: Any) -> str:
     if isinstance(value, str):
         return value
     return "" if value is None else str(value)
-
-
-def _redact_payload(value: Any, redact: Callable[[str], str]) -> Any:
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, dict):
-        return {k: _redact_payload(v, redact) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_redact_payload(v, redact) for v in value]
-    return value
 
 
 def _entry_from_row(row: Sequence[Any]) -> Entry:

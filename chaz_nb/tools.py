@@ -3,6 +3,19 @@
 ``@tool`` turns a typed function (sync or async) into a ``Tool`` whose JSON schema comes from
 the signature and the docstring. ``ToolRegistry`` holds every tool a server knows;
 ``ScopedTools`` is the subset one agent may use, narrowed transitively for child agents.
+
+Where a tool runs, and what the tool timeout can stop (the kernel loop must never be held
+unnoticed: widgets, comms, schedules and every other run share it):
+
+- A sync function always runs on a worker thread. The timeout stops the wait for it at once;
+  the thread itself cannot be killed and finishes in the background. ``in_thread=False`` on a
+  sync function is refused: on the loop, nothing could interrupt it, so a 4 s call would
+  freeze the kernel for 4 s whatever the timeout. Work that must run on the loop (DuckDB
+  writes, the run's context) is written as ``async def``.
+- An async function runs on the loop and the timeout applies at its awaits. Each step it
+  takes between two awaits is timed: a step over ``LOOP_HOLD_WARNING`` seconds (or over the
+  timeout) is logged as a warning, and a step longer than the timeout makes the call an
+  error result (the value is not used), so a tool that blocks instead of awaiting is seen.
 """
 
 from __future__ import annotations
@@ -12,7 +25,9 @@ import enum
 import fnmatch
 import inspect
 import json
+import logging
 import re
+import time
 import types
 import typing
 from dataclasses import dataclass, field
@@ -22,6 +37,10 @@ ApprovalMode = Literal["never", "unless_auto_approved", "always"]
 RiskLevel = Literal["low", "medium", "high"]
 APPROVAL_MODES = ("never", "unless_auto_approved", "always")
 RISK_LEVELS = ("low", "medium", "high")
+#: seconds one step of an async tool may hold the kernel loop before it is logged
+LOOP_HOLD_WARNING = 0.5
+
+log = logging.getLogger(__name__)
 
 
 class ToolError(Exception):
@@ -41,7 +60,7 @@ class Tool:
     sensitive_params: tuple[str, ...] = ()
     #: maps schema property names to Python parameter names (``async`` -> ``async_``)
     arg_names: dict[str, str] = field(default_factory=dict)
-    #: run sync functions on a worker thread (keeps the kernel loop responsive)
+    #: sync functions run on a worker thread; False is only allowed for async functions
     in_thread: bool = True
 
     def __post_init__(self) -> None:
@@ -53,6 +72,11 @@ class Tool:
         if self.risk not in RISK_LEVELS:
             raise ValueError(
                 f"tool {self.name}: risk must be one of {', '.join(RISK_LEVELS)}, not {self.risk!r}"
+            )
+        if not self.in_thread and not inspect.iscoroutinefunction(self.fn):
+            raise ValueError(
+                f"tool {self.name}: in_thread=False would run a sync function on the kernel loop, "
+                "where the tool timeout cannot stop it; write it as async def, or drop in_thread=False"
             )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -95,18 +119,64 @@ class Tool:
                     raise ToolError(f"{self.name}: argument {key!r} {problem}")
         return {self.arg_names.get(k, k): v for k, v in arguments.items()}
 
-    async def run(self, arguments: Mapping[str, Any]) -> Any:
-        """Call the function with validated keyword arguments (sync ones on a thread)."""
+    async def run(self, arguments: Mapping[str, Any], *, hold_limit: float | None = None) -> Any:
+        """Call the function with validated keyword arguments (sync ones on a thread).
+
+        ``hold_limit``: seconds one step of the tool may hold the event loop; a longer step
+        makes the call a ToolError once the step ends (the loop cannot be preempted).
+        """
         kwargs = self.validate(dict(arguments))
         if inspect.iscoroutinefunction(self.fn):
-            return await self.fn(**kwargs)
-        if self.in_thread:
-            result = await asyncio.to_thread(self.fn, **kwargs)
-        else:
-            result = self.fn(**kwargs)
+            return await self._on_loop(self.fn(**kwargs), hold_limit)
+        result = await asyncio.to_thread(self.fn, **kwargs)
+        if inspect.iscoroutine(result):  # a sync function that returned a coroutine
+            return await self._on_loop(result, hold_limit)
         if inspect.isawaitable(result):
             result = await result
         return result
+
+    async def _on_loop(self, coro: Any, hold_limit: float | None) -> Any:
+        def step(seconds: float) -> None:
+            if seconds > LOOP_HOLD_WARNING or (hold_limit is not None and seconds > hold_limit):
+                log.warning("tool %s held the kernel loop for %.1f s without awaiting", self.name, seconds)
+            if hold_limit is not None and seconds > hold_limit:
+                raise ToolError(
+                    f"{self.name} held the kernel loop for {seconds:.1f} s without awaiting, over "
+                    f"the {hold_limit:g} s tool timeout; its result is not used (await inside it, "
+                    "or make it a sync function: those run on a thread)"
+                )
+
+        return await _timed_steps(coro, step)
+
+
+@types.coroutine
+def _timed_steps(coro: Any, on_step: Callable[[float], None]) -> Any:
+    """Drive ``coro`` as ``await`` would, timing each step it runs between two awaits.
+
+    ``on_step`` gets each step's seconds; when it raises, the coroutine is closed and the
+    error is raised in its place.
+    """
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        started = time.perf_counter()
+        try:
+            yielded = coro.send(value) if error is None else coro.throw(error)
+        except StopIteration as stop:
+            on_step(time.perf_counter() - started)
+            return stop.value
+        try:
+            on_step(time.perf_counter() - started)
+        except BaseException:
+            coro.close()
+            raise
+        try:
+            value, error = (yield yielded), None
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as exc:  # cancellation included: passed on to the tool
+            value, error = None, exc
 
 
 def tool(

@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from chaz_nb.entries import EntryType
@@ -47,3 +49,113 @@ def test_planted_key_never_reaches_the_database_file(tmp_path, monkeypatch):
     data = path.read_bytes() + (path.with_suffix(".duckdb.wal").read_bytes() if path.with_suffix(".duckdb.wal").exists() else b"")
     assert KEY.encode() not in data
     assert b"[REDACTED]" in data
+
+
+def test_a_key_set_right_after_another_is_removed_is_masked_at_once(monkeypatch):
+    monkeypatch.setenv("FIRST_API_KEY", "first-secret-value-1")
+    assert redact("first-secret-value-1") == REDACTED
+    monkeypatch.delenv("FIRST_API_KEY")  # as many variables as before: a count misses the swap
+    monkeypatch.setenv("SECOND_API_KEY", "second-secret-value-2")
+    assert redact("second-secret-value-2") == REDACTED
+
+
+# --------------------------------------------------------- keys, header names, log records
+def test_a_secret_used_as_a_dict_key_is_masked_at_every_depth(store, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    s = store.create_session("a")
+    entry = store.append(s, EntryType.TOOL_CALL, "a", "call", payload={
+        "arguments": {KEY: "v1", "nested": [{f"prefix {KEY}": {KEY: 2}}]},
+    })
+    for e in (entry, store.entries(s)[-1]):
+        assert KEY not in json.dumps(e.payload)
+        args = e.payload["arguments"]
+        assert args[REDACTED] == "v1" and args["nested"][0][f"prefix {REDACTED}"] == {REDACTED: 2}
+
+
+def test_session_title_and_metadata_are_redacted(store, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    s = store.create_session("a", title=f"about {KEY}", metadata={KEY: KEY, "x-api-key": "abc"})
+    store.update_session_metadata(s, {"note": f"key {KEY}", KEY: 1})
+    t = store.create_session("a", metadata={"headers": {"api-key": "short"}})
+    assert store.session(s).title == f"about {REDACTED}"
+    assert store.session(s).metadata == {"note": f"key {REDACTED}", REDACTED: 1}
+    assert store.session(t).metadata == {"headers": {"api-key": REDACTED}}
+
+
+def test_two_secret_keys_keep_both_values():
+    from chaz_nb.redaction import redact_data
+
+    other = "sk-test-00000000000000000000000000000000"
+    out = redact_data({KEY: 1, other: 2}, lambda t: redact(t, environ={}))
+    assert KEY not in str(out) and other not in str(out)
+    assert sorted(out.values()) == [1, 2]
+
+
+@pytest.mark.parametrize(
+    "text, secret",
+    [
+        ("x-api-key: abcdef123456", "abcdef123456"),
+        ('{"api-key": "abcdef123456"}', "abcdef123456"),
+        ("headers={'X-Goog-Api-Key': 'abcdef123456'}", "abcdef123456"),
+        ("X-Auth-Token: abcdef123456", "abcdef123456"),
+        ('"x-csrf-token":"abcdef123456"', "abcdef123456"),
+    ],
+)
+def test_values_of_key_and_token_headers_are_masked(text, secret):
+    out = redact(text, environ={})
+    assert secret not in out and REDACTED in out
+
+
+def test_values_under_secret_header_names_are_masked_in_data():
+    from chaz_nb.redaction import redact_data
+
+    data = {"headers": {"x-api-key": "short1", "Authorization": "Basic abc", "x-auth-token": "t0k3n",
+                        "api_key": 12345678},
+            "max_tokens": 512, "prompt_tokens": 7, "token_budget": "ok"}
+    out = redact_data(data, lambda t: redact(t, environ={}))
+    assert out["headers"] == {"x-api-key": REDACTED, "Authorization": REDACTED, "x-auth-token": REDACTED,
+                              "api_key": REDACTED}
+    assert out["max_tokens"] == 512 and out["prompt_tokens"] == 7 and out["token_budget"] == "ok"
+
+
+def test_chaz_nb_log_records_and_tracebacks_are_redacted(monkeypatch):
+    import io
+    import logging
+
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)  # on the module's own logger: sees the record first
+    log = logging.getLogger("chaz_nb.server")
+    log.addHandler(handler)
+    try:
+        try:
+            raise RuntimeError(f"auth failed for {KEY}")
+        except RuntimeError:
+            log.exception("run %s failed with %s", 7, {"key": KEY, KEY: "as a key"})
+    finally:
+        log.removeHandler(handler)
+    text = stream.getvalue()
+    assert "run 7 failed" in text and "RuntimeError: auth failed for [REDACTED]" in text
+    assert "Traceback" in text and KEY not in text
+
+
+async def test_the_servers_log_of_a_failed_run_is_redacted(store, monkeypatch, caplog):
+    import logging
+
+    from chaz_nb.agents import Agent
+    from chaz_nb.server import Server
+
+    secret = "zq-custom-secret-value-987654321"
+    monkeypatch.setenv("MY_SERVICE_TOKEN", secret)
+    server = Server(store, [Agent("a", model="chaz/echo")])
+
+    def broken_executor(ctx):  # a bug inside the run: the server logs its traceback
+        raise RuntimeError(f"executor setup failed, token {secret}")
+
+    server.make_executor = broken_executor
+    s = server.current_session("a")
+    with caplog.at_level(logging.ERROR, logger="chaz_nb"):
+        outcome = await (await server.send(s, "hi")).wait()
+    assert outcome.entry_type is EntryType.ERROR and secret not in outcome.content
+    assert "RuntimeError: executor setup failed, token [REDACTED]" in caplog.text
+    assert "Traceback" in caplog.text and secret not in caplog.text

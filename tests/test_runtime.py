@@ -1,6 +1,10 @@
 import asyncio
+import json
+import re
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from chaz_nb.backends import LiteLLMBackend
 from chaz_nb.runtime import (
@@ -142,3 +146,168 @@ async def test_model_failure_raises_model_call_error_with_one_line_reason():
         await execute(model="gpt-4o-mini", messages=[{"role": "user", "content": "x"}],
                       backend=LiteLLMBackend(), options={"mock_response": "litellm.RateLimitError"})
     assert "RateLimitError" in info.value.reason and "\n" not in info.value.reason
+
+
+# ------------------------------------------- every ToolCall gets exactly one ToolResult
+class Unprintable:
+    """A value whose str() and repr() both raise, as a broken __str__ in user code does."""
+
+    def __str__(self):
+        raise ValueError("no text for you")
+
+    __repr__ = __str__
+
+
+class UnprintableError(Exception):
+    def __str__(self):
+        raise ValueError("no message either")
+
+
+gate_never_set = None  # an asyncio.Event made per run: the "times out" tool waits on it
+
+
+@tool
+async def ok(i: int) -> int:
+    """Returns its argument (async: no thread hop, so it cannot time out on a busy machine)."""
+    return i
+
+
+@tool
+def fails(i: int) -> str:
+    """Raises."""
+    raise RuntimeError(f"failure {i}")
+
+
+@tool
+def unprintable(i: int) -> object:
+    """Returns a value that cannot be shown as text."""
+    return Unprintable()
+
+
+@tool
+def fails_unprintably(i: int) -> str:
+    """Raises an exception whose message cannot be shown."""
+    raise UnprintableError()
+
+
+@tool
+async def hangs(i: int) -> str:
+    """Waits on an event nobody sets (until the tool timeout)."""
+    await gate_never_set.wait()
+    return "never"
+
+
+KINDS = {"ok": ok, "fails": fails, "unprintable": unprintable, "fails_unprintably": fails_unprintably, "hangs": hangs}
+
+
+class ParallelCalls:
+    """A ModelBackend whose first reply calls the given tools in parallel, then answers."""
+
+    def __init__(self, names):
+        self.names = names
+        self.calls = 0
+
+    async def complete(self, model, messages, tools=None, *, script=None, options=None):
+        from chaz_nb.backends import ModelReply, ToolCallRequest, Usage
+
+        self.calls += 1
+        if self.calls == 1:
+            calls = [ToolCallRequest(f"c{i}", n, json.dumps({"i": i})) for i, n in enumerate(self.names)]
+            return ModelReply("", calls, Usage())
+        results = [m["content"] for m in messages if m.get("role") == "tool"]
+        return ModelReply(f"saw {len(results)} results", [], Usage())
+
+
+async def run_parallel(names, timeout=0.05):
+    global gate_never_set
+    gate_never_set = asyncio.Event()
+    events = asyncio.Queue()
+    executor = ScopedToolExecutor(ToolRegistry(list(KINDS.values())).scope(None), timeout=timeout)
+    result = await execute(model="m", messages=[], backend=ParallelCalls(names), tools=executor, events=events)
+    got = []
+    while not events.empty():
+        got.append(events.get_nowait())
+    return result, got
+
+
+async def test_unprintable_result_is_that_tools_error_and_its_siblings_still_answer():
+    result, events = await run_parallel(["ok", "unprintable", "ok"])
+    results = {e.id: e for e in events if isinstance(e, ToolResultEvent)}
+    assert sorted(results) == ["c0", "c1", "c2"]
+    bad = results["c1"]
+    assert bad.is_error and "unprintable" in bad.output and "cannot be shown" in bad.output
+    assert results["c0"].output == "0" and results["c2"].output == "2"
+    assert result.content == "saw 3 results"
+
+
+async def test_exception_whose_message_raises_is_still_an_error_result():
+    result, events = await run_parallel(["fails_unprintably"])
+    (res,) = [e for e in events if isinstance(e, ToolResultEvent)]
+    assert res.is_error and res.output.startswith("UnprintableError")
+    assert result.content == "saw 1 results"
+
+
+async def test_a_failing_executor_still_gives_every_call_a_result():
+    class Broken:
+        def schemas(self):
+            return []
+
+        async def call(self, call_id, name, arguments):
+            raise KeyError("executor bug")
+
+    events = asyncio.Queue()
+    result = await execute(model="m", messages=[], backend=ParallelCalls(["ok", "fails"]), tools=Broken(), events=events)
+    results = [e for e in events._queue if isinstance(e, ToolResultEvent)]
+    assert sorted(r.id for r in results) == ["c0", "c1"]
+    assert all(r.is_error and r.output.startswith(r.name) for r in results)
+    assert result.content == "saw 2 results"
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(sorted(KINDS)), min_size=1, max_size=7))
+def test_every_tool_call_gets_exactly_one_tool_result(names):
+    result, events = asyncio.run(run_parallel(names, timeout=0.05))
+    calls = [e.id for e in events if isinstance(e, ToolCallEvent)]
+    results = [e for e in events if isinstance(e, ToolResultEvent)]
+    assert sorted(calls) == sorted(r.id for r in results) == sorted(f"c{i}" for i in range(len(names)))
+    for r in results:
+        kind = names[int(r.id[1:])]
+        assert r.name == kind and r.is_error == (kind != "ok")
+        if r.is_error:
+            assert kind in r.output or r.output.startswith(("RuntimeError", "UnprintableError"))
+    assert result.stop_reason == "final" and result.content == f"saw {len(names)} results"
+
+
+async def test_a_cancelled_run_closes_every_open_call_with_a_result():
+    global gate_never_set
+    gate_never_set = asyncio.Event()
+    events = asyncio.Queue()
+    executor = ScopedToolExecutor(ToolRegistry(list(KINDS.values())).scope(None), timeout=60)
+    run_task = asyncio.ensure_future(
+        execute(model="m", messages=[], backend=ParallelCalls(["hangs", "hangs"]), tools=executor, events=events)
+    )
+    seen = [await events.get(), await events.get()]  # both ToolCall events: the calls are running
+    assert all(isinstance(e, ToolCallEvent) for e in seen)
+    run_task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run_task
+    results = [e for e in events._queue if isinstance(e, ToolResultEvent)]
+    assert sorted(r.id for r in results) == ["c0", "c1"] and all(r.is_error for r in results)
+
+
+@tool
+async def hogs_the_loop() -> str:
+    """An async tool that blocks instead of awaiting."""
+    import time
+
+    time.sleep(0.3)
+    return "done hogging"
+
+
+async def test_an_async_tool_that_holds_the_loop_past_the_timeout_is_an_error_result(caplog):
+    executor = ScopedToolExecutor(ToolRegistry([hogs_the_loop]).scope(None), timeout=0.1)
+    outcome = await executor.call("c1", "hogs_the_loop", {})
+    assert outcome.is_error
+    assert re.match(r"hogs_the_loop held the kernel loop for \d+\.\d s", outcome.output)
+    assert "0.1 s tool timeout" in outcome.output
+    assert "hogs_the_loop held the kernel loop" in caplog.text  # noticed in the log as well

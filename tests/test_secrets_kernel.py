@@ -26,6 +26,22 @@ def leak(what: str) -> str:
     "'[[{\"tool\": \"leak\", \"args\": {\"what\": \"env\"}}, {\"tool\": \"leak\", \"args\": {\"what\": \"raise\"}}], "
     "\"I found: {result}\"]'",
     f"%chaz @leaky my key is {KEY}, please check it",
+    # a secret as a JSON key of a tool call's arguments (the model chose it)
+    '''
+_keyed = chaz_nb.current().define_agent(chaz_nb.Agent("keyed", model="chaz/script", tools=["leak"], script=[
+    {"tool": "leak", "args": {"what": "env", os.environ["MY_SERVICE_TOKEN"]: 1}}, "done: {result}"]))
+''',
+    "%chaz @keyed go",
+    # a chaz_nb traceback on the kernel's stderr (a failing on_write callback is logged)
+    '''
+def _trips(entry):
+    if entry.content == "trip":
+        raise RuntimeError("callback saw " + os.environ["OPENAI_API_KEY"])
+
+_unsubscribe = chaz_nb.current().store.subscribe(_trips)
+chaz_nb.current().store.append(chaz_nb.current().current_session("assistant"), "Ack", "note", "trip")
+_unsubscribe()
+''',
     "%chaz log",
     "%chaz sql SELECT content, payload FROM entries ORDER BY id",
     "%chaz audit",
@@ -45,6 +61,8 @@ def test_planted_key_is_in_no_output_and_not_in_the_database(tmp_path):
     finally:
         k.close()
     text = json.dumps(outputs, default=str)
+    logged = json.dumps(outputs[CELLS.index(next(c for c in CELLS if "_trips" in c))], default=str)
+    assert "Traceback" in logged and "RuntimeError: callback saw [REDACTED]" in logged
     assert "[REDACTED]" in text  # the outputs did show where a secret was
     assert KEY not in text and CUSTOM not in text
     data = b"".join(p.read_bytes() for p in Path(tmp_path, ".chaz").iterdir() if p.is_file())

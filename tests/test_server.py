@@ -289,3 +289,31 @@ def test_tools_that_are_not_a_list_of_tools_are_one_clear_type_error(store, tool
         Server(store, [Agent("assistant")], tools=tools)
     assert message in str(info.value) and "\n" not in str(info.value)
     assert store.sessions() == []  # nothing was written or subscribed
+
+class _Unprintable:
+    def __str__(self):
+        raise ValueError("broken __str__")
+
+    __repr__ = __str__
+
+
+@tool
+def unprintable() -> object:
+    """Returns a value that cannot be shown as text."""
+    return _Unprintable()
+
+
+async def test_an_unprintable_tool_result_is_that_calls_error_and_the_run_still_replies(store):
+    srv = Server(store, [Agent("p", model="chaz/script", tools=["add", "unprintable"],
+                               script=[[{"tool": "unprintable", "args": {}}, {"tool": "add", "args": {"a": 1, "b": 2}}],
+                                       "done"])],
+                 ToolRegistry([add, unprintable]))
+    s = srv.current_session("p")
+    reply = await (await srv.send(s, "go")).wait()
+    assert reply.entry_type is T.MESSAGE and reply.content == "done"
+    results = {e.tool_name: e for e in store.entries(s) if e.entry_type is T.TOOL_RESULT}
+    assert sorted(results) == ["add", "unprintable"]
+    assert results["add"].payload["output"] == "3" and not results["add"].payload["is_error"]
+    bad = results["unprintable"].payload
+    assert bad["is_error"] and bad["output"].startswith("unprintable returned a _Unprintable that cannot be shown")
+    assert not [e for e in store.entries(s) if e.entry_type is T.ERROR]

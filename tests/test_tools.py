@@ -125,3 +125,46 @@ def test_scope_narrow_keeps_within_scope():
     assert scope.narrow(["search", "fetch_page"]).names == {"search"}
     assert scope.narrow(None) is scope
     assert [s["function"]["name"] for s in scope.schemas()] == ["search"]
+
+
+def test_a_sync_function_cannot_be_made_to_run_on_the_kernel_loop():
+    from chaz_nb.tools import Tool
+
+    def blocking(seconds: float) -> str:
+        return "slept"
+
+    with pytest.raises(ValueError, match=r"blocking: in_thread=False .* async def"):
+        tool(blocking, in_thread=False)
+    with pytest.raises(ValueError, match="in_thread=False"):
+        Tool("blocking", "d", {"type": "object", "properties": {}}, blocking, in_thread=False)
+
+    async def on_loop() -> str:
+        return "fine"
+
+    assert tool(on_loop, in_thread=False).name == "on_loop"  # async: it awaits, the loop goes on
+
+
+async def test_a_blocking_sync_tool_leaves_the_loop_beating():
+    import asyncio
+    import threading
+
+    released = threading.Event()
+
+    @tool
+    def waits_for_the_loop() -> bool:
+        """Blocks until the loop has beaten five times (a tool on the loop never would be)."""
+        return released.wait(10)
+
+    beats = 0
+
+    async def heartbeat():
+        nonlocal beats
+        while beats < 5:
+            await asyncio.sleep(0)
+            beats += 1
+        released.set()
+
+    beating = asyncio.ensure_future(heartbeat())
+    assert await waits_for_the_loop.run({}) is True
+    assert beats == 5
+    await beating

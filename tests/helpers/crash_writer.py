@@ -15,8 +15,8 @@ from chaz_nb.store import SessionStore
 from chaz_nb.tools import ToolRegistry, tool
 
 
-@tool(in_thread=False)
-def add(a: int, b: int) -> int:
+@tool
+async def add(a: int, b: int) -> int:
     """Add."""
     return a + b
 
