@@ -190,7 +190,8 @@ def shared_store(request, tmp_path_factory):
     if request.param == "--db":  # another notebook's file: closed here, opened read-only by --db
         store.close()
         with SessionStore(path, read_only=True) as ro:
-            yield None, path, _state(ro)
+            before = _state(ro)
+        yield None, path, before
     else:
         yield store, None, _state(store)
         store.close()
