@@ -298,5 +298,7 @@ def run_query(
             return QueryResult(columns, rows, total, relation, source)
 
         return _read_only(con, run_last)
+    except duckdb.PermissionException:  # read_csv('/etc/...'), glob(): the instance has no file access
+        raise _refused("file access", "it queries the session store only, no other file") from None
     except duckdb.Error as exc:
         raise SQLFailed(one_line(exc)) from None

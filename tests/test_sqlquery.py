@@ -190,7 +190,8 @@ def shared_store(request, tmp_path_factory):
     if request.param == "--db":  # another notebook's file: closed here, opened read-only by --db
         store.close()
         with SessionStore(path, read_only=True) as ro:
-            yield None, path, _state(ro)
+            before = _state(ro)
+        yield None, path, before
     else:
         yield store, None, _state(store)
         store.close()
@@ -241,7 +242,7 @@ def test_the_database_refuses_every_write_the_parser_might_miss(target, monkeypa
     monkeypatch.setattr(sqlquery, "check_read_only", lambda q: None)  # only the database stands guard
     try:
         run_query(query.format(out=out, src=src), store, db=db)
-    except SQLFailed as exc:
+    except (SQLFailed, SQLRefused) as exc:  # DuckDB's refusal, or no file access
         assert "\n" not in str(exc)
     assert sorted(os.listdir(out)) == []  # no COPY/EXPORT/ATTACH/profile file
     if store is not None:
@@ -290,3 +291,9 @@ def test_a_relation_handed_back_reads_the_current_store(filled):
     result = run_query("SELECT count(*) FROM entries", filled)
     filled.append(1, EntryType.MESSAGE, "user", "later")
     assert result.relation.fetchall() == [(6,)]  # not held in an old snapshot
+
+
+def test_reading_a_file_is_refused_in_one_line(filled, tmp_path):
+    (tmp_path / "x.csv").write_text("a\n1\n")
+    with pytest.raises(SQLRefused, match=r"^%chaz sql is read-only: file access is refused \(it queries the session store"):
+        run_query(f"SELECT * FROM read_csv('{tmp_path / 'x.csv'}')", filled)
