@@ -4,6 +4,10 @@ Every invocation is a write: a Message from a non-agent sender or any Directive 
 session's agent; everything else is ignored, so the server never re-triggers on its own
 replies. One run at a time per session; a trigger that arrives during a run queues one
 follow-up run on the updated context.
+
+Every Ack that opens a run gets a closing entry (the reply, an Error, or a silent-turn Ack),
+also when the run is cancelled (``stop``) at any point after the Ack: even while the Ack is
+still committing, the interruption is written once it lands.
 """
 
 from __future__ import annotations
@@ -281,7 +285,7 @@ class Server:
                 f"unknown agent {agent_name!r}; define it before writing to its session",
             )
         spawn = self._spawn.get(session_id)
-        ack = await self.store.write_one(
+        ack_write = asyncio.ensure_future(self.store.write_one(
             session_id,
             EntryType.ACK,
             agent.name,
@@ -289,7 +293,13 @@ class Server:
             payload={"trigger_id": trigger.id if trigger else None,
                      "trigger_type": trigger.entry_type.value if trigger else None, "model": agent.model,
                      "parent_run": spawn.parent_run if spawn else None, **(invocation.ack if invocation else {})},
-        )
+        ))
+        try:
+            # shielded: a cancel while the Ack commits must not lose track of the run it opens
+            ack = await asyncio.shield(ack_write)
+        except asyncio.CancelledError:
+            ack_write.add_done_callback(lambda f: self._close_cancelled(session_id, agent, f))
+            raise
         run_id = ack.id
         self._states[session_id].run_id = run_id
         own_auto = frozenset(agent.auto_approve)
@@ -317,8 +327,12 @@ class Server:
         )
         token = current_run.set(ctx)
         try:
-            # room labels/notes, Summary boundary, token budget, auto-compaction (compaction.py)
-            messages = await self.compaction.run_messages(session_id, agent, invocation)
+            try:
+                # room labels/notes, Summary boundary, token budget, auto-compaction (compaction.py)
+                messages = await self.compaction.run_messages(session_id, agent, invocation)
+            except asyncio.CancelledError:
+                self._write_interrupted(session_id, agent, run_id)
+                raise
             outcome = await self._execute_and_record(ctx, messages)
             await self.compaction.after_run(session_id, agent)  # optional automatic compaction
             return outcome
@@ -347,9 +361,7 @@ class Server:
             )
         except asyncio.CancelledError:
             await self._drain(events, writer)
-            self.store.append(
-                session_id, EntryType.ERROR, agent.name, "interrupted: run cancelled", payload=base
-            )
+            self._write_interrupted(session_id, agent, run_id)
             raise
         except ModelCallError as exc:
             await self._drain(events, writer)
@@ -382,6 +394,19 @@ class Server:
             result.content,
             payload=finished,
         )
+
+    def _write_interrupted(self, session_id: int, agent: Agent, run_id: int) -> None:
+        """Close a cancelled run: every Ack that opens a run gets a closing entry."""
+        self.store.append(
+            session_id, EntryType.ERROR, agent.name, "interrupted: run cancelled",
+            payload={"run_id": run_id, "model": agent.model},
+        )
+
+    def _close_cancelled(self, session_id: int, agent: Agent, ack_write: asyncio.Future) -> None:
+        """A run cancelled while its Ack was committing: close it once the Ack has landed."""
+        if ack_write.cancelled() or ack_write.exception() is not None or self.store.closed:
+            return
+        self._write_interrupted(session_id, agent, ack_write.result().id)
 
     def make_executor(self, ctx: RunContext) -> ToolExecutor:
         """The tool executor for a run: the scope's tools behind the approval proxy."""
