@@ -45,6 +45,10 @@ async def until(
                 await woken.wait()
             return value
     except TimeoutError:
+        # synchronous work on the loop (a cold import of litellm takes seconds on a busy
+        # machine) can hold it past the deadline while the condition came true: look once more
+        if value := predicate():
+            return value
         raise AssertionError(f"timed out after {timeout:g} s waiting for {what}") from None
     finally:
         for unsubscribe in unsubscribes:
