@@ -4,7 +4,8 @@
 reports something, and returns its (truthy) value. A source is a ``subscribe(callback) ->
 unsubscribe`` function: ``store.subscribe`` (each committed entry), ``server.schedules.subscribe``
 (a schedule or fire changed), a view's ``on_update`` (a live view refreshed or finished).
-``timeout`` only bounds a failure; a passing test never waits for it. With the loop not
+``timeout`` only bounds a failure (seconds with no event, at most five times that in all); a
+passing test never waits for it. With the loop not
 running (a sync test), ``loop.run_until_complete(until(...))`` or ``run_sync(until(...), loop)``.
 """
 
@@ -37,19 +38,23 @@ async def until(
             loop.call_soon_threadsafe(woken.set)
 
     unsubscribes = [subscribe(wake) for subscribe in sources]
+    cap = loop.time() + 5 * timeout
     try:
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(timeout) as deadline:
             # the predicate runs on the loop after the callbacks, so the state it reads is settled
             while not (value := predicate()):
                 woken.clear()
                 await woken.wait()
+                # progress: the deadline counts from the last event (a cold litellm import can
+                # hold the loop for many seconds on a busy machine), within an overall cap
+                deadline.reschedule(min(loop.time() + timeout, cap))
             return value
     except TimeoutError:
         # synchronous work on the loop (a cold import of litellm takes seconds on a busy
         # machine) can hold it past the deadline while the condition came true: look once more
         if value := predicate():
             return value
-        raise AssertionError(f"timed out after {timeout:g} s waiting for {what}") from None
+        raise AssertionError(f"timed out waiting for {what} (no progress in {timeout:g} s)") from None
     finally:
         for unsubscribe in unsubscribes:
             unsubscribe()
