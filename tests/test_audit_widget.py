@@ -183,13 +183,13 @@ async def test_a_pending_approval_shows_as_waiting(store):
     view = AuditView(store, interval=0.05)
     handle = await server.send(server.current_session("ops"), "go")
     await wait_pending(server)
-    await until(lambda: view.rows, view.on_update, what="the waiting row")
+    await until(lambda: view.rows and view.rows[0].approval, view.on_update, what="the row's approval state")
     assert [(r.tool, r.status, r.approval) for r in view.rows] == [("deploy", "waiting", "pending")]
     view.set_filter(approval_only=True)
     assert len(view.visible_rows()) == 1
     server.decide("last", "deny", reason="no")
     await handle.wait()
-    await until(lambda: view.rows[0].status != "waiting", view.on_update, what="the decided row")
+    await until(lambda: view.rows[0].status not in ("waiting", "running"), view.on_update, what="the finished row")
     assert [(r.status, r.approval) for r in view.rows] == [("error", "denied")]
     view.close()
 
