@@ -11,6 +11,11 @@ The scheduler is one task on the server's loop that sleeps until the next due sc
 wakes early when schedules change. A fire whose session is busy is skipped and recorded;
 missed cron and interval ticks are not back-filled; a one-shot that came due while the
 kernel was down fires when the scheduler starts, and is removed after it fires.
+
+Schedule state lives in its own tables, not in the session log, so a store ``on_write``
+callback does not see a fire being counted or a schedule being disabled or removed (those
+happen after the run's last entry). ``Schedules.subscribe`` is that hook: callbacks get the
+schedule id after each change of a schedule or of one of its fire records.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import logging
 import re
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from .agents import current_run
 from .ceiling import Ceiling
@@ -330,6 +335,7 @@ class Schedules:
         self._inflight: dict[int, int] = {}
         # A read-only file of an older schema has no ceiling column.
         self._columns = _COLUMNS + (", ceiling" if self.store.has_column("schedules", "ceiling") else "")
+        self._listeners: list[Callable[[int], None]] = []
         install(server.tools)
         if not self.store.read_only:  # fires a previous process left running never finished
             self.store.execute(
@@ -350,11 +356,32 @@ class Schedules:
         self.store.execute(f"INSERT OR REPLACE INTO schedules ({self._columns}) VALUES ({', '.join('?' * len(values))})", values)
         self._all()[s.id] = s
         self._poke()
+        self._changed(s.id)
 
     def _delete(self, schedule_id: int) -> None:
         self.store.execute("DELETE FROM schedules WHERE id = ?", [schedule_id])
         self._all().pop(schedule_id, None)
         self._poke()
+        self._changed(schedule_id)
+
+    def subscribe(self, callback: Callable[[int], None]) -> Callable[[], None]:
+        """Call ``callback(schedule_id)`` after each change of a schedule or its fires; returns the unsubscribe."""
+        self._listeners.append(callback)
+
+        def unsubscribe() -> None:
+            try:
+                self._listeners.remove(callback)
+            except ValueError:
+                pass
+
+        return unsubscribe
+
+    def _changed(self, schedule_id: int) -> None:
+        for callback in list(self._listeners):
+            try:
+                callback(schedule_id)
+            except Exception:
+                log.exception("schedule listener %r failed for schedule %s", callback, schedule_id)
 
     def _next_id(self, table: str) -> int:
         return int(self.store.execute(f"SELECT coalesce(max(id), 0) + 1 FROM {table}")[0][0])
@@ -609,6 +636,7 @@ class Schedules:
             [fire.session_id, fire.run_id, fire.status, fire.reason, usage.get("prompt_tokens"),
              usage.get("completion_tokens"), usage.get("cost_usd"), utcnow(), fire.id],
         )
+        self._changed(s.id)  # a removed or skipped schedule is not saved again below
         current = self._all().get(s.id)
         if current is None:
             return fire  # removed while it ran

@@ -7,6 +7,10 @@ follow-up run on the updated context, and every trigger that arrives before that
 joins it. So a burst of Messages gets fewer replies than Messages; to keep that visible, each
 run's Ack lists the triggers it answers: ``answers`` (their entry ids, in seq order) and
 ``answers_count``. Every trigger is in exactly one Ack's ``answers``.
+
+Every Ack that opens a run gets a closing entry (the reply, an Error, or a silent-turn Ack),
+also when the run is cancelled (``stop``) at any point after the Ack: even while the Ack is
+still committing, the interruption is written once it lands.
 """
 
 from __future__ import annotations
@@ -358,7 +362,7 @@ class Server:
                 session_id, EntryType.ERROR, "system", f"{exc}; the session does not run (start a new one)"
             )
         tree = (origin.tree if origin else None) or (spawn.tree if spawn else None) or TreeBudget.for_agent(agent)
-        ack = await self.store.write_one(
+        ack_write = asyncio.ensure_future(self.store.write_one(
             session_id,
             EntryType.ACK,
             agent.name,
@@ -368,7 +372,13 @@ class Server:
                      "parent_run": spawn.parent_run if spawn else None,
                      "answers": [e.id for e in answers], "answers_count": len(answers),
                      **(invocation.ack if invocation else {})},
-        )
+        ))
+        try:
+            # shielded: a cancel while the Ack commits must not lose track of the run it opens
+            ack = await asyncio.shield(ack_write)
+        except asyncio.CancelledError:
+            ack_write.add_done_callback(lambda f: self._close_cancelled(session_id, agent, f))
+            raise
         run_id = ack.id
         self._states[session_id].run_id = run_id
         # spawn_worker shares its parent's iteration budget (first run only)
@@ -389,8 +399,12 @@ class Server:
         )
         token = current_run.set(ctx)
         try:
-            # room labels/notes, Summary boundary, token budget, auto-compaction (compaction.py)
-            messages = await self.compaction.run_messages(session_id, agent, invocation)
+            try:
+                # room labels/notes, Summary boundary, token budget, auto-compaction (compaction.py)
+                messages = await self.compaction.run_messages(session_id, agent, invocation)
+            except asyncio.CancelledError:
+                self._write_interrupted(session_id, agent, run_id)
+                raise
             outcome = await self._execute_and_record(ctx, messages)
             await self.compaction.after_run(session_id, agent)  # optional automatic compaction
             return outcome
@@ -419,9 +433,7 @@ class Server:
             )
         except asyncio.CancelledError:
             await self._drain(events, writer)
-            self.store.append(
-                session_id, EntryType.ERROR, agent.name, "interrupted: run cancelled", payload=base
-            )
+            self._write_interrupted(session_id, agent, run_id)
             raise
         except ModelCallError as exc:
             await self._drain(events, writer)
@@ -452,6 +464,19 @@ class Server:
             result.content,
             payload=finished,
         )
+
+    def _write_interrupted(self, session_id: int, agent: Agent, run_id: int) -> None:
+        """Close a cancelled run: every Ack that opens a run gets a closing entry."""
+        self.store.append(
+            session_id, EntryType.ERROR, agent.name, "interrupted: run cancelled",
+            payload={"run_id": run_id, "model": agent.model},
+        )
+
+    def _close_cancelled(self, session_id: int, agent: Agent, ack_write: asyncio.Future) -> None:
+        """A run cancelled while its Ack was committing: close it once the Ack has landed."""
+        if ack_write.cancelled() or ack_write.exception() is not None or self.store.closed:
+            return
+        self._write_interrupted(session_id, agent, ack_write.result().id)
 
     def make_executor(self, ctx: RunContext) -> ToolExecutor:
         """The tool executor for a run: the scope's tools behind the approval proxy."""

@@ -6,7 +6,7 @@ import os
 import queue
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from jupyter_client.manager import KernelManager
 
@@ -110,6 +110,26 @@ class Kernel:
             except queue.Empty:
                 break
         return out
+
+    def wait_for(self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 60) -> list[dict[str, Any]]:
+        """iopub messages up to and including the first one ``predicate`` accepts.
+
+        The event itself (a background view's final update, a widget row) is what a test
+        waits on; ``timeout`` only bounds a failure.
+        """
+        out = []
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no such iopub message in {timeout}s; saw {[m['msg_type'] for m in out]}")
+            try:
+                msg = self.kc.get_iopub_msg(timeout=left)
+            except queue.Empty:
+                continue
+            out.append(msg)
+            if predicate(msg):
+                return out
 
     def close(self) -> None:
         try:

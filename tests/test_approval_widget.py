@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from chaz_nb.agents import Agent
@@ -13,6 +11,8 @@ from chaz_nb.notebook.display import WIDGET_MIME
 from chaz_nb.notebook.widgets import SessionView
 from chaz_nb.server import Server
 from chaz_nb.tools import ToolRegistry, tool
+
+from waiting import until
 
 EVIL = "<script>alert('x')</script>"
 ran: list = []
@@ -42,19 +42,11 @@ def deployer(name="ops", target="prod", calls=1):
     return Agent(name, model="chaz/script", script=[step] * calls + ["result: {result}"])
 
 
-async def until(predicate, timeout=30.0):
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached")
-        await asyncio.sleep(0.005)
-
-
 async def start(store, agent=None):
     server = Server(store, [agent or deployer()], ToolRegistry([deploy, search]))
     sid = server.current_session("ops")
     handle = await server.send(sid, "ship it")
-    await until(lambda: server.pending_approvals())
+    await until(lambda: server.pending_approvals(), store.subscribe, what="a pending approval")
     return server, sid, handle
 
 
@@ -140,13 +132,13 @@ async def test_session_view_shows_a_widget_for_an_open_request(store):
     sid = server.current_session("ops")
     view = SessionView(store, sid, status=server.session_status, follow=True, approvals=server, interval=0.01)
     handle = await server.send(sid, "ship it")
-    await until(lambda: view._approval_widgets)
+    await until(lambda: view._approval_widgets, view.on_update, what="the approval widget")
     [aw] = view._approval_widgets.values()
     assert aw.widget in view.widget.children
     assert "approval needed" in view.text()
     aw.buttons["approve"].click()
     await handle.wait()
-    await until(lambda: not view.following)
+    await until(lambda: not view.following, view.on_update, what="the view to finish")
     text = view.text()
     [asked] = [line for line in text.splitlines() if "⚠ ops asks to run deploy" in line]
     assert '"token": "••••••"' in asked and "s3cret" not in asked

@@ -1,5 +1,3 @@
-import asyncio
-
 import pytest
 
 from chaz_nb.agents import Agent
@@ -7,6 +5,8 @@ from chaz_nb.entries import EntryType as T
 from chaz_nb.server import Server
 from chaz_nb.store import SessionStore
 from chaz_nb.tools import ToolRegistry, tool
+
+from waiting import until
 
 ran = []
 
@@ -45,16 +45,8 @@ def make(store, *agents, **kw):
     return Server(store, list(agents), ToolRegistry([deploy, search, add]), **kw)
 
 
-async def until(predicate, timeout=30.0):
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached")
-        await asyncio.sleep(0.005)
-
-
 async def parked(server, n=1):
-    await until(lambda: len(server.pending_approvals()) >= n)
+    await until(lambda: len(server.pending_approvals()) >= n, server.store.subscribe, what=f"{n} pending approvals")
     return server.pending_approvals()
 
 

@@ -1,6 +1,5 @@
 """The audit views answer what happened, from the entries alone."""
 
-import asyncio
 import json
 
 import pytest
@@ -10,6 +9,8 @@ from chaz_nb.audit import VIEWS
 from chaz_nb.entries import EntryType as T
 from chaz_nb.server import Server
 from chaz_nb.tools import ToolRegistry, tool
+
+from waiting import until
 
 
 @tool(approval="unless_auto_approved", risk="medium")
@@ -37,11 +38,8 @@ def explode() -> str:
 
 
 async def wait_pending(server, n=1):
-    for _ in range(6000):
-        if len(server.pending_approvals()) >= n:
-            return server.pending_approvals()
-        await asyncio.sleep(0.005)
-    raise AssertionError("no pending approval")
+    await until(lambda: len(server.pending_approvals()) >= n, server.store.subscribe, what="a pending approval")
+    return server.pending_approvals()
 
 
 @pytest.fixture
@@ -66,8 +64,8 @@ async def scenario(store):
     handle = await server.send(lead, "go")
     [first] = await wait_pending(server)
     server.decide(first["request_id"], "approve")
-    while len(server.pending_approvals()) == 0 or server.pending_approvals()[0]["tool_name"] != "deploy":
-        await asyncio.sleep(0.005)
+    await until(lambda: server.pending_approvals() and server.pending_approvals()[0]["tool_name"] == "deploy",
+                store.subscribe, what="the deploy approval")
     server.decide("last", "deny", reason="frozen")
     await handle.wait()
     await (await server.send(server.current_session("broken"), "hi")).wait()

@@ -14,6 +14,8 @@ from chaz_nb.notebook.display import WIDGET_MIME
 from chaz_nb.server import Server
 from chaz_nb.tools import ToolRegistry, tool
 
+from waiting import past, until
+
 EVIL = "<script>alert('x')</script>"
 
 
@@ -36,11 +38,8 @@ def explode(why: str) -> str:
 
 
 async def wait_pending(server, n=1):
-    for _ in range(6000):
-        if len(server.pending_approvals()) >= n:
-            return server.pending_approvals()
-        await asyncio.sleep(0.005)
-    raise AssertionError("no pending approval")
+    await until(lambda: len(server.pending_approvals()) >= n, server.store.subscribe, what="a pending approval")
+    return server.pending_approvals()
 
 
 @pytest.fixture
@@ -152,24 +151,28 @@ async def test_a_new_tool_call_appears_live_after_the_throttle(store):
     assert view.following and view.rows == []
     assert "(no tool calls)" in view.text()
     refreshes = view.refreshes
+    loop = asyncio.get_running_loop()
+    first_write = loop.time()
     for i in range(20):  # a burst: one refresh, not twenty
         store.append(sid, T.TOOL_CALL, "calc", f"add {i}", tool_call_id=f"c{i}", tool_name="add",
                      payload={"arguments": {"a": i, "b": 1}})
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0)  # one loop iteration: a refresh scheduled on write would run here
     assert view.rows == []  # not before the throttle
-    await asyncio.sleep(0.3)
+    await until(lambda: view.refreshes > refreshes, view.on_update, what="the throttled refresh")
+    assert loop.time() - first_write >= view.interval  # the refresh came after the throttle
     assert len(view.rows) == 20 and view.refreshes == refreshes + 1
     assert [r.status for r in view.rows] == ["running"] * 20
     assert "add" in view._table_w.value and "add" in view._tool_dd.options
     store.append(sid, T.TOOL_RESULT, "calc", "add: 1", tool_call_id="c0", tool_name="add",
                  payload={"output": "1", "is_error": False, "duration_ms": 2.5})
-    await asyncio.sleep(0.3)
+    refreshes = view.refreshes
+    await until(lambda: view.refreshes > refreshes, view.on_update, what="the refresh after the result")
     assert view.rows[0].status == "ok" and view.rows[0].duration_ms == 2.5
     n_subscribers = len(store._subscribers)
     view.close()
     assert len(store._subscribers) == n_subscribers - 1 and not view.following
     store.append(sid, T.TOOL_CALL, "calc", "late", tool_call_id="late", tool_name="add", payload={"arguments": {}})
-    await asyncio.sleep(0.3)
+    await past(view.interval)  # a refresh the write could have armed would have run by now
     assert len(view.rows) == 20
 
 
@@ -180,13 +183,13 @@ async def test_a_pending_approval_shows_as_waiting(store):
     view = AuditView(store, interval=0.05)
     handle = await server.send(server.current_session("ops"), "go")
     await wait_pending(server)
-    await asyncio.sleep(0.2)
+    await until(lambda: view.rows and view.rows[0].approval, view.on_update, what="the row's approval state")
     assert [(r.tool, r.status, r.approval) for r in view.rows] == [("deploy", "waiting", "pending")]
     view.set_filter(approval_only=True)
     assert len(view.visible_rows()) == 1
     server.decide("last", "deny", reason="no")
     await handle.wait()
-    await asyncio.sleep(0.2)
+    await until(lambda: view.rows[0].status not in ("waiting", "running"), view.on_update, what="the finished row")
     assert [(r.status, r.approval) for r in view.rows] == [("error", "denied")]
     view.close()
 

@@ -31,6 +31,13 @@ SLEEPER = (
 )
 
 
+def final_update(display_id):
+    """Accepts the update that finishes the view ``display_id``: its widget is gone."""
+    return lambda m: (m["msg_type"] == "update_display_data"
+                      and m["content"]["transient"]["display_id"] == display_id
+                      and "application/vnd.jupyter.widget-view+json" not in m["content"]["data"])
+
+
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory):
     cwd = tmp_path_factory.mktemp("kernel")
@@ -76,7 +83,8 @@ def test_no_wait_run_finishes_while_the_kernel_is_idle(kernel):
     assert kernel.run(SLEEPER.replace("SECONDS", "0.5")).status == "ok"
     r = kernel.run("%chaz --no-wait @sleeper nap please\ns = chaz_nb.current(); sid = s.current_session('sleeper')\nprint(s.session_status(sid))")
     assert r.stdout == "running\n"
-    time.sleep(2.0)  # the kernel is idle: no cell runs
+    # the kernel is idle (no cell runs) until the view's final update says the run is over
+    kernel.wait_for(final_update(r.of("display_data")[0]["content"]["transient"]["display_id"]))
     # a synchronous cell: it gives the loop no time, so the run must have finished before
     r = kernel.run("print(s.session_status(sid)); print(s.store.latest(sid).content)")
     assert r.stdout == "idle\nwoke: slept 0.5\n"
@@ -108,7 +116,7 @@ def test_no_wait_view_is_updated_in_the_background(kernel):
     assert kernel.run(SLEEPER.replace("SECONDS", "0.5")).status == "ok"
     r = kernel.run("%chaz --no-wait @sleeper again")
     display_id = r.of("display_data")[0]["content"]["transient"]["display_id"]
-    later = kernel.drain(2.0)
+    later = kernel.wait_for(final_update(display_id))
     comm_updates = [m for m in later if m["msg_type"] == "comm_msg"]
     assert comm_updates, "no widget update while the kernel was idle"
     finals = [m for m in later if m["msg_type"] == "update_display_data"
@@ -120,7 +128,9 @@ def test_no_wait_view_is_updated_in_the_background(kernel):
 def test_interrupt_stops_waiting_but_not_the_run(kernel):
     assert kernel.run(SLEEPER.replace("SECONDS", "2.0")).status == "ok"
     msg_id = kernel.send_execute("%chaz @sleeper long nap")
-    time.sleep(1.0)
+    # the waiting cell's view shows the nap's ToolCall: the run is in the tool
+    kernel.wait_for(lambda m: m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "comm_msg"
+                    and "<b>nap</b>" in str(m["content"]["data"].get("state", {}).get("value", "")))
     t0 = time.monotonic()
     kernel.km.interrupt_kernel()
     r = kernel.collect(msg_id)
@@ -129,7 +139,7 @@ def test_interrupt_stops_waiting_but_not_the_run(kernel):
     assert r.error["ename"] == "WaitInterrupted"
     assert "keeps running and every entry is kept" in r.error["evalue"]
     assert len(r.error["traceback"]) == 1  # one line, no traceback
-    time.sleep(1.8)
+    assert kernel.run("%chaz wait").status == "ok"  # waits for the run that kept going
     r = kernel.run("sid = s.current_session('sleeper'); print(s.session_status(sid)); print([e.entry_type.value for e in s.store.entries(sid)][-4:]); print(s.store.latest(sid).content)")
     assert r.stdout == "idle\n['Ack', 'ToolCall', 'ToolResult', 'Message']\nwoke: slept 2.0\n"
 

@@ -6,12 +6,15 @@ import asyncio
 import datetime as dt
 import enum
 import json
+import time
 from types import SimpleNamespace
 
 import pytest
 
 from chaz_nb.notebook import labcomm
 from chaz_nb.notebook.labcomm import LabBridge, build_state, register_comm_target
+
+from waiting import calls, until
 
 
 class EntryType(str, enum.Enum):
@@ -365,16 +368,22 @@ async def test_default_scheduler_on_a_running_loop():
     server = FakeServer()
     bridge = LabBridge(server, min_interval=0.05)
     comm = FakeComm()
+    sends = calls(comm, "send")
+    sent_at = []
+    sends(lambda: sent_at.append(time.monotonic()))  # the bridge's default clock
     bridge.open(comm, {})
     for _ in range(20):
         server.store.write()
-    await asyncio.sleep(0.01)
+    await until(lambda: len(comm.sent) >= 2, sends, what="the first broadcast")
     assert len(comm.sent) == 2
     server.store.write()
-    await asyncio.sleep(0.01)
+    # one loop iteration; a timer due now (a broadcast with no delay) runs only after it
+    await asyncio.sleep(0)
     assert len(comm.sent) == 2  # still inside the interval
-    await asyncio.sleep(0.1)
+    await until(lambda: len(comm.sent) >= 3, sends, what="the throttled broadcast")
     assert len(comm.sent) == 3
+    # not before the interval (measured from the previous send, which follows its clock read)
+    assert sent_at[2] - sent_at[1] >= 0.04
     bridge.close()
 
 
@@ -397,7 +406,7 @@ async def test_write_from_another_thread_is_sent_on_the_loop():
     t = threading.Thread(target=server.store.write)
     t.start()
     t.join()
-    await asyncio.sleep(0.05)
+    await until(lambda: threads, calls(comm, "send"), what="the broadcast")
     assert threads == [loop_thread]
     bridge.close()
 
@@ -416,6 +425,6 @@ async def test_async_decide_is_awaited():
     bridge.open(comm, {})
     comm.sent.clear()
     comm.receive({"type": "decide", "request_id": "req-1", "decision": "approve", "reason": None})
-    await asyncio.sleep(0.01)
+    await until(lambda: comm.sent, calls(comm, "send"), what="the decided message")
     assert comm.sent[0] == {"type": "decided", "request_id": "req-1", "ok": True, "message": "approved delete_file"}
     bridge.close()

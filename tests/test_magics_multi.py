@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
+from datetime import timedelta
 
 import pytest
 
@@ -12,8 +11,10 @@ from chaz_nb.entries import EntryType as T
 from chaz_nb.notebook import extension
 from chaz_nb.notebook.kernel_loop import run_sync
 from chaz_nb.notebook.magics_multi import parse_schedule_add
+from chaz_nb.store import SessionStore, utcnow
 
 from ipython_harness import ip, one_line_error
+from waiting import until as wait_until
 
 
 def run(cell: str, capsys) -> str:
@@ -23,16 +24,13 @@ def run(cell: str, capsys) -> str:
     return capsys.readouterr().out
 
 
-def sleep(server, seconds: float) -> None:
-    """Let the kernel loop run (the scheduler, runs) for a while, as a cell that awaits does."""
-    run_sync(asyncio.sleep(seconds), server._get_loop())
+def until(server, predicate, timeout: float = 60.0) -> None:
+    """Let the kernel loop run (the scheduler, runs), as a cell that awaits does, until ``predicate``.
 
-
-def until(server, predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        sleep(server, 0.05)
+    The first run imports litellm on the loop: cold, on a busy machine, that alone takes seconds.
+    """
+    wait = wait_until(predicate, server.store.subscribe, server.schedules.subscribe, timeout=timeout)
+    run_sync(wait, server._get_loop())
 
 
 def talk(server, session):
@@ -71,7 +69,13 @@ def test_schedule_add_list_pause_resume_remove(chaz, capsys):
     out = run("%chaz schedule pause 1", capsys)
     assert out.strip() == "paused schedule #1 (@assistant 'every 1s'); %chaz schedule resume 1 resumes it"
     fired = chaz.schedules.get(1).fire_count
-    sleep(chaz, 1.3)
+    due = chaz.schedules.get(1).next_fire_at
+    # a witness: once it is dispatched after the paused schedule's due time, the scheduler
+    # has passed that time (each pass dispatches every due schedule); then no fire is in flight
+    witness = chaz.schedules.add("assistant", "every 0.1s", "witness")
+    until(chaz, lambda: any(r[9] is not None and r[9] > due for r in chaz.schedules.fires(witness.id)))
+    chaz.schedules.remove(witness.id)
+    until(chaz, lambda: all(r[4] != "running" for r in chaz.schedules.fires()))
     assert chaz.schedules.get(1).fire_count == fired  # paused: no more fires
     # the wake prompt is not written: each fire is an Ack (trigger: the schedule) and a reply
     es = chaz.store.entries(1)
@@ -127,14 +131,15 @@ def test_a_schedule_kept_from_an_earlier_kernel_fires_after_load(monkeypatch, tm
         assert first.schedules.running
         ip.run_line_magic("unload_ext", "chaz_nb")  # the kernel goes away before they are due
         assert not first.schedules.running  # Server.stop stops the scheduler
-        time.sleep(0.5)
+        with SessionStore(str(tmp_path / "s.duckdb")) as db:  # the one-shot came due while it was down
+            db.execute("UPDATE schedules SET next_fire_at = ? WHERE id = 2", [utcnow() - timedelta(seconds=1)])
         ip.run_line_magic("load_ext", "chaz_nb")
         server = chaz_nb.current()
         assert server.schedules.running
         until(server, lambda: server.schedules.get(1).fire_count >= 1)
         # the one-shot's agent is defined by a cell of the notebook, after the load: the fire
         # waits for it instead of failing (and being removed)
-        sleep(server, 0.3)
+        until(server, lambda: [r for r in server.schedules.fires(2) if r[4] == "skipped"])
         assert [s.id for s in server.schedules.list()] == [1, 2]
         ip.run_line_magic("chaz", "agent bot --model chaz/script --script '[\"bot woke\"]'")
         until(server, lambda: [s.id for s in server.schedules.list()] == [1], timeout=15)

@@ -8,6 +8,8 @@ from chaz_nb.entries import EntryType as T
 from chaz_nb.rooms import mentions
 from chaz_nb.server import Server, ServerError
 
+from waiting import until
+
 
 class Recording:
     """The real backend, remembering the messages of every model call."""
@@ -258,7 +260,8 @@ async def test_stop_cancels_room_turns(store):
     server = make(store, Agent("slow", model_options={"metadata": {"chaz_delay": 5}}), Agent("b"))
     room = server.create_room("lab", ["slow", "b"])
     handle = await server.send(room, "@slow @b hi")
-    await asyncio.sleep(0.1)
+    await until(lambda: any(e.entry_type is T.ACK and e.sender == "slow" for e in store.entries(room)),
+                store.subscribe, what="slow's turn to start")
     await server.stop()
     assert await handle.wait() is None
     assert not server.is_busy(room)

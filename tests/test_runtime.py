@@ -32,8 +32,8 @@ def boom() -> str:
 
 @tool
 async def slow() -> str:
-    """Sleeps."""
-    await asyncio.sleep(5)
+    """Never finishes by itself."""
+    await asyncio.Event().wait()  # only the executor's timeout ends it, however fast the machine
     return "late"
 
 

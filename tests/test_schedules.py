@@ -10,6 +10,8 @@ from chaz_nb.server import Server, ServerError
 from chaz_nb.store import SessionStore, utcnow
 from chaz_nb.tools import ToolRegistry, tool
 
+from waiting import until
+
 
 @tool(approval="always")
 def launch() -> str:
@@ -25,12 +27,10 @@ def log(store, session_id):
     return [(e.entry_type.value, e.sender, e.content) for e in store.entries(session_id)]
 
 
-async def until(predicate, timeout=3.0):
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
+async def settled(server, schedule_id):
+    """Until no fire of the schedule is in flight (it is counted after its run's last entry)."""
+    await until(lambda: all(r["status"] != "running" for r in fire_rows(server, schedule_id)),
+                server.schedules.subscribe, what=f"the fires of schedule #{schedule_id} to finish")
 
 
 def fire_rows(server, schedule_id=None):
@@ -151,17 +151,24 @@ async def test_interval_fires_a_few_times_then_pause_stops_it(store):
     server = make(store)
     server.schedules.start()
     s = server.schedules.add("bot", "every 0.1s", "tick")  # the sleeping scheduler wakes for it
-    await until(lambda: server.schedules.get(s.id).fire_count >= 3)
+    await until(lambda: server.schedules.get(s.id).fire_count >= 3, server.schedules.subscribe)
     server.schedules.pause(s.id)
     await server.wait_idle(2)
+    await settled(server, s.id)
     count = server.schedules.get(s.id).fire_count
-    await asyncio.sleep(0.3)
+    # a witness on the same interval: by its second fire the scheduler has passed the paused
+    # schedule's due time twice (each pass dispatches every due schedule)
+    witness = server.schedules.add("bot", "every 0.1s", "witness")
+    await until(lambda: server.schedules.get(witness.id).fire_count >= 2, server.schedules.subscribe)
+    server.schedules.remove(witness.id)
+    await server.wait_idle(2)
+    await settled(server, s.id)
     assert server.schedules.get(s.id).fire_count == count
     assert not server.schedules.get(s.id).enabled
     replies = [e for e in store.entries(s.session_id) if e.entry_type is T.MESSAGE]
     assert len(replies) == count and all(r.content == "echo: tick" for r in replies)
     server.schedules.resume(s.id)
-    await until(lambda: server.schedules.get(s.id).fire_count > count)
+    await until(lambda: server.schedules.get(s.id).fire_count > count, server.schedules.subscribe)
     await server.stop()
     assert not server.schedules.running
 
@@ -169,7 +176,7 @@ async def test_interval_fires_a_few_times_then_pause_stops_it(store):
 async def test_overlapping_interval_fires_are_skipped_not_stacked(store):
     server = make(store, Agent("slow", model_options={"metadata": {"chaz_delay": 0.25}}))
     s = server.schedules.add("slow", "every 0.1s", "tick")
-    await until(lambda: server.schedules.get(s.id).fire_count >= 2, timeout=4)
+    await until(lambda: server.schedules.get(s.id).fire_count >= 2, server.schedules.subscribe)
     await server.stop()
     statuses = [r["status"] for r in fire_rows(server, s.id)]
     assert "skipped" in statuses and statuses.count("ok") >= 2
@@ -184,7 +191,7 @@ async def test_max_fires_and_failures_disable_expired_does_not_fire(store):
     failing = server.schedules.add("broken", "every 0.05s", "tick")
     expired = server.schedules.add("bot", "every 0.05s", "tick", expires_at=utcnow() - timedelta(seconds=1))
     await until(lambda: not server.schedules.get(limited.id).enabled and not server.schedules.get(failing.id).enabled
-                and not server.schedules.get(expired.id).enabled)
+                and not server.schedules.get(expired.id).enabled, server.schedules.subscribe)
     await server.wait_idle(2)
     assert server.schedules.get(limited.id).fire_count == 2
     assert server.schedules.get(limited.id).disabled_reason == "max_fires reached"
@@ -206,9 +213,10 @@ async def test_restart_keeps_schedules_catches_up_one_shot_and_does_not_backfill
     once = server.schedules.add("bot", "in 0.2s", "one-off reminder", session="fresh")
     await server.stop()  # the kernel goes away before the one-shot is due
     store.close()
-    await asyncio.sleep(0.3)
 
     store = SessionStore(db_path)
+    # the one-shot came due while the kernel was down
+    store.execute("UPDATE schedules SET next_fire_at = ? WHERE id = ?", [utcnow() - timedelta(seconds=1), once.id])
     # pretend the kernel was down for a day: both recurring schedules missed ticks
     store.execute("UPDATE schedules SET next_fire_at = ? WHERE id IN (?, ?)", [utcnow() - timedelta(days=1), cron.id, hourly.id])
     # and a fire was cut off mid-run
@@ -218,7 +226,8 @@ async def test_restart_keeps_schedules_catches_up_one_shot_and_does_not_backfill
     assert [s.id for s in server.schedules.list()] == [cron.id, hourly.id, once.id]
     assert server.schedules.get(cron.id).trigger == "0 9 * * *"
     server.schedules.start()
-    await until(lambda: once.id not in [s.id for s in server.schedules.list()])  # fired, then removed
+    await until(lambda: once.id not in [s.id for s in server.schedules.list()],  # fired, then removed
+                server.schedules.subscribe)
     await server.wait_idle(2)
     rows = fire_rows(server)[1:]
     assert [(r["schedule_id"], r["status"]) for r in rows] == [(once.id, "ok")]  # no back-filled ticks

@@ -7,6 +7,8 @@ from chaz_nb.entries import EntryType as T
 from chaz_nb.server import Server, ServerError
 from chaz_nb.tools import ToolRegistry, tool
 
+from waiting import until
+
 
 @tool
 def add(a: int, b: int) -> int:
@@ -82,6 +84,7 @@ async def test_message_during_a_run_queues_one_more_run(store):
     from chaz_nb.backends import ModelReply
 
     gate = asyncio.Event()
+    at_model = asyncio.Event()
 
     class Gated:
         """Echoes the last user message; the first call waits for the gate."""
@@ -91,14 +94,14 @@ async def test_message_during_a_run_queues_one_more_run(store):
         async def complete(self, model, messages, tools=None, *, script=None, options=None):
             Gated.calls += 1
             if Gated.calls == 1:
+                at_model.set()
                 await gate.wait()
             return ModelReply("echo: " + [m for m in messages if m["role"] == "user"][-1]["content"])
 
     server = Server(store, [Agent("assistant")], backend=Gated())
     s = server.current_session("assistant")
     first = await server.send(s, "one")
-    while Gated.calls == 0:  # the first run has read its context and is at the model
-        await asyncio.sleep(0.001)
+    await asyncio.wait_for(at_model.wait(), 30)  # the first run has read its context and is at the model
     second = await server.send(s, "two")
     third = await server.send(s, "three")
     assert server.session_status(s) == "running"
@@ -184,6 +187,7 @@ async def test_tool_outside_the_agents_scope_is_refused(store):
 async def test_concurrent_model_calls_are_capped(store):
     peak = 0
     active = 0
+    full = asyncio.Event()  # as many calls at the model as the cap allows
 
     class Counting:
         async def complete(self, model, messages, tools=None, *, script=None, options=None):
@@ -191,7 +195,10 @@ async def test_concurrent_model_calls_are_capped(store):
             from chaz_nb.backends import ModelReply
             active += 1
             peak = max(peak, active)
-            await asyncio.sleep(0.02)
+            if active == 3:
+                full.set()
+            # the calls overlap until the cap is reached, however slow the machine
+            await asyncio.wait_for(full.wait(), 30)
             active -= 1
             return ModelReply("ok")
 
@@ -202,18 +209,34 @@ async def test_concurrent_model_calls_are_capped(store):
 
 
 async def test_stop_cancels_runs_and_records_interruption(store):
+    at_model = asyncio.Event()
+
     class Hang:
         async def complete(self, *a, **k):
-            await asyncio.sleep(60)
+            at_model.set()
+            await asyncio.Event().wait()  # until cancelled
 
     server = Server(store, [Agent("a")], backend=Hang())
     s = server.current_session("a")
     handle = await server.send(s, "wait forever")
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(at_model.wait(), 30)  # the run is in flight, at the model
     await server.stop()
     assert await handle.wait() is None
     assert store.latest(s).entry_type is T.ERROR and "interrupted" in store.latest(s).content
     assert server.post(s, T.MESSAGE, "after stop") is None
+
+
+async def test_a_run_stopped_right_after_its_ack_still_records_the_interruption(store):
+    server = Server(store, [Agent("a")])
+    s = server.current_session("a")
+    handle = await server.send(s, "hi")
+    # this wait resumes before the run does: the stop lands between the Ack and the model call
+    await until(lambda: store.latest(s).entry_type is T.ACK, store.subscribe, what="the Ack")
+    await server.stop()
+    assert await handle.wait() is None
+    closing = store.latest(s)
+    assert (closing.entry_type, closing.content) == (T.ERROR, "interrupted: run cancelled")
+    assert closing.payload["run_id"] == store.entries(s)[1].id  # the run the Ack opened is closed
 
 
 def test_bad_agent_definitions_say_what_to_change():

@@ -19,6 +19,8 @@ from chaz_nb.notebook.widgets import (
     render_text,
 )
 
+from waiting import past, until
+
 EVIL = "<script>alert('x')</script>"
 
 
@@ -142,10 +144,11 @@ def test_live_view_has_a_widget_until_the_session_is_idle(store):
         for e in turn():
             store.append(sid, e.entry_type, e.sender, e.content, tool_call_id=e.tool_call_id,
                          tool_name=e.tool_name, payload=e.payload)
-        loop.run_until_complete(asyncio.sleep(0.25))
+        loop.run_until_complete(until(lambda: view.transcript.rows, view.on_update, what="the first flush"))
         assert len(view.transcript.rows) == 3
         status.value = "idle"
-        loop.run_until_complete(asyncio.sleep(0.8))  # the slow status poll notices
+        # the slow status poll notices
+        loop.run_until_complete(until(lambda: not view.following, view.on_update, what="the view to finish"))
         assert not view.following
         assert len(store._subscribers) == n_subscribers - 1
         assert WIDGET_MIME not in view.bundle()  # the final bundle is static only
@@ -164,7 +167,7 @@ def test_close_unsubscribes(store):
         view.close()
         assert len(store._subscribers) == before
         store.append(sid, EntryType.MESSAGE, "user", "after close")  # no error, no effect
-        loop.run_until_complete(asyncio.sleep(0.15))
+        loop.run_until_complete(past(view.interval))  # a flush the write could have armed has run
         assert view.transcript.rows == []
     finally:
         loop.close()
@@ -185,7 +188,7 @@ def test_a_burst_of_1000_entries_a_second_is_batched_and_nothing_is_dropped(stor
         t0 = time.monotonic()
         loop.run_until_complete(writer())
         elapsed = time.monotonic() - t0
-        loop.run_until_complete(asyncio.sleep(0.3))
+        loop.run_until_complete(until(lambda: view.stats.entries >= 1000, view.on_update, what="all 1000 entries"))
         assert view.stats.entries == 1000
         assert len(view.transcript.rows) == 1000
         assert [r.entry.content for r in view.transcript.rows] == [f"m{i} {EVIL}" for i in range(1000)]
@@ -218,7 +221,7 @@ def test_writes_from_another_thread_reach_the_view(store):
         th = threading.Thread(target=work)
         th.start()
         th.join()
-        loop.run_until_complete(asyncio.sleep(0.3))
+        loop.run_until_complete(until(lambda: len(view.transcript.rows) >= 20, view.on_update, what="20 rows"))
         assert [r.entry.content for r in view.transcript.rows] == [f"t{i}" for i in range(20)]
     finally:
         loop.close()

@@ -454,6 +454,7 @@ class AuditView(StaticFallbackView):
         if changed:
             self._dirty = True
         self._maybe_update_static()
+        self._updated()
 
     def _maybe_update_static(self) -> None:
         if not (self._displayed and self._dirty):

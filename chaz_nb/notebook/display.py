@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import html
+import logging
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
+
+log = logging.getLogger(__name__)
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
@@ -70,6 +73,31 @@ class StaticFallbackView:
         # writes from other threads hop onto the loop before touching the widget
         self._loop_thread = threading.get_ident()
         self._unsubscribe = self.store.subscribe(self._on_write)
+
+    def on_update(self, callback: Callable[[Any], None]) -> Callable[[], None]:
+        """Call ``callback(view)`` after each live refresh and when the view finishes.
+
+        The views refresh on timers (throttled), so a caller that must know the view caught
+        up (a test, another view) waits on this instead of on a guessed delay.
+        Returns the function that unsubscribes.
+        """
+        listeners = self.__dict__.setdefault("_update_listeners", [])
+        listeners.append(callback)
+
+        def unsubscribe() -> None:
+            try:
+                listeners.remove(callback)
+            except ValueError:
+                pass
+
+        return unsubscribe
+
+    def _updated(self) -> None:
+        for callback in list(self.__dict__.get("_update_listeners", ())):
+            try:
+                callback(self)
+            except Exception:
+                log.exception("view update listener %r failed", callback)
 
     def _update_static(self, widget: bool) -> None:
         from IPython.display import update_display

@@ -393,6 +393,7 @@ class SessionView(StaticFallbackView):
             self.flush()
         except Exception:  # never let a rendering problem escape into the kernel loop
             log.exception("session view flush failed")
+        self._updated()
 
     def _add(self, entry: Any) -> list[int]:
         if entry.seq <= self._last_seq:
@@ -464,6 +465,7 @@ class SessionView(StaticFallbackView):
         if self._displayed:
             self.update_display()
         self._close_widgets()
+        self._updated()
 
     def close(self) -> None:
         """Unsubscribe and close the widgets (no more display updates)."""
