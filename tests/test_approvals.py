@@ -193,7 +193,7 @@ async def test_finished_child_session_still_asks_where_its_parent_would_have(sto
     server.define_agent(Agent("child", model="chaz/script", auto_approve=["*"],
                               script=[{"tool": "search", "args": {"query": "q"}}, "child: {result}"]))
     again = server.post(child_session, T.DIRECTIVE, "look again", sender="user")
-    await until(lambda: server.pending_approvals() or again.done())
+    await until(lambda: server.pending_approvals() or again.done(), server.store.subscribe)
     assert not again.done() and ran == []
     [req] = server.pending_approvals()
     assert (req["session_id"], req["tool_name"]) == (child_session, "search")

@@ -1,5 +1,6 @@
 """The audit views answer what happened, from the entries alone."""
 
+import asyncio
 import json
 
 import pytest
