@@ -16,8 +16,8 @@ import platform
 import tempfile
 import time
 
-from chaz_nb.sqlquery import run_query
-from chaz_nb.store import SessionStore
+from chaz_nb.core.sqlquery import run_query
+from chaz_nb.core.store import SessionStore
 
 QUERIES = {
     "slowest tools": "SELECT tool, count(*) AS calls, avg(duration_ms) AS avg_ms, max(duration_ms) AS max_ms "

@@ -22,8 +22,8 @@ import time
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from chaz_nb import Agent, Server, SessionStore, ToolRegistry, tool  # noqa: E402
-from chaz_nb.backends import litellm_module  # noqa: E402
-from chaz_nb.entries import EntryType  # noqa: E402
+from chaz_nb.engine.backends import litellm_module  # noqa: E402
+from chaz_nb.core.entries import EntryType  # noqa: E402
 
 STEPS = 8  # tool-calling steps per run (+1 final answer)
 

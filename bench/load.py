@@ -22,7 +22,7 @@ import time
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from chaz_nb import Agent, Server, SessionStore, ToolRegistry, tool  # noqa: E402
-from chaz_nb.backends import litellm_module  # noqa: E402
+from chaz_nb.engine.backends import litellm_module  # noqa: E402
 
 
 @tool  # async: runs on the loop, no thread hop

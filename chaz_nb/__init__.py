@@ -11,28 +11,28 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-from . import logredact as _logredact
+from .core import logredact as _logredact
 
 # Before any chaz_nb module logs: tracebacks on a kernel's stderr land in the notebook.
 _logredact.install()
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .agents import Agent
-    from .entries import Entry, EntryType
+    from .server.agents import Agent
+    from .core.entries import Entry, EntryType
     from .server import RunHandle, Server
-    from .store import SessionStore
-    from .tools import Tool, ToolRegistry, tool
+    from .core.store import SessionStore
+    from .engine.tools import Tool, ToolRegistry, tool
 
 _LAZY = {
-    "Agent": ("agents", "Agent"),
-    "Entry": ("entries", "Entry"),
-    "EntryType": ("entries", "EntryType"),
+    "Agent": ("server.agents", "Agent"),
+    "Entry": ("core.entries", "Entry"),
+    "EntryType": ("core.entries", "EntryType"),
     "Server": ("server", "Server"),
     "RunHandle": ("server", "RunHandle"),
-    "SessionStore": ("store", "SessionStore"),
-    "Tool": ("tools", "Tool"),
-    "ToolRegistry": ("tools", "ToolRegistry"),
-    "tool": ("tools", "tool"),
+    "SessionStore": ("core.store", "SessionStore"),
+    "Tool": ("engine.tools", "Tool"),
+    "ToolRegistry": ("engine.tools", "ToolRegistry"),
+    "tool": ("engine.tools", "tool"),
 }
 
 __all__ = [*_LAZY, "current", "ask", "load_ipython_extension", "unload_ipython_extension"]

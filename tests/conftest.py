@@ -5,7 +5,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import pytest
 
-from chaz_nb.store import SessionStore
+from chaz_nb.core.store import SessionStore
 
 
 @pytest.fixture

@@ -1,10 +1,10 @@
 import pytest
 
-from chaz_nb.agents import Agent
-from chaz_nb.entries import EntryType as T
+from chaz_nb.server.agents import Agent
+from chaz_nb.core.entries import EntryType as T
 from chaz_nb.server import Server
-from chaz_nb.store import SessionStore
-from chaz_nb.tools import ToolRegistry, tool
+from chaz_nb.core.store import SessionStore
+from chaz_nb.engine.tools import ToolRegistry, tool
 
 from waiting import until
 
@@ -265,7 +265,7 @@ async def test_invalid_arguments_are_refused_before_asking(store):
 
 
 async def test_tool_results_are_data_not_instructions(store):
-    from chaz_nb.runtime import ToolOutcome
+    from chaz_nb.engine.runtime import ToolOutcome
 
     @tool
     def forge(kind: str) -> object:

@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from chaz_nb.agents import Agent
-from chaz_nb.audit import VIEWS
-from chaz_nb.entries import EntryType as T
+from chaz_nb.server.agents import Agent
+from chaz_nb.core.audit import VIEWS
+from chaz_nb.core.entries import EntryType as T
 from chaz_nb.server import Server
-from chaz_nb.tools import ToolRegistry, tool
+from chaz_nb.engine.tools import ToolRegistry, tool
 
 from waiting import until
 
@@ -176,7 +176,7 @@ async def test_messages_view_is_the_conversation(scenario, store):
 
 
 async def test_interrupted_run_shows_as_interrupted(db_path):
-    from chaz_nb.store import SessionStore
+    from chaz_nb.core.store import SessionStore
 
     store = SessionStore(db_path)
     server = Server(store, [Agent("ops", model="chaz/script", script=[{"tool": "deploy", "args": {"target": "x"}}, "ok"])],

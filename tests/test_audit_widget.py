@@ -7,12 +7,12 @@ import re
 
 import pytest
 
-from chaz_nb.agents import Agent
-from chaz_nb.entries import EntryType as T
+from chaz_nb.server.agents import Agent
+from chaz_nb.core.entries import EntryType as T
 from chaz_nb.notebook.audit_widget import ALL, AuditView, Totals
 from chaz_nb.notebook.display import WIDGET_MIME
 from chaz_nb.server import Server
-from chaz_nb.tools import ToolRegistry, tool
+from chaz_nb.engine.tools import ToolRegistry, tool
 
 from waiting import past, until
 

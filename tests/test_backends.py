@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from chaz_nb.backends import LiteLLMBackend, script_step
+from chaz_nb.engine.backends import LiteLLMBackend, script_step
 
 
 @pytest.fixture

@@ -1,10 +1,10 @@
 import pytest
 
-from chaz_nb.agents import Agent
-from chaz_nb.ceiling import Ceiling, CeilingError
-from chaz_nb.entries import EntryType as T
+from chaz_nb.server.agents import Agent
+from chaz_nb.server.ceiling import Ceiling, CeilingError
+from chaz_nb.core.entries import EntryType as T
 from chaz_nb.server import Server
-from chaz_nb.tools import ToolRegistry, tool
+from chaz_nb.engine.tools import ToolRegistry, tool
 
 
 @tool

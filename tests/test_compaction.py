@@ -1,9 +1,9 @@
 import pytest
 
-from chaz_nb.agents import Agent
-from chaz_nb.backends import LiteLLMBackend
-from chaz_nb.compaction import CompactionError
-from chaz_nb.entries import SUMMARY_PREFIX, Entry, EntryType as T, build_context, fit_to_budget
+from chaz_nb.server.agents import Agent
+from chaz_nb.engine.backends import LiteLLMBackend
+from chaz_nb.server.compaction import CompactionError
+from chaz_nb.core.entries import SUMMARY_PREFIX, Entry, EntryType as T, build_context, fit_to_budget
 from chaz_nb.server import Server
 
 

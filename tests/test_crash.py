@@ -10,8 +10,8 @@ from pathlib import Path
 
 
 from chaz_nb.server import Server
-from chaz_nb.store import SessionStore
-from chaz_nb.tools import ToolRegistry
+from chaz_nb.core.store import SessionStore
+from chaz_nb.engine.tools import ToolRegistry
 
 WRITER = Path(__file__).parent / "helpers" / "crash_writer.py"
 KILLS = 20

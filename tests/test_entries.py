@@ -1,4 +1,4 @@
-from chaz_nb.entries import CONTEXT_TYPES, Entry, EntryType, build_context
+from chaz_nb.core.entries import CONTEXT_TYPES, Entry, EntryType, build_context
 
 
 def entry(seq, etype, sender, content):

@@ -66,7 +66,7 @@ def locked_db(tmp_path):
     path = tmp_path / "shared.duckdb"
     holder = subprocess.Popen(
         [sys.executable, "-c",
-         "import sys, time; from chaz_nb.store import SessionStore\n"
+         "import sys, time; from chaz_nb.core.store import SessionStore\n"
          f"s = SessionStore({str(path)!r}); print('ready', flush=True); time.sleep(60)"],
         stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": ROOT},
     )

@@ -10,7 +10,7 @@ from IPython.core.error import UsageError
 from IPython.testing.globalipapp import get_ipython
 
 import chaz_nb
-from chaz_nb.sqlquery import SQLFailed, SQLRefused, run_query
+from chaz_nb.core.sqlquery import SQLFailed, SQLRefused, run_query
 
 ip = get_ipython()
 

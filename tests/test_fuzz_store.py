@@ -6,10 +6,10 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chaz_nb.entries import EntryType
-from chaz_nb.redaction import redact
-from chaz_nb.store import SessionStore, StoreError
-from chaz_nb.tools import ToolError, parse_arguments
+from chaz_nb.core.entries import EntryType
+from chaz_nb.core.redaction import redact
+from chaz_nb.core.store import SessionStore, StoreError
+from chaz_nb.engine.tools import ToolError, parse_arguments
 
 text = st.text(alphabet=st.characters(codec="utf-8"), max_size=2000) | st.just("\x00 nul \x00") | st.just("x" * 200_000)
 json_values = st.recursive(

@@ -8,7 +8,7 @@ import pytest
 from IPython.core.error import UsageError
 
 import chaz_nb
-from chaz_nb.entries import EntryType
+from chaz_nb.core.entries import EntryType
 from chaz_nb.notebook import extension
 from chaz_nb.notebook.magics import parse_message_line
 

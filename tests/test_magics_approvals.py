@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chaz_nb.entries import EntryType
+from chaz_nb.core.entries import EntryType
 
 from ipython_harness import ip, one_line_error
 

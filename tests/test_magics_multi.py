@@ -7,11 +7,11 @@ from datetime import timedelta
 import pytest
 
 import chaz_nb
-from chaz_nb.entries import EntryType as T
+from chaz_nb.core.entries import EntryType as T
 from chaz_nb.notebook import extension
 from chaz_nb.notebook.kernel_loop import run_sync
 from chaz_nb.notebook.magics_multi import parse_schedule_add
-from chaz_nb.store import SessionStore, utcnow
+from chaz_nb.core.store import SessionStore, utcnow
 
 from ipython_harness import ip, one_line_error
 from waiting import until as wait_until

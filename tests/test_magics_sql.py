@@ -7,7 +7,7 @@ import pytest
 
 import chaz_nb
 from chaz_nb.notebook.magics_sql import CELL_CHARS, SqlTable, _take_options
-from chaz_nb.store import SessionStore
+from chaz_nb.core.store import SessionStore
 
 from ipython_harness import ip, one_line_error
 EVIL = "<script>alert('x')</script>"
@@ -131,7 +131,7 @@ def test_o_without_pandas_is_a_one_line_message(chaz, capsys, monkeypatch):
 
 def test_o_relation_of_a_hidden_write_is_never_handed_out(chaz, capsys, monkeypatch):
     """Even past the parser, the relation is made inside the read-only transaction, which refuses it."""
-    from chaz_nb import sqlquery
+    from chaz_nb.core import sqlquery
 
     ip.run_line_magic("chaz", "@assistant hello")
     monkeypatch.setattr(sqlquery, "check_read_only", lambda query: None)

@@ -2,9 +2,9 @@ import json
 
 import pytest
 
-from chaz_nb.entries import EntryType
-from chaz_nb.redaction import REDACTED, redact
-from chaz_nb.store import SessionStore
+from chaz_nb.core.entries import EntryType
+from chaz_nb.core.redaction import REDACTED, redact
+from chaz_nb.core.store import SessionStore
 
 KEY = "sk-test-4f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c"
 
@@ -83,7 +83,7 @@ def test_session_title_and_metadata_are_redacted(store, monkeypatch):
 
 
 def test_two_secret_keys_keep_both_values():
-    from chaz_nb.redaction import redact_data
+    from chaz_nb.core.redaction import redact_data
 
     other = "sk-test-00000000000000000000000000000000"
     out = redact_data({KEY: 1, other: 2}, lambda t: redact(t, environ={}))
@@ -107,7 +107,7 @@ def test_values_of_key_and_token_headers_are_masked(text, secret):
 
 
 def test_values_under_secret_header_names_are_masked_in_data():
-    from chaz_nb.redaction import redact_data
+    from chaz_nb.core.redaction import redact_data
 
     data = {"headers": {"x-api-key": "short1", "Authorization": "Basic abc", "x-auth-token": "t0k3n",
                         "api_key": 12345678},
@@ -142,7 +142,7 @@ def test_chaz_nb_log_records_and_tracebacks_are_redacted(monkeypatch):
 async def test_the_servers_log_of_a_failed_run_is_redacted(store, monkeypatch, caplog):
     import logging
 
-    from chaz_nb.agents import Agent
+    from chaz_nb.server.agents import Agent
     from chaz_nb.server import Server
 
     secret = "zq-custom-secret-value-987654321"

@@ -2,11 +2,12 @@ import asyncio
 
 import pytest
 
-from chaz_nb.agents import Agent
-from chaz_nb.backends import LiteLLMBackend
-from chaz_nb.entries import EntryType as T
-from chaz_nb.rooms import mentions
-from chaz_nb.server import Server, ServerError
+from chaz_nb.server.agents import Agent
+from chaz_nb.engine.backends import LiteLLMBackend
+from chaz_nb.core.entries import EntryType as T
+from chaz_nb.server.rooms import mentions
+from chaz_nb.errors import ServerError
+from chaz_nb.server import Server
 
 from waiting import until
 

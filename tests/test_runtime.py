@@ -6,8 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chaz_nb.backends import LiteLLMBackend
-from chaz_nb.runtime import (
+from chaz_nb.engine.backends import LiteLLMBackend
+from chaz_nb.engine.runtime import (
     IterationBudget,
     ModelCallError,
     ScopedToolExecutor,
@@ -15,7 +15,7 @@ from chaz_nb.runtime import (
     ToolResultEvent,
     execute,
 )
-from chaz_nb.tools import ToolRegistry, tool
+from chaz_nb.engine.tools import ToolRegistry, tool
 
 
 @tool
@@ -119,7 +119,7 @@ async def test_shared_budget_is_consumed_across_runs(executor):
 
 
 async def test_invalid_json_arguments_are_an_error_result():
-    from chaz_nb.backends import ModelReply, ToolCallRequest, Usage
+    from chaz_nb.engine.backends import ModelReply, ToolCallRequest, Usage
 
     class OneBadCall:
         """Stands in for the ModelBackend interface (not for litellm)."""
@@ -208,7 +208,7 @@ class ParallelCalls:
         self.calls = 0
 
     async def complete(self, model, messages, tools=None, *, script=None, options=None):
-        from chaz_nb.backends import ModelReply, ToolCallRequest, Usage
+        from chaz_nb.engine.backends import ModelReply, ToolCallRequest, Usage
 
         self.calls += 1
         if self.calls == 1:

@@ -3,12 +3,13 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from chaz_nb.agents import Agent
-from chaz_nb.entries import EntryType as T
-from chaz_nb.schedules import ScheduleError, TriggerError, parse_cron, parse_trigger
-from chaz_nb.server import Server, ServerError
-from chaz_nb.store import SessionStore, utcnow
-from chaz_nb.tools import ToolRegistry, tool
+from chaz_nb.server.agents import Agent
+from chaz_nb.core.entries import EntryType as T
+from chaz_nb.server.schedules import ScheduleError, TriggerError, parse_cron, parse_trigger
+from chaz_nb.errors import ServerError
+from chaz_nb.server import Server
+from chaz_nb.core.store import SessionStore, utcnow
+from chaz_nb.engine.tools import ToolRegistry, tool
 
 from waiting import until
 

@@ -2,10 +2,11 @@ import asyncio
 
 import pytest
 
-from chaz_nb.agents import Agent, AgentError
-from chaz_nb.entries import EntryType as T
-from chaz_nb.server import Server, ServerError
-from chaz_nb.tools import ToolRegistry, tool
+from chaz_nb.server.agents import Agent, AgentError
+from chaz_nb.core.entries import EntryType as T
+from chaz_nb.errors import ServerError
+from chaz_nb.server import Server
+from chaz_nb.engine.tools import ToolRegistry, tool
 
 from waiting import until
 
@@ -81,7 +82,7 @@ async def test_other_entry_types_are_ignored(server, store):
 
 
 async def test_message_during_a_run_queues_one_more_run(store):
-    from chaz_nb.backends import ModelReply
+    from chaz_nb.engine.backends import ModelReply
 
     gate = asyncio.Event()
     at_model = asyncio.Event()
@@ -192,7 +193,7 @@ async def test_concurrent_model_calls_are_capped(store):
     class Counting:
         async def complete(self, model, messages, tools=None, *, script=None, options=None):
             nonlocal peak, active
-            from chaz_nb.backends import ModelReply
+            from chaz_nb.engine.backends import ModelReply
             active += 1
             peak = max(peak, active)
             if active == 3:

@@ -1,12 +1,12 @@
 
 import pytest
 
-from chaz_nb.agents import Agent
-from chaz_nb.entries import EntryType as T
+from chaz_nb.server.agents import Agent
+from chaz_nb.core.entries import EntryType as T
 from chaz_nb.server import Server
-from chaz_nb.spawn import LateBound, LateBoundError
-from chaz_nb.store import SessionStore
-from chaz_nb.tools import ToolRegistry, tool
+from chaz_nb.server.spawn import LateBound, LateBoundError
+from chaz_nb.core.store import SessionStore
+from chaz_nb.engine.tools import ToolRegistry, tool
 
 deleted = []  # every call of delete_all that really ran
 
@@ -177,7 +177,7 @@ async def test_spawn_worker_runs_as_parent_with_narrowed_tools_and_shared_budget
 
 async def test_spawn_tool_outside_a_run_is_an_error(store):
     server = make_server(store, Agent("a"))
-    from chaz_nb.tools import ToolError
+    from chaz_nb.engine.tools import ToolError
 
     with pytest.raises(ToolError, match="only be called by an agent during a run"):
         await server.tools.get("spawn_agent").run({"agent": "a", "task": "x"})

@@ -7,10 +7,10 @@ import textwrap
 import duckdb
 import pytest
 
-from chaz_nb import sqlquery
-from chaz_nb.entries import EntryType
-from chaz_nb.sqlquery import SQLFailed, SQLRefused, check_read_only, run_query
-from chaz_nb.store import SessionStore
+from chaz_nb.core import sqlquery
+from chaz_nb.core.entries import EntryType
+from chaz_nb.core.sqlquery import SQLFailed, SQLRefused, check_read_only, run_query
+from chaz_nb.core.store import SessionStore
 
 
 @pytest.fixture

@@ -4,9 +4,9 @@ import os
 import duckdb
 import pytest
 
-from chaz_nb.entries import EntryType
-from chaz_nb.migrations import MIGRATIONS
-from chaz_nb.store import NewEntry, SessionStore, StoreError, StoreLockedError
+from chaz_nb.core.entries import EntryType
+from chaz_nb.core.migrations import MIGRATIONS
+from chaz_nb.core.store import NewEntry, SessionStore, StoreError, StoreLockedError
 
 
 def test_append_allocates_gapless_seq_per_session(store):
@@ -213,7 +213,7 @@ def test_redaction_applies_before_the_write(tmp_path):
 
 
 def test_cached_logs_match_the_database(store, monkeypatch):
-    import chaz_nb.store as store_module
+    import chaz_nb.core.store as store_module
 
     monkeypatch.setattr(store_module, "LOG_CACHE_SESSIONS", 3)
     monkeypatch.setattr(store_module, "LOG_CACHE_MAX_ENTRIES", 4)

@@ -2,7 +2,7 @@ from typing import Literal
 
 import pytest
 
-from chaz_nb.tools import ToolError, ToolRegistry, parse_arguments, tool
+from chaz_nb.engine.tools import ToolError, ToolRegistry, parse_arguments, tool
 
 
 @tool
@@ -128,7 +128,7 @@ def test_scope_narrow_keeps_within_scope():
 
 
 def test_a_sync_function_cannot_be_made_to_run_on_the_kernel_loop():
-    from chaz_nb.tools import Tool
+    from chaz_nb.engine.tools import Tool
 
     def blocking(seconds: float) -> str:
         return "slept"

@@ -1,7 +1,7 @@
 import pytest
 
-from chaz_nb.backends import ModelReply
-from chaz_nb.tree_budget import BudgetedBackend, TreeBudget, TreeBudgetExceeded
+from chaz_nb.engine.backends import ModelReply
+from chaz_nb.engine.tree_budget import BudgetedBackend, TreeBudget, TreeBudgetExceeded
 
 
 class Counting:

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from chaz_nb.entries import Entry, EntryType
+from chaz_nb.core.entries import Entry, EntryType
 from chaz_nb.notebook.display import WIDGET_MIME
 from chaz_nb.notebook.widgets import (
     MIME_TYPE,
@@ -109,7 +109,7 @@ class FakeStatus:
 
 @pytest.fixture
 def store():
-    from chaz_nb.store import SessionStore
+    from chaz_nb.core.store import SessionStore
 
     s = SessionStore(":memory:")
     yield s

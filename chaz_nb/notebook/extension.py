@@ -16,14 +16,11 @@ import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
+from ..errors import NotLoadedError
 
 DEFAULT_DB = os.path.join(".chaz", "sessions.duckdb")
 DEFAULT_AGENT = "assistant"
 DEFAULT_MODEL = "chaz/echo"
-
-
-class NotLoadedError(RuntimeError):
-    """chaz_nb.current() / ask() before ``%load_ext chaz_nb``."""
 
 
 @dataclass
@@ -67,7 +64,7 @@ def open_store(path: str) -> tuple[Any, str]:
 
     Returns ``(store, note)``; ``note`` is empty, or says why another file is used.
     """
-    from ..store import SessionStore, StoreLockedError
+    from ..core.store import SessionStore, StoreLockedError
 
     try:
         return SessionStore(path), ""
@@ -83,9 +80,9 @@ def open_store(path: str) -> tuple[Any, str]:
 
 def build_server(store: Any, loop: Any, agents: Any = None, tools: Any = None) -> Any:
     """A Server on ``store`` running its agents on ``loop`` (with the default agent)."""
-    from ..agents import Agent
-    from ..server import Server
-    from ..tools import ToolRegistry
+    from ..server.agents import Agent
+    from ..server.facade import Server
+    from ..engine.tools import ToolRegistry
 
     registry = ToolRegistry()
     if tools is not None:  # carry the user's tools over (config db=...), not the built-ins

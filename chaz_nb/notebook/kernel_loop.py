@@ -31,22 +31,12 @@ import signal
 import threading
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, TypeVar
+from ..errors import WaitInterrupted
 
 T = TypeVar("T")
 
 #: how often a wait re-checks the session status (parked runs have no future to await)
 POLL_INTERVAL = 0.05
-
-
-class WaitInterrupted(Exception):
-    """The user interrupted a wait; the run goes on. Shown by IPython as one line."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-    def _render_traceback_(self) -> list[str]:  # IPython: no traceback, just this line
-        return [f"\x1b[0;31m{self.message}\x1b[0m"]
 
 
 def get_loop() -> asyncio.AbstractEventLoop:

@@ -264,7 +264,7 @@ def parse_toml(body: str, where: str) -> dict[str, Any]:
 
 
 def _agent_keys() -> set[str]:
-    from ..agents import Agent
+    from ..server.agents import Agent
 
     return {f.name for f in fields(Agent)} - {"name"}
 
@@ -275,7 +275,7 @@ def resolve_tools(names: list[str] | str | None, shell: Any, server: Any, where:
     A plain name must be a ``@chaz_nb.tool`` object in the notebook's namespace, or a tool the
     server has already (``spawn_agent``, ``spawn_worker``, ones registered before).
     """
-    from ..tools import Tool
+    from ..engine.tools import Tool
 
     if names is None:
         return None
@@ -312,7 +312,7 @@ def resolve_tools(names: list[str] | str | None, shell: Any, server: Any, where:
 
 
 def define_agent(state: Any, name: str, spec: dict[str, Any], where: str) -> Any:
-    from ..agents import Agent, AgentError
+    from ..server.agents import Agent, AgentError
 
     spec = dict(spec)
     if isinstance(spec.get("auto_approve"), str):
@@ -382,7 +382,7 @@ def send_turn(
     state: Any, name: str, text: str, *, directive: bool = False, display: bool = True
 ) -> tuple[Any, Any]:
     """Write the Message (or Directive) from this cell; return (run handle, view or None)."""
-    from ..entries import EntryType
+    from ..core.entries import EntryType
     from .extension import origin
 
     server = state.server
@@ -651,7 +651,7 @@ def _agent_spec(agent: Any, **changes: Any) -> dict[str, Any]:
 
 def _last_trigger_seq(server: Any, session: int) -> int:
     """The seq just before the session's latest user Message or Directive (0 if none)."""
-    from ..entries import EntryType
+    from ..core.entries import EntryType
 
     last = 0
     for e in server.store.entries(session):

@@ -201,8 +201,8 @@ class MultiAgentCommands:
         raise UsageError(f"unknown %chaz schedule action {action!r}; {SCHEDULE_USAGE}")
 
     def _schedule_add(self, args: str) -> None:
-        from ..server import ServerError
-        from ..store import StoreError
+        from ..server.facade import ServerError
+        from ..core.store import StoreError
         from .magics import check_agent
 
         spec = parse_schedule_add(args)
@@ -219,7 +219,7 @@ class MultiAgentCommands:
 
     # ---------------------------------------------------------------- rooms
     def _cmd_room(self, rest: str) -> None:
-        from ..server import ServerError
+        from ..server.facade import ServerError
         from .magics import _HelpShown, _split
 
         state = self.state
@@ -309,7 +309,7 @@ class MultiAgentCommands:
 
         Returns False when no room is current (the caller then talks to NAME's own session).
         """
-        from ..server import ServerError
+        from ..server.facade import ServerError
         from .extension import origin
         from .magics import check_agent, open_view, wait_session
 
@@ -345,7 +345,7 @@ class MultiAgentCommands:
 
     # ----------------------------------------------------------- compaction
     def _cmd_compact(self, rest: str) -> None:
-        from ..compaction import CompactionError
+        from ..server.compaction import CompactionError
         from .kernel_loop import WaitInterrupted, wait_run
         from .magics import parse_session
 

@@ -1,7 +1,7 @@
 """``%chaz sql`` and ``%chaz audit``: the read-only SQL audit trail from a notebook.
 
 ``%chaz sql [-o NAME [--relation]] [--db PATH] [--max-rows N] QUERY`` (or ``%%chaz sql
-[options]`` with the query as the cell body) runs a read-only query (see ``chaz_nb.sqlquery``)
+[options]`` with the query as the cell body) runs a read-only query (see ``chaz_nb.core.sqlquery``)
 and shows a :class:`SqlTable`: pandas-style HTML in a scrollable box with the row count, long
 values folded into ``<details>``, and a plain-text table for saved notebooks and terminals.
 Every value is HTML-escaped. Refused writes and bad SQL are one-line ``UsageError``\\ s.
@@ -197,7 +197,7 @@ class SqlCommands:
         return self._run_sql(options, cell)
 
     def _run_sql(self, options: list[str], query: str) -> Any:
-        from ..sqlquery import DEFAULT_MAX_ROWS, SQLFailed, SQLRefused, run_query
+        from ..core.sqlquery import DEFAULT_MAX_ROWS, SQLFailed, SQLRefused, run_query
 
         args = _sql_parser().parse_args(options)
         if not query.strip():

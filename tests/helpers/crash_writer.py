@@ -7,12 +7,12 @@ model is a small ModelBackend that calls tools and answers, so the loop is quick
 import asyncio
 import sys
 
-from chaz_nb.agents import Agent
-from chaz_nb.backends import ModelReply, ToolCallRequest, Usage
-from chaz_nb.entries import EntryType
+from chaz_nb.server.agents import Agent
+from chaz_nb.engine.backends import ModelReply, ToolCallRequest, Usage
+from chaz_nb.core.entries import EntryType
 from chaz_nb.server import Server
-from chaz_nb.store import SessionStore
-from chaz_nb.tools import ToolRegistry, tool
+from chaz_nb.core.store import SessionStore
+from chaz_nb.engine.tools import ToolRegistry, tool
 
 
 @tool

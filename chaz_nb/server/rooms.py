@@ -44,13 +44,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable
 
 from .agents import Agent, current_run
-from .entries import Entry, EntryType
+from ..core.entries import Entry, EntryType
 from .invocation import Invocation
-from .store import StoreError
-from .tools import ToolError, ToolRegistry, tool
+from ..core.store import StoreError
+from ..engine.tools import ToolError, ToolRegistry, tool
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .server import RunHandle, Server
+    from .facade import RunHandle, Server
 
 ROOM_KIND = "room"
 DEFAULT_BURST_BUDGET = 6
@@ -114,7 +114,7 @@ class Rooms:
         self, name: str, agents: Iterable[str], host: str | None = None, burst_budget: int = DEFAULT_BURST_BUDGET
     ) -> int:
         """Create a room session shared by ``agents``; return its session id."""
-        from .server import ServerError
+        from .facade import ServerError
 
         if not isinstance(name, str) or not name.strip():
             raise ServerError("a room needs a name")
@@ -162,7 +162,7 @@ class Rooms:
         return self._cache[session_id]
 
     def get(self, room_id: int) -> Room:
-        from .server import ServerError
+        from .facade import ServerError
 
         room = self.room(room_id)
         if room is None:
@@ -263,7 +263,7 @@ class Rooms:
 
     def speaker(self, room_id: int, text: str, explicit: str | None = None, default: str | None = None) -> str | None:
         """Who answers a person's message first (see ``answerers``); an explicit non-member is an error."""
-        from .server import ServerError
+        from .facade import ServerError
 
         room = self.get(room_id)
         if explicit and room.member(explicit.lstrip("@")) is None:
@@ -324,7 +324,7 @@ class Rooms:
         return True
 
     def _route(self, room: Room, entry: Entry) -> None:
-        from .server import RunHandle
+        from .facade import RunHandle
 
         from_agent = entry.entry_type is EntryType.MESSAGE and entry.sender in self.server.agents
         if from_agent:
@@ -427,7 +427,7 @@ class Rooms:
                 return future
         queue.append(_Turn(agent, entry, [future], [entry]))
         if room.id not in self.server._states:
-            from .server import _SessionState
+            from .facade import _SessionState
 
             state = _SessionState()
             self.server._states[room.id] = state

@@ -22,20 +22,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from .agents import SpawnContext, current_run
-from .entries import EntryType
-from .tools import ToolError, ToolRegistry, tool
-from .tree_budget import TreeBudgetExceeded
+from ..core.entries import EntryType
+from ..engine.tools import ToolError, ToolRegistry, tool
+from ..engine.tree_budget import TreeBudgetExceeded
+from ..errors import LateBoundError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .server import Server
+    from .facade import Server
 
 T = TypeVar("T")
 
 NO_RESPONSE = "No response"
-
-
-class LateBoundError(RuntimeError):
-    pass
 
 
 class LateBound(Generic[T]):

@@ -7,23 +7,20 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from .tree_budget import DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_SPAWNS
+from ..engine.tree_budget import DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_SPAWNS
+from ..errors import AgentError
 
 if TYPE_CHECKING:  # pragma: no cover
     import asyncio
 
     from .ceiling import Ceiling
-    from .runtime import IterationBudget
-    from .server import Server
-    from .tools import ScopedTools
-    from .tree_budget import TreeBudget
+    from ..engine.runtime import IterationBudget
+    from .facade import Server
+    from ..engine.tools import ScopedTools
+    from ..engine.tree_budget import TreeBudget
 
 RESERVED_NAMES = frozenset({"user", "system", "all", "everyone"})
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
-
-
-class AgentError(ValueError):
-    """An agent definition that cannot be used; the message says what to change."""
 
 
 @dataclass

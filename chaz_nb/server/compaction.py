@@ -18,14 +18,15 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from .agents import Agent, current_run
-from .backends import TASK_KEY
-from .entries import CONTEXT_TYPES, Entry, EntryType, approx_tokens, build_context, context_slice
+from ..engine.backends import TASK_KEY
+from ..core.entries import CONTEXT_TYPES, Entry, EntryType, approx_tokens, build_context, context_slice
 from .invocation import Invocation
-from .runtime import one_line_reason
-from .tools import ToolError, ToolRegistry, tool
+from ..engine.runtime import one_line_reason
+from ..engine.tools import ToolError, ToolRegistry, tool
+from ..errors import CompactionError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .server import Server
+    from .facade import Server
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +35,6 @@ SUMMARIZE_PROMPT = (
     "Summarize the conversation below for your own later use: the goals, the facts learned, "
     "decisions made, open questions and what was promised. Be concise; write only the summary."
 )
-
-
-class CompactionError(ValueError):
-    """A compaction that cannot be done; the message is one line saying why."""
 
 
 class Compaction:

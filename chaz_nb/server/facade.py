@@ -24,12 +24,14 @@ from typing import Any, Iterable, Mapping
 from . import spawn as spawn_tools
 from .approvals import DEFAULT_TIMEOUT, ApprovalBook, ApprovalProxy, mask_arguments
 from .agents import Agent, AgentError, RunContext, SpawnContext, current_run
-from .backends import LiteLLMBackend, ModelBackend
+from ..engine.backends import LiteLLMBackend, ModelBackend
 from .ceiling import Ceiling, CeilingError
-from .entries import Entry, EntryType
-from . import compaction, rooms, schedules
+from ..core.entries import Entry, EntryType
+from . import compaction
+from . import rooms
+from . import schedules
 from .invocation import Invocation
-from .runtime import (
+from ..engine.runtime import (
     IterationBudget,
     ModelCallError,
     RunResult,
@@ -40,18 +42,15 @@ from .runtime import (
     execute,
     one_line_reason,
 )
-from .store import NewEntry, SessionStore
-from .tools import ToolRegistry, ToolsLike, as_registry
-from .tree_budget import BudgetedBackend, TreeBudget, TreeBudgetExceeded
+from ..core.store import NewEntry, SessionStore
+from ..engine.tools import ToolRegistry, ToolsLike, as_registry
+from ..engine.tree_budget import BudgetedBackend, TreeBudget, TreeBudgetExceeded
+from ..errors import ServerError
 
 log = logging.getLogger(__name__)
 
 DISPLAY_LIMIT = 500  # characters of a tool result shown in a ToolResult entry's content
 EVENT_COMMIT_WINDOW = 0.005  # seconds the event writer gathers tool events before a commit
-
-
-class ServerError(Exception):
-    """A server request that cannot be served; the message says what to do."""
 
 
 class RunHandle:

@@ -9,7 +9,7 @@ provider keys (``sk-...``, ``AKIA...``, ``ghp_...``, ``xox.-...``), and the valu
 credential header name (``Authorization``, ``x-api-key``, ``api-key``, ``*-token``). In
 structured data (``redact_data``) dict keys go through the same ``redact`` as values, at every
 depth, and the value under a credential header name is masked whole. Log records of chaz_nb
-get the same treatment (``chaz_nb.logredact``).
+get the same treatment (``chaz_nb.core.logredact``).
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal, Mapping, Sequence, Union
+from ..errors import ToolError
 
 ApprovalMode = Literal["never", "unless_auto_approved", "always"]
 RiskLevel = Literal["low", "medium", "high"]
@@ -41,10 +42,6 @@ RISK_LEVELS = ("low", "medium", "high")
 LOOP_HOLD_WARNING = 0.5
 
 log = logging.getLogger(__name__)
-
-
-class ToolError(Exception):
-    """A tool call that cannot run (unknown tool, bad arguments); fed back to the model."""
 
 
 @dataclass

@@ -30,14 +30,15 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .agents import current_run
 from .ceiling import Ceiling
-from .entries import EntryType
+from ..core.entries import EntryType
 from .invocation import Invocation
-from .store import utcnow
-from .tools import ToolError, ToolRegistry, tool
-from .tree_budget import TreeBudgetExceeded
+from ..core.store import utcnow
+from ..engine.tools import ToolError, ToolRegistry, tool
+from ..engine.tree_budget import TreeBudgetExceeded
+from ..errors import ScheduleError, TriggerError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .server import Server
+    from .facade import Server
 
 log = logging.getLogger(__name__)
 
@@ -71,10 +72,6 @@ _UNITS = {
 }
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*$")
 MIN_INTERVAL = 0.05  # seconds
-
-
-class TriggerError(ValueError):
-    """A trigger text that cannot be parsed; the message is one line saying what to write."""
 
 
 @dataclass(frozen=True)
@@ -316,10 +313,6 @@ _COLUMNS = (
     "expires_at, max_fires, fire_count, next_fire_at, last_fired_at, disabled_reason, created_by, "
     "created_at"
 )
-
-
-class ScheduleError(ValueError):
-    """A schedule request that cannot be served; the message says what to do."""
 
 
 class Schedules:

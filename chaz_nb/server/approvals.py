@@ -20,13 +20,14 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from .entries import Entry, EntryType
-from .runtime import ToolExecutor, ToolOutcome
-from .tools import Tool, ToolError
+from ..core.entries import Entry, EntryType
+from ..engine.runtime import ToolExecutor, ToolOutcome
+from ..engine.tools import Tool, ToolError
+from ..errors import ApprovalError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .agents import RunContext
-    from .server import Server
+    from .facade import Server
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +35,6 @@ DECISIONS = ("approve", "deny", "approve_all", "timed_out")
 DEFAULT_TIMEOUT = 300.0
 MASK = "••••••"
 SYSTEM = "system"
-
-
-class ApprovalError(ValueError):
-    """A decision that cannot be taken; the message says why."""
 
 
 def mask_arguments(t: Tool, arguments: dict[str, Any]) -> dict[str, Any]:

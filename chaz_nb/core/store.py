@@ -9,7 +9,7 @@ The DuckDB instance is opened locked down (``LOCKED_DOWN``): no file access besi
 database file (no ``COPY ... TO``, ``EXPORT``, ``ATTACH`` of a file, ``read_csv``, extension
 ``LOAD``/``INSTALL``) and no configuration change (``SET`` is refused). The store needs none of
 them, and this is what lets ``%chaz sql`` and the audit view run users' SQL on the writer's own
-instance without being able to write anything (see ``chaz_nb.sqlquery``): DuckDB cannot open the
+instance without being able to write anything (see ``chaz_nb.core.sqlquery``): DuckDB cannot open the
 same file a second time in the process, not even read-only. To export data, fetch it
 (``store.sql(...).fetchall()`` / ``.df()``) and write it from Python.
 """
@@ -33,6 +33,7 @@ from .entries import Entry, EntryType
 from .migrations import MIGRATIONS, Migration, apply_migrations
 from .redaction import redact as redact_secrets
 from .redaction import redact_data
+from ..errors import StoreError, StoreLockedError
 
 log = logging.getLogger(__name__)
 
@@ -46,14 +47,6 @@ LOG_CACHE_MAX_ENTRIES = 5000
 _ENTRY_COLUMNS = (
     "id, session_id, seq, entry_type, sender, content, tool_call_id, tool_name, payload, created_at"
 )
-
-
-class StoreError(Exception):
-    """A store operation that cannot be done; the message says what to do."""
-
-
-class StoreLockedError(StoreError):
-    """The database file is held by another process (another kernel)."""
 
 
 @dataclass(frozen=True)

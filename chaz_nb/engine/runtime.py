@@ -16,6 +16,7 @@ from typing import Any, Protocol, Sequence
 
 from .backends import ModelBackend, ModelReply, ToolCallRequest, Usage
 from .tools import ScopedTools, ToolError, parse_arguments
+from ..errors import ModelCallError
 
 FORCE_FINAL_NOTE = (
     "You have used all your steps. Do not call tools; answer now with what you have."
@@ -156,16 +157,6 @@ class RunResult:
     usage: Usage
     steps: int
     stop_reason: str  # "final" | "max_iterations" | "loop_detected"
-
-
-class ModelCallError(Exception):
-    """A model call failed; carries what the run had used before it."""
-
-    def __init__(self, reason: str, usage: Usage, steps: int) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.usage = usage
-        self.steps = steps
 
 
 def one_line_reason(exc: BaseException) -> str:

@@ -29,16 +29,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from ..errors import CeilingError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .agents import RunContext
-    from .tools import ScopedTools, ToolRegistry
+    from ..engine.tools import ScopedTools, ToolRegistry
 
 Chain = tuple[frozenset[str], ...]
-
-
-class CeilingError(ValueError):
-    """A stored ceiling that cannot be read; the session refuses to run rather than run open."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +74,7 @@ class Ceiling:
 
     def scope(self, registry: "ToolRegistry", patterns: Iterable[str] | None) -> "ScopedTools":
         """An agent's tools (``patterns``) within this ceiling."""
-        from .tools import ScopedTools
+        from ..engine.tools import ScopedTools
 
         scope = registry.scope(patterns)
         if self.tools is None:

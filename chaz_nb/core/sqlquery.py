@@ -42,6 +42,7 @@ from typing import Any, Callable
 import duckdb
 
 from .store import LOCKED_DOWN, SessionStore, read_only_transaction
+from ..errors import SQLFailed, SQLRefused
 
 ALLOWED = {"SELECT", "EXPLAIN"}
 #: informational pragmas that change nothing
@@ -59,16 +60,6 @@ ACTING_FUNCTIONS = {"checkpoint", "force_checkpoint", "truncate_duckdb_logs", "c
 #: parse-tree nodes of a statement that writes (inside a WITH of a SELECT)
 _WRITING_NODE = re.compile(r"^(DELETE|UPDATE|INSERT|COPY|MERGE_INTO|MERGE)_QUERY_NODE$")
 DEFAULT_MAX_ROWS = 1000
-
-
-class SQLRefused(ValueError):
-    """A statement that would change the store (or the connection)."""
-
-    what = ""  # what is refused: "DELETE statements", "a WITH that runs DELETE"
-
-
-class SQLFailed(ValueError):
-    """DuckDB could not run the query; the message is DuckDB's, on one line."""
 
 
 @dataclass

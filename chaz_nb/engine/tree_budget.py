@@ -18,13 +18,10 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from .backends import ModelBackend, ModelReply
+from ..errors import TreeBudgetExceeded
 
 DEFAULT_MAX_SPAWNS = 50
 DEFAULT_MAX_MODEL_CALLS = 500
-
-
-class TreeBudgetExceeded(Exception):
-    """The run tree has used up its budget; the message says which limit and how to raise it."""
 
 
 class TreeBudget:
