@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from .ceiling import Ceiling
     from ..engine.runtime import IterationBudget
-    from .facade import Server
+    from .ports import ServerPort
     from ..engine.tools import ScopedTools
     from ..engine.tree_budget import TreeBudget
 
@@ -113,7 +113,8 @@ class SpawnContext:
 class RunContext:
     """The run a tool call belongs to (read by spawn_agent and other built-in tools)."""
 
-    server: "Server"
+    #: what the run's tools may use of the server (ports.py); never the Server itself
+    port: "ServerPort"
     session_id: int
     agent: Agent
     run_id: int

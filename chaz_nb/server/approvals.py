@@ -24,10 +24,11 @@ from ..core.entries import Entry, EntryType
 from ..engine.runtime import ToolExecutor, ToolOutcome
 from ..engine.tools import Tool, ToolError
 from ..errors import ApprovalError
+from .ports import Part
 
 if TYPE_CHECKING:  # pragma: no cover
     from .agents import RunContext
-    from .facade import Server
+    from .ports import ServerPort
 
 log = logging.getLogger(__name__)
 
@@ -95,11 +96,13 @@ class PendingRequest:
         }
 
 
-class ApprovalBook:
-    """Open approval requests of one server, and the decisions that close them."""
+class ApprovalBook(Part):
+    """Open approval requests of one server, and the decisions that close them (a part)."""
 
-    def __init__(self, server: "Server", default_timeout: float = DEFAULT_TIMEOUT) -> None:
-        self.server = server
+    name = "approvals"
+
+    def __init__(self, port: "ServerPort", default_timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.port = port
         self.default_timeout = default_timeout
         self._open: dict[str, PendingRequest] = {}
         self._waiters: dict[str, asyncio.Future] = {}
@@ -137,13 +140,13 @@ class ApprovalBook:
         raise ApprovalError(f"no approval request {ref!r}; `%chaz pending` lists the open ones")
 
     def _find_request(self, request_id: str) -> Entry | None:
-        found = self.server.store.find_entries(
+        found = self.port.store.find_entries(
             EntryType.APPROVAL_REQUEST, "json_extract_string(payload, '$.request_id') = ?", [request_id]
         )
         return found[0] if found else None
 
     def _decisions_for(self, request_id: str) -> list[Entry]:
-        return self.server.store.find_entries(
+        return self.port.store.find_entries(
             EntryType.APPROVAL_DECISION, "json_extract_string(payload, '$.request_id') = ?", [request_id]
         )
 
@@ -152,7 +155,7 @@ class ApprovalBook:
         if request_id in self._decided:
             return self._decided[request_id]
         return effective_decision(
-            d for d in self._decisions_for(request_id) if d.sender not in self.server.agents
+            d for d in self._decisions_for(request_id) if d.sender not in self.port.agents
         )
 
     # ------------------------------------------------------------- deciding
@@ -162,7 +165,7 @@ class ApprovalBook:
         """Write a person's decision; a second decision is a no-op saying who decided first."""
         if decision not in ("approve", "deny", "approve_all"):
             return False, f"decision must be approve, deny or approve_all, not {decision!r}"
-        if decided_by in self.server.agents:
+        if decided_by in self.port.agents:
             return False, f"{decided_by} is an agent; only a person can decide approval requests"
         try:
             request_id = self.resolve_id(request_id)
@@ -180,7 +183,7 @@ class ApprovalBook:
         if decision == "approve_all":
             payload["scope"] = "session"
             payload["tool_name"] = request.payload.get("tool_name")
-        self.server.store.append(
+        self.port.store.append(
             request.session_id, EntryType.APPROVAL_DECISION, decided_by, _decision_text(payload),
             tool_call_id=request.tool_call_id, tool_name=request.tool_name, payload=payload,
         )
@@ -195,21 +198,21 @@ class ApprovalBook:
             request_id = entry.payload.get("request_id")
             if request_id and request_id not in self._decided:
                 self._open[request_id] = PendingRequest(entry, self._waiters.pop(request_id, None))
-                self.server._set_parked(entry.session_id, +1)
+                self.port.park(entry.session_id)
             return
         if entry.entry_type is not EntryType.APPROVAL_DECISION:
             return
         request_id = entry.payload.get("request_id")
-        if entry.sender in self.server.agents:
+        if entry.sender in self.port.agents:
             # Agents cannot approve their own (or anyone's) tool calls.
-            self.server.store.append(
+            self.port.store.append(
                 entry.session_id, EntryType.ERROR, SYSTEM,
                 f"ApprovalDecision from agent {entry.sender} ignored: only a person can decide",
                 payload={"request_id": request_id, "ignored_entry": entry.id},
             )
             return
         if entry.payload.get("decision") not in DECISIONS:
-            self.server.store.append(
+            self.port.store.append(
                 entry.session_id, EntryType.ERROR, SYSTEM,
                 f"ApprovalDecision ignored: decision must be one of {', '.join(DECISIONS)}",
                 payload={"request_id": request_id, "ignored_entry": entry.id},
@@ -217,7 +220,7 @@ class ApprovalBook:
             return
         first = self._decided.get(request_id)
         if first is not None and entry.payload.get("decision") != "timed_out":
-            self.server.store.append(
+            self.port.store.append(
                 entry.session_id, EntryType.ERROR, SYSTEM,
                 f"second decision for request {request_id} ignored: already decided ({_describe(first)})",
                 payload={"request_id": request_id, "ignored_entry": entry.id},
@@ -230,14 +233,14 @@ class ApprovalBook:
                 self._session_grants.add((entry.session_id, tool_name))
         pending = self._open.pop(request_id, None)
         if pending is not None:
-            self.server._set_parked(pending.entry.session_id, -1)
+            self.port.unpark(pending.entry.session_id)
             if pending.future is not None and not pending.future.done():
                 pending.future.set_result(self._decided[request_id])
 
     # ------------------------------------------------------------- the proxy
     async def request(self, ctx: "RunContext", t: Tool, call_id: str, arguments: dict[str, Any]) -> Entry:
         """Write an ApprovalRequest, park the run, and return the effective decision entry."""
-        store = self.server.store
+        store = self.port.store
         timeout = ctx.agent.approval_timeout if ctx.agent.approval_timeout is not None else self.default_timeout
         request_id = uuid.uuid4().hex[:10]
         shown = mask_arguments(t, arguments)
@@ -281,7 +284,7 @@ class ApprovalBook:
             return
         payload = {"request_id": request_id, "decision": decision, "reason": reason, "decided_by": SYSTEM,
                    "run_id": pending.entry.payload.get("run_id")}
-        self.server.store.append(
+        self.port.store.append(
             pending.entry.session_id, EntryType.APPROVAL_DECISION, SYSTEM, _decision_text(payload),
             tool_call_id=pending.entry.tool_call_id, tool_name=pending.entry.tool_name, payload=payload,
         )
@@ -289,10 +292,18 @@ class ApprovalBook:
     def session_grant(self, session_id: int, tool_name: str) -> bool:
         return (session_id, tool_name) in self._session_grants
 
+    # ------------------------------------------------------------ part hooks
+    def recover(self) -> dict[str, int]:
+        return {"approvals": self.close_orphans()}
+
+    def wrap_executor(self, ctx: "RunContext", executor: ToolExecutor) -> ToolExecutor:
+        """Every run's tools go through the approval proxy."""
+        return ApprovalProxy(self, ctx, executor)
+
     # ------------------------------------------------------------- recovery
     def close_orphans(self) -> int:
         """Close requests left open by a previous process as timed_out; return how many."""
-        store = self.server.store
+        store = self.port.store
         rows = store.execute(
             """
             SELECT r.id FROM entries r
@@ -321,7 +332,7 @@ class ApprovalBook:
         for d in store.find_entries(
             EntryType.APPROVAL_DECISION, "json_extract_string(payload, '$.scope') = 'session'"
         ):
-            if d.sender not in self.server.agents and d.payload.get("tool_name"):
+            if d.sender not in self.port.agents and d.payload.get("tool_name"):
                 self._session_grants.add((d.session_id, d.payload["tool_name"]))
         return len(rows)
 

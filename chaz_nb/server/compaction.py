@@ -24,9 +24,11 @@ from .invocation import Invocation
 from ..engine.runtime import one_line_reason
 from ..engine.tools import ToolError, ToolRegistry, tool
 from ..errors import CompactionError
+from .ports import Part
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .facade import Server
+    from .ports import ServerPort
+    from .rooms import Rooms
 
 log = logging.getLogger(__name__)
 
@@ -37,27 +39,30 @@ SUMMARIZE_PROMPT = (
 )
 
 
-class Compaction:
-    """Compaction and context building for one server."""
+class Compaction(Part):
+    """Compaction and context building for one server (a part: it builds every run's messages)."""
 
-    def __init__(self, server: "Server") -> None:
-        self.server = server
+    name = "compaction"
+
+    def __init__(self, port: "ServerPort", rooms: "Rooms") -> None:
+        self.port = port
+        self.rooms = rooms  # room labels and system notes go into the context
         #: token budget of a run's context (approx. chars/4); None = the whole context
         self.context_tokens: int | None = None
         #: compact automatically after a run that leaves a context over this many tokens
         self.auto_compact_tokens: int | None = None
-        install(server.tools)
+        install(port.tools)
 
     # ------------------------------------------------------------ context
     def _context_entries(self, session_id: int) -> list[Entry]:
-        return self.server.store.entries(session_id, types=CONTEXT_TYPES)
+        return self.port.store.entries(session_id, types=CONTEXT_TYPES)
 
     async def run_messages(
         self, session_id: int, agent: Agent, invocation: Invocation | None = None
     ) -> list[dict[str, Any]]:
         """The messages a run of ``agent`` in ``session_id`` starts with."""
         entries = self._context_entries(session_id)
-        system, labels = self.server.rooms.context_for(session_id, agent)
+        system, labels = self.rooms.context_for(session_id, agent)
         messages = build_context(entries, agent.name, system, labels, context_tokens=self.context_tokens)
         if invocation is not None and invocation.input:
             messages.append({"role": "user", "content": invocation.input})
@@ -71,7 +76,7 @@ class Compaction:
         """
         if self.auto_compact_tokens is None:
             return None
-        system, labels = self.server.rooms.context_for(session_id, agent)
+        system, labels = self.rooms.context_for(session_id, agent)
         full = build_context(self._context_entries(session_id), agent.name, system, labels)
         if sum(approx_tokens(str(m["content"] or "")) for m in full) <= self.auto_compact_tokens:
             return None
@@ -85,18 +90,18 @@ class Compaction:
 
     # ------------------------------------------------------------ compact
     def _summarizer(self, session_id: int) -> Agent:
-        session = self.server.store.session(session_id)
-        candidates = [session.agent, *self.server.rooms.members(session_id)]
+        session = self.port.store.session(session_id)
+        candidates = [session.agent, *self.rooms.members(session_id)]
         for name in candidates:
-            if name in self.server.agents:
-                return self.server.agents[name]
+            if name in self.port.agents:
+                return self.port.agents[name]
         raise CompactionError(
             f"cannot compact session {session_id}: its agent {session.agent!r} is not defined"
         )
 
     async def compact(self, session_id: int, by: str = "system") -> Entry:
         """Write a Summary of the context since the latest Summary (a model call of its own)."""
-        store = self.server.store
+        store = self.port.store
         entries = self._context_entries(session_id)
         since = context_slice(entries)
         new = [e for e in since if e.entry_type is not EntryType.SUMMARY]
@@ -106,13 +111,13 @@ class Compaction:
                 f"Summary; compaction needs at least {MIN_ENTRIES}"
             )
         agent = self._summarizer(session_id)
-        labels = frozenset(self.server.rooms.members(session_id)) - {agent.name}
+        labels = frozenset(self.rooms.members(session_id)) - {agent.name}
         messages = [{"role": "system", "content": SUMMARIZE_PROMPT}, *build_context(since, agent.name, "", labels)]
         options = dict(agent.model_options or {})
         options["metadata"] = {**(options.get("metadata") or {}), TASK_KEY: "summarize"}
         try:
-            async with self.server._get_limiter():
-                reply = await self.server.backend.complete(
+            async with self.port.limiter():
+                reply = await self.port.backend.complete(
                     agent.model, messages, None, script=agent.script, options=options
                 )
         except Exception as exc:
@@ -151,7 +156,7 @@ def install(registry: ToolRegistry) -> None:
             raise ToolError("compact can only be called by an agent during a run")
         if not summary.strip():
             raise ToolError("compact needs a non-empty summary")
-        entry = ctx.server.store.append(
+        entry = ctx.port.store.append(
             ctx.session_id,
             EntryType.SUMMARY,
             ctx.agent.name,

@@ -48,9 +48,12 @@ from ..core.entries import Entry, EntryType
 from .invocation import Invocation
 from ..core.store import StoreError
 from ..engine.tools import ToolError, ToolRegistry, tool
+from ..errors import ServerError
+from .ports import Part
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .facade import RunHandle, Server
+    from .ports import ServerPort
+    from .runs import RunHandle
 
 ROOM_KIND = "room"
 DEFAULT_BURST_BUDGET = 6
@@ -98,24 +101,24 @@ class _Turn:
     answers: list[Entry] = field(default_factory=list)  # every entry it answers, in seq order
 
 
-class Rooms:
-    """The rooms of a server: creation, routing of room entries to turns, the turn loop."""
+class Rooms(Part):
+    """The rooms of a server: creation, routing of room entries to turns, the turn loop (a part)."""
 
-    def __init__(self, server: "Server") -> None:
-        self.server = server
+    name = "rooms"
+
+    def __init__(self, port: "ServerPort") -> None:
+        self.port = port
         self._cache: dict[int, Room | None] = {}
         self._turns: dict[int, deque[_Turn]] = {}
         self._loops: dict[int, asyncio.Task] = {}
         self._burst_turns: dict[int, int] = {}  # agent turns in the current burst, per room
-        install(server.tools)
+        install(port.tools)
 
     # ------------------------------------------------------------- rooms
     def create(
         self, name: str, agents: Iterable[str], host: str | None = None, burst_budget: int = DEFAULT_BURST_BUDGET
     ) -> int:
         """Create a room session shared by ``agents``; return its session id."""
-        from .facade import ServerError
-
         if not isinstance(name, str) or not name.strip():
             raise ServerError("a room needs a name")
         members: list[str] = []
@@ -132,23 +135,23 @@ class Rooms:
         if not isinstance(burst_budget, int) or burst_budget < 1:
             raise ServerError("burst_budget must be a positive integer")
         room = Room(0, name.strip(), members, host, burst_budget)
-        room.id = self.server.store.create_session(
+        room.id = self.port.store.create_session(
             host or members[0], ROOM_KIND, title=room.name, metadata=room.metadata()
         )
         self._cache[room.id] = room
         return room.id
 
     def _agent(self, name: str) -> Agent:
-        for defined in self.server.agents.values():
+        for defined in self.port.agents.values():
             if defined.name.lower() == name.lower():
                 return defined
-        return self.server.agent(name)  # ServerError naming the known agents
+        return self.port.agent(name)  # ServerError naming the known agents
 
     def room(self, session_id: int) -> Room | None:
         """The room of a session, or None when it is not a room."""
         if session_id not in self._cache:
             try:
-                info = self.server.store.session(session_id)
+                info = self.port.store.session(session_id)
             except StoreError:
                 return None
             room = None
@@ -162,8 +165,6 @@ class Rooms:
         return self._cache[session_id]
 
     def get(self, room_id: int) -> Room:
-        from .facade import ServerError
-
         room = self.room(room_id)
         if room is None:
             raise ServerError(f"session {room_id} is not a room; create one with create_room(name, agents)")
@@ -174,7 +175,7 @@ class Rooms:
         return list(room.members) if room else []
 
     def list(self) -> list[Room]:
-        return [r for r in (self.room(s.id) for s in self.server.store.sessions() if s.kind == ROOM_KIND) if r]
+        return [r for r in (self.room(s.id) for s in self.port.store.sessions() if s.kind == ROOM_KIND) if r]
 
     def by_name(self, name: str) -> Room | None:
         """The newest room called ``name``."""
@@ -182,7 +183,7 @@ class Rooms:
         return found[-1] if found else None
 
     def _save(self, room: Room) -> None:
-        self.server.store.update_session_metadata(room.id, room.metadata())
+        self.port.store.update_session_metadata(room.id, room.metadata())
         self._cache[room.id] = room
 
     def attach(self, room_id: int, agent: str) -> Room:
@@ -256,15 +257,13 @@ class Rooms:
     def _default_agent(self, room: Room) -> str | None:
         """The room session's own agent (a room made with no host records its first member)."""
         try:
-            agent = self.server.store.session(room.id).agent
+            agent = self.port.store.session(room.id).agent
         except StoreError:
             return None
-        return agent if agent in self.server.agents else None
+        return agent if agent in self.port.agents else None
 
     def speaker(self, room_id: int, text: str, explicit: str | None = None, default: str | None = None) -> str | None:
         """Who answers a person's message first (see ``answerers``); an explicit non-member is an error."""
-        from .facade import ServerError
-
         room = self.get(room_id)
         if explicit and room.member(explicit.lstrip("@")) is None:
             raise ServerError(
@@ -297,24 +296,16 @@ class Rooms:
         if default is not None:
             extra["default"] = default  # routing applies the same order to the written entry
         kind = EntryType.DIRECTIVE if directive else EntryType.MESSAGE
-        return self.server.post(room_id, kind, text, sender, extra or None)
+        return self.port.post(room_id, kind, text, sender, extra or None)
 
     async def wait(self, room_id: int, timeout: float | None = None) -> None:
         """Wait until the room has no turn running or queued (the whole burst)."""
 
-        async def _wait() -> None:
-            while room_id in self.server._states:
-                task = self.server._states[room_id].task
-                if task is None:
-                    await asyncio.sleep(0.01)
-                else:
-                    await asyncio.wait({task})
-
-        await asyncio.wait_for(_wait(), timeout)
+        await asyncio.wait_for(self.port.wait_session(room_id), timeout)
 
     # ----------------------------------------------------------- routing
     def route(self, entry: Entry) -> bool:
-        """on_write hook (called by ``Server.process_session``): True when ``entry`` is a room's."""
+        """Part hook (the engine asks before it starts a run): True when ``entry`` is a room's."""
         if entry.entry_type not in (EntryType.MESSAGE, EntryType.DIRECTIVE):
             return False
         room = self.room(entry.session_id)
@@ -324,9 +315,7 @@ class Rooms:
         return True
 
     def _route(self, room: Room, entry: Entry) -> None:
-        from .facade import RunHandle
-
-        from_agent = entry.entry_type is EntryType.MESSAGE and entry.sender in self.server.agents
+        from_agent = entry.entry_type is EntryType.MESSAGE and entry.sender in self.port.agents
         if from_agent:
             named = mentions(entry.content)
             unknown = [n for n in named if room.member(n) is None]
@@ -337,7 +326,7 @@ class Rooms:
             default = entry.payload.get("default")
             targets, unknown = self.answerers(
                 room, entry.content, explicit, sender=entry.sender,
-                default=default if isinstance(default, str) and default in self.server.agents else None,
+                default=default if isinstance(default, str) and default in self.port.agents else None,
             )
         if unknown:
             self._note(
@@ -351,14 +340,13 @@ class Rooms:
             targets = self._within_budget(room, entry, targets)
         if not targets:
             return
-        loop = self.server._get_loop()
+        loop = self.port.loop()
         futures = [self._enqueue(room, name, entry, loop) for name in targets]
         if not from_agent:
             # a person's Message or a Directive starts a new burst: the turns queued after it
             self._burst_turns[room.id] = len(self._turns.get(room.id, ()))
         combined = futures[0] if len(futures) == 1 else _all_done(loop, futures)
-        self.server._handles[entry.id] = RunHandle(entry, combined)
-        combined.add_done_callback(lambda _f, key=entry.id: self.server._handles.pop(key, None))
+        self.port.track(entry, combined)
 
     def _within_budget(self, room: Room, entry: Entry, targets: list[str]) -> list[str]:
         """The targets an agent's Message may wake: each new turn counts toward the budget.
@@ -407,14 +395,14 @@ class Rooms:
     def _burst(self, room_id: int) -> int:
         """Trailing agent Messages in the log (a person's Message or a Directive ends the count)."""
         count = 0
-        for e in reversed(self.server.store.entries(room_id, types=(EntryType.MESSAGE, EntryType.DIRECTIVE))):
-            if e.entry_type is EntryType.DIRECTIVE or e.sender not in self.server.agents:
+        for e in reversed(self.port.store.entries(room_id, types=(EntryType.MESSAGE, EntryType.DIRECTIVE))):
+            if e.entry_type is EntryType.DIRECTIVE or e.sender not in self.port.agents:
                 break
             count += 1
         return count
 
     def _note(self, room: Room, text: str, payload: dict[str, Any]) -> None:
-        self.server.store.append(room.id, EntryType.ERROR, "system", text, payload=payload)
+        self.port.store.append(room.id, EntryType.ERROR, "system", text, payload=payload)
 
     def _enqueue(self, room: Room, agent: str, entry: Entry, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
         future: asyncio.Future = loop.create_future()
@@ -426,34 +414,25 @@ class Rooms:
                 turn.answers.append(entry)
                 return future
         queue.append(_Turn(agent, entry, [future], [entry]))
-        if room.id not in self.server._states:
-            from .facade import _SessionState
-
-            state = _SessionState()
-            self.server._states[room.id] = state
-            state.task = loop.create_task(self._room_loop(room.id), name=f"chaz-room-{room.id}")
+        if not self.port.is_busy(room.id):
+            self.port.hold_session(room.id, lambda room_id=room.id: self._room_loop(room_id), f"chaz-room-{room.id}")
         return future
 
     async def _room_loop(self, room_id: int) -> None:
-        state = self.server._states[room_id]
         queue = self._turns[room_id]
         turn: _Turn | None = None
         try:
             while queue:
                 turn = queue.popleft()
-                state.run_id = None
                 invocation = Invocation(agent=turn.agent, ack={"room": room_id, "turn": turn.agent})
                 answers = sorted(turn.answers, key=lambda e: e.seq)
-                outcome = await self.server._run_once(room_id, turn.trigger, invocation, answers=answers)
+                outcome = await self.port.run_turn(room_id, turn.trigger, invocation, answers=answers)
                 _resolve(turn.futures, outcome)
                 turn = None
         except asyncio.CancelledError:
             _resolve((turn.futures if turn else []) + [f for t in queue for f in t.futures], None)
             queue.clear()
             raise
-        finally:
-            if self.server._states.get(room_id) is state:
-                del self.server._states[room_id]
 
     # ----------------------------------------------------------- context
     def context_for(self, session_id: int, agent: Agent) -> tuple[str, frozenset[str]]:
@@ -461,7 +440,7 @@ class Rooms:
         room = self.room(session_id)
         if room is None:
             return agent.system, frozenset()
-        labels = (frozenset(self.server.agents) | frozenset(room.members)) - {agent.name}
+        labels = (frozenset(self.port.agents) | frozenset(room.members)) - {agent.name}
         others = [m for m in room.members if m != agent.name]
         if not others:
             return agent.system, labels
@@ -494,20 +473,20 @@ def _all_done(loop: asyncio.AbstractEventLoop, futures: list[asyncio.Future]) ->
 
 
 # ===================================================================== tools
-def has_access(server: "Server", agent: str, session_id: int) -> bool:
+def has_access(port: "ServerPort", agent: str, session_id: int) -> bool:
     """Sessions an agent may write to: its own, their children, rooms it is a member of."""
-    info = server.store.session(session_id)
+    info = port.store.session(session_id)
     if info.kind == ROOM_KIND:
-        room = server.rooms.room(session_id)
+        room = port.part("rooms").room(session_id)
         return room is not None and agent in room.members
     if info.agent == agent:
         return True
     if info.parent_id is not None:
         try:
-            parent = server.store.session(info.parent_id)
+            parent = port.store.session(info.parent_id)
         except StoreError:
             return False
-        if parent.agent == agent or (parent.kind == ROOM_KIND and agent in server.rooms.members(parent.id)):
+        if parent.agent == agent or (parent.kind == ROOM_KIND and agent in port.part("rooms").members(parent.id)):
             return True
     return False
 
@@ -531,11 +510,11 @@ def install(registry: ToolRegistry) -> None:
             raise ToolError('kind must be "message" or "directive"')
         if not text.strip():
             raise ToolError("send_message needs a non-empty text")
-        server = ctx.server
+        port = ctx.port
         if session_id == ctx.session_id:
             raise ToolError(f"session {session_id} is this session; say it in your reply instead")
         try:
-            allowed = has_access(server, ctx.agent.name, session_id)
+            allowed = has_access(port, ctx.agent.name, session_id)
         except StoreError:
             raise ToolError(f"there is no session {session_id}") from None
         if not allowed:
@@ -544,7 +523,7 @@ def install(registry: ToolRegistry) -> None:
                 "child sessions and rooms you are a member of"
             )
         etype = EntryType.DIRECTIVE if kind == "directive" else EntryType.MESSAGE
-        handle = server.post(
+        handle = port.post(
             session_id, etype, text, ctx.agent.name, {"from_session": ctx.session_id, "from_run": ctx.run_id}
         )
         started = "; it started a run" if handle is not None else "; it started no run"

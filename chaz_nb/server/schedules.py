@@ -36,9 +36,10 @@ from ..core.store import utcnow
 from ..engine.tools import ToolError, ToolRegistry, tool
 from ..engine.tree_budget import TreeBudgetExceeded
 from ..errors import ScheduleError, TriggerError
+from .ports import Part
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .facade import Server
+    from .ports import ServerPort
 
 log = logging.getLogger(__name__)
 
@@ -315,12 +316,14 @@ _COLUMNS = (
 )
 
 
-class Schedules:
+class Schedules(Part):
     """The server's schedules: Python API (for magics), persistence, scheduler task, fires."""
 
-    def __init__(self, server: "Server") -> None:
-        self.server = server
-        self.store = server.store
+    name = "schedules"
+
+    def __init__(self, port: "ServerPort") -> None:
+        self.port = port
+        self.store = port.store
         self._cache: dict[int, Schedule] | None = None
         self._task: asyncio.Task | None = None
         self._waker: asyncio.Future | None = None
@@ -329,7 +332,7 @@ class Schedules:
         # A read-only file of an older schema has no ceiling column.
         self._columns = _COLUMNS + (", ceiling" if self.store.has_column("schedules", "ceiling") else "")
         self._listeners: list[Callable[[int], None]] = []
-        install(server.tools)
+        install(port.tools)
         if not self.store.read_only:  # fires a previous process left running never finished
             self.store.execute(
                 "UPDATE schedule_fires SET status = 'error', reason = 'interrupted: kernel stopped', "
@@ -398,7 +401,7 @@ class Schedules:
         ``session``: None -> a session of its own, created now, that every fire uses;
         ``"fresh"`` -> a new session per fire; an id -> that (pinned) session.
         """
-        self.server.agent(agent)  # unknown agent: ServerError listing the known ones
+        self.port.agent(agent)  # unknown agent: ServerError listing the known ones
         if not isinstance(prompt, str) or not prompt.strip():
             raise ScheduleError("a schedule needs a wake prompt (the text the agent is woken with)")
         now = utcnow()
@@ -497,7 +500,7 @@ class Schedules:
         """Start the scheduler task on the server's loop (needs a running or attached loop)."""
         if self.running:
             return
-        loop = self.server._get_loop()
+        loop = self.port.loop()
         now = utcnow()
         for s in self._all().values():  # no back-fill: recurring schedules skip missed ticks
             if s.enabled and s.kind != "once" and s.next_fire_at is not None and s.next_fire_at < now:
@@ -515,7 +518,7 @@ class Schedules:
             await asyncio.gather(*list(self._fires), return_exceptions=True)
 
     def _autostart(self) -> None:
-        if self.running or self.server._stopped:
+        if self.running or self.port.stopped:
             return
         try:
             asyncio.get_running_loop()
@@ -557,7 +560,7 @@ class Schedules:
             return
         self._save(s)
         self._inflight[s.id] = inflight + 1
-        task = self.server._get_loop().create_task(self._fire_task(replace(s), due), name=f"chaz-fire-{s.id}")
+        task = self.port.loop().create_task(self._fire_task(replace(s), due), name=f"chaz-fire-{s.id}")
         self._fires.add(task)
         task.add_done_callback(self._fires.discard)
 
@@ -579,13 +582,13 @@ class Schedules:
             "INSERT INTO schedule_fires (id, schedule_id, status, scheduled_for, started_at) VALUES (?, ?, 'running', ?, ?)",
             [fire_id, s.id, scheduled_for, started],
         )
-        if s.agent not in self.server.agents:
+        if s.agent not in self.port.agents:
             # Not a failure: after a restart the notebook defines its agents in later cells.
             # Skipped (a one-shot retries soon), so a kept schedule is not disabled or removed.
             reason = f"agent {s.agent!r} is not defined in this kernel (yet)"
             return self._finish(s, Fire(fire_id, s.id, "skipped", reason=reason), count=False)
         session_id = s.session_id
-        if session_id is not None and self.server.is_busy(session_id):
+        if session_id is not None and self.port.is_busy(session_id):
             fire = Fire(fire_id, s.id, "skipped", session_id, reason=f"session {session_id} is busy")
             return self._finish(s, fire, count=False)
         if session_id is None:
@@ -600,7 +603,7 @@ class Schedules:
             ack={"trigger_type": "schedule", "schedule_id": s.id, "fire_id": fire_id, "wake_prompt": s.prompt},
             unattended=True,
         )
-        future = self.server.start_run(session_id, invocation)
+        future = self.port.start_run(session_id, invocation)
         if future is None:
             fire = Fire(fire_id, s.id, "skipped", session_id, reason=f"session {session_id} is busy")
             return self._finish(s, fire, count=False)
@@ -612,7 +615,7 @@ class Schedules:
         else:
             interrupted = False
         run_id = _run_id_of(self.store, session_id, fire_id)
-        if interrupted or (outcome is None and self.server._stopped):
+        if interrupted or (outcome is None and self.port.stopped):
             fire = Fire(fire_id, s.id, "error", session_id, run_id, "interrupted", outcome)
             return self._finish(s, fire, count=False)
         if outcome is not None and outcome.entry_type is EntryType.ERROR:
@@ -692,7 +695,7 @@ def install(registry: ToolRegistry) -> None:
             except TreeBudgetExceeded as exc:
                 raise ToolError(str(exc)) from None
         try:
-            s = ctx.server.schedules.add(ctx.agent.name, trigger, prompt, target, max_fires=max_fires,
+            s = ctx.port.part("schedules").add(ctx.agent.name, trigger, prompt, target, max_fires=max_fires,
                                          created_by=ctx.agent.name,
                                          ceiling=ctx.ceiling.to_json() if capped else None)
         except ValueError as exc:
@@ -703,7 +706,7 @@ def install(registry: ToolRegistry) -> None:
     async def schedule_list() -> str:
         """List your schedules."""
         ctx = _ctx("schedule_list")
-        mine = ctx.server.schedules.list(ctx.agent.name)
+        mine = ctx.port.part("schedules").list(ctx.agent.name)
         return "\n".join(s.one_line() for s in mine) if mine else "you have no schedules"
 
     @tool
@@ -714,7 +717,7 @@ def install(registry: ToolRegistry) -> None:
             schedule_id: the number shown by schedule_list
         """
         ctx = _ctx("schedule_cancel")
-        schedules = ctx.server.schedules
+        schedules = ctx.port.part("schedules")
         s = schedules._all().get(schedule_id)
         if s is None or s.agent != ctx.agent.name:
             raise ToolError(f"you have no schedule #{schedule_id}; schedule_list shows yours")

@@ -1,7 +1,7 @@
 """spawn_agent and spawn_worker: child agents through the same entry-write path.
 
-The tools are registered before the Server exists and reach it through a ``LateBound``
-handle set exactly once (the reference's ``Arc<OnceLock<Arc<Server>>>``).
+The tools are registered before the Server exists and reach its run engine (the
+``ServerPort``, ports.py) through a ``LateBound`` handle the Server sets exactly once.
 
 A child never gets more than the run that spawned it, during the spawn and after it:
 
@@ -28,7 +28,7 @@ from ..engine.tree_budget import TreeBudgetExceeded
 from ..errors import LateBoundError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .facade import Server
+    from .ports import ServerPort
 
 T = TypeVar("T")
 
@@ -60,9 +60,9 @@ class LateBound(Generic[T]):
         return self._value is not None
 
 
-def install(registry: ToolRegistry) -> LateBound["Server"]:
+def install(registry: ToolRegistry) -> LateBound["ServerPort"]:
     """Register spawn_agent and spawn_worker in ``registry``; return the handle to bind."""
-    handle: LateBound[Server] = LateBound("the spawn_agent tool's server handle")
+    handle: LateBound[ServerPort] = LateBound("the spawn_agent tool's server handle")
 
     @tool
     async def spawn_agent(agent: str, task: str, context: str | None = None, async_: bool = False) -> str:

@@ -1,0 +1,110 @@
+"""The event writer: a run's tool events become ToolCall / ToolResult entries.
+
+The runtime puts ``ToolCallEvent``/``ToolResultEvent`` on a queue; ``write_events`` commits
+what is queued in one write (a group-commit window of ``EVENT_COMMIT_WINDOW``), so a fast
+tool's ToolResult joins its ToolCall in one commit. A tool's ``sensitive_params`` are masked
+before anything is written: the tool got the real values, the log only ever sees the mask.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from ..core.entries import EntryType
+from ..core.store import NewEntry, SessionStore
+from ..engine.runtime import ToolCallEvent, ToolResultEvent
+from ..engine.tools import ToolRegistry
+from .approvals import mask_arguments
+
+log = logging.getLogger(__name__)
+
+DISPLAY_LIMIT = 500  # characters of a tool result shown in a ToolResult entry's content
+EVENT_COMMIT_WINDOW = 0.005  # seconds the event writer gathers tool events before a commit
+
+
+async def write_events(
+    store: SessionStore, tools: ToolRegistry, session_id: int, sender: str, run_id: int, events: asyncio.Queue
+) -> None:
+    """Turn runtime events into ToolCall/ToolResult entries until a ``None`` arrives."""
+    done = False
+    while not done:
+        batch = [await events.get()]
+        if batch[0] is not None:
+            # Group-commit window: a fast tool's ToolResult joins its ToolCall in one
+            # commit, and the commit tends to fall inside the next model call's wait.
+            await asyncio.sleep(EVENT_COMMIT_WINDOW)
+        while not events.empty():
+            batch.append(events.get_nowait())
+        items = []
+        for event in batch:
+            if event is None:
+                done = True
+                continue
+            items.append(event_entry(session_id, sender, run_id, masked(tools, event)))
+        if items:
+            try:
+                await store.write(items)
+            except Exception:
+                log.exception("could not write tool events of run %s", run_id)
+        for _ in batch:
+            events.task_done()
+
+
+async def drain(events: asyncio.Queue, writer: asyncio.Task) -> None:
+    """End the writer and wait until every queued event is written."""
+    await events.put(None)
+    try:
+        await asyncio.shield(writer)
+    except Exception:
+        log.exception("event writer failed")
+
+
+def masked(tools: ToolRegistry, event: Any) -> Any:
+    """A ToolCall event with the tool's ``sensitive_params`` masked for the log.
+
+    The tool itself got the real values; the session log, the transcript and the audit
+    views only ever see the mask (as the person asked for approval does).
+    """
+    if not isinstance(event, ToolCallEvent) or not isinstance(event.arguments, dict):
+        return event
+    t = tools.get(event.name)
+    if t is None or not t.sensitive_params:
+        return event
+    return ToolCallEvent(event.id, event.name, mask_arguments(t, event.arguments))
+
+
+def event_entry(session_id: int, sender: str, run_id: int, event: Any) -> NewEntry:
+    """The entry one runtime event is written as."""
+    if isinstance(event, ToolCallEvent):
+        args = event.arguments
+        shown = json.dumps(args, ensure_ascii=False, default=str) if not isinstance(args, str) else args
+        return NewEntry(
+            session_id,
+            EntryType.TOOL_CALL,
+            sender,
+            f"{event.name}({shown})",
+            tool_call_id=event.id,
+            tool_name=event.name,
+            payload={"run_id": run_id, "arguments": args},
+        )
+    assert isinstance(event, ToolResultEvent)
+    output = event.output
+    shown = output if len(output) <= DISPLAY_LIMIT else output[: DISPLAY_LIMIT - 1] + "…"
+    return NewEntry(
+        session_id,
+        EntryType.TOOL_RESULT,
+        sender,
+        f"{event.name}: {shown}",
+        tool_call_id=event.id,
+        tool_name=event.name,
+        payload={
+            **event.extra,  # approval facts from the proxy; the fields below always win
+            "run_id": run_id,
+            "output": output,
+            "is_error": event.is_error,
+            "duration_ms": round(event.duration_ms, 3),
+        },
+    )

@@ -1,0 +1,139 @@
+"""What the server's parts may use of it (``ServerPort``), and what a part is (``Part``).
+
+The run engine (runs.py) implements ``ServerPort``; every part (approvals, rooms, schedules,
+compaction, spawn) gets the port in its constructor and uses nothing else of the server, so no
+part imports the façade or touches another module's private state.
+
+Adding a part (MCP servers are next) needs one line in ``Server.__init__`` (facade.py)::
+
+    self.mcp = self._register(McpServers(self._engine))
+
+Registration order is the order of the hooks: approvals first, because a decision must be
+booked before anything reacts to the same write. A part implements only the hooks it needs;
+``Part`` supplies the do-nothing defaults.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Protocol
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..core.entries import Entry, EntryType
+    from ..core.store import SessionStore
+    from ..engine.backends import ModelBackend
+    from ..engine.runtime import ToolExecutor
+    from ..engine.tools import ToolRegistry
+    from .agents import Agent, RunContext, SpawnContext
+    from .invocation import Invocation
+    from .runs import RunHandle
+
+
+class ServerPort(Protocol):
+    """The narrow interface between the run engine and the parts registered on it."""
+
+    store: "SessionStore"
+    tools: "ToolRegistry"
+    backend: "ModelBackend"
+    agents: Mapping[str, "Agent"]
+
+    @property
+    def stopped(self) -> bool:
+        """True once the server stopped: parts start nothing new."""
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The loop runs go on (the kernel's); a ServerError when there is none."""
+
+    def limiter(self) -> asyncio.Semaphore:
+        """The model-call limiter every model call of this server goes through."""
+
+    def agent(self, name: str) -> "Agent":
+        """The defined agent ``name``; a ServerError naming the known ones otherwise."""
+
+    def part(self, name: str) -> Any:
+        """The part registered under ``name`` (tools reach their server's part this way)."""
+
+    def is_busy(self, session_id: int) -> bool:
+        """A run (or a part's loop) is in flight in the session."""
+
+    def park(self, session_id: int) -> None:
+        """One more open approval request in the session's run (status ``parked``)."""
+
+    def unpark(self, session_id: int) -> None:
+        """One approval request of the session's run was answered."""
+
+    def start_run(self, session_id: int, invocation: "Invocation") -> "asyncio.Future[Entry | None] | None":
+        """A run with no trigger entry (a schedule fire); None when busy or stopped."""
+
+    def hold_session(self, session_id: int, body: Callable[[], Awaitable[None]], name: str) -> bool:
+        """Run ``body`` as the session's loop (a room's turns); False if the session is busy."""
+
+    async def run_turn(
+        self,
+        session_id: int,
+        trigger: "Entry | None",
+        invocation: "Invocation | None" = None,
+        answers: "list[Entry] | None" = None,
+    ) -> "Entry | None":
+        """One run in the session, inside a loop the caller holds (``hold_session``)."""
+
+    async def wait_session(self, session_id: int) -> None:
+        """Wait until the session has no run or loop in flight."""
+
+    def track(self, trigger: "Entry", future: "asyncio.Future[Entry | None]") -> "RunHandle":
+        """Make ``future`` the run handle ``post``/``send`` return for ``trigger``."""
+
+    def post(
+        self,
+        session_id: int,
+        entry_type: "EntryType | str",
+        content: str,
+        sender: str = "user",
+        payload: dict[str, Any] | None = None,
+    ) -> "RunHandle | None":
+        """Write an entry; the handle of the run it triggers, if any."""
+
+    def register_child_session(
+        self, agent_name: str, kind: str, spawn: "SpawnContext"
+    ) -> "tuple[int, asyncio.Future[None]]":
+        """A child session for a spawn, and the future done when its runs end."""
+
+
+class Part(Protocol):
+    """A piece of the server registered on the run engine. Every hook is optional.
+
+    Subclass it explicitly (``class Rooms(Part)``) to inherit the do-nothing defaults.
+    """
+
+    #: the name ``ServerPort.part`` finds it by
+    name: str = ""
+
+    def on_write(self, entry: "Entry") -> None:
+        """Every committed entry, before the engine decides whether it starts a run."""
+        return None
+
+    def route(self, entry: "Entry") -> bool:
+        """True when this part runs ``entry``'s session itself (the engine then does not)."""
+        return False
+
+    def recover(self) -> dict[str, int]:
+        """At start-up: close what a previous process left open; counts for ``recovered``."""
+        return {}
+
+    def wrap_executor(self, ctx: "RunContext", executor: "ToolExecutor") -> "ToolExecutor":
+        """The tool executor of a run, wrapped (approvals put their proxy here)."""
+        return executor
+
+    async def run_messages(
+        self, session_id: int, agent: "Agent", invocation: "Invocation | None"
+    ) -> list[dict[str, Any]] | None:
+        """The messages a run starts with; the first part that returns a list builds them."""
+        return None
+
+    async def after_run(self, session_id: int, agent: "Agent") -> Any:
+        """After a run wrote its reply (automatic compaction); what it returns is ignored."""
+        return None
+
+    async def stop(self) -> None:
+        """The server stops: end the part's own tasks."""
+        return None

@@ -1,0 +1,595 @@
+"""The run engine: per-session state, the session loop, one run from Ack to reply.
+
+It implements ``ServerPort`` (ports.py), the one interface the server's parts use.
+
+Every invocation is a write: a Message from a non-agent sender or any Directive starts the
+session's agent; everything else is ignored, so the server never re-triggers on its own
+replies. One run at a time per session; a trigger that arrives during a run queues one
+follow-up run on the updated context, and every trigger that arrives before that run starts
+joins it. So a burst of Messages gets fewer replies than Messages; to keep that visible, each
+run's Ack lists the triggers it answers: ``answers`` (their entry ids, in seq order) and
+``answers_count``. Every trigger is in exactly one Ack's ``answers``.
+
+Every Ack that opens a run gets a closing entry (the reply, an Error, or a silent-turn Ack),
+also when the run is cancelled (``stop``) at any point after the Ack: even while the Ack is
+still committing, the interruption is written once it lands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+from ..core.entries import CONTEXT_TYPES, Entry, EntryType, build_context
+from ..core.store import SessionStore
+from ..engine.backends import ModelBackend
+from ..engine.runtime import (
+    IterationBudget,
+    ModelCallError,
+    RunResult,
+    ScopedToolExecutor,
+    ToolExecutor,
+    execute,
+    one_line_reason,
+)
+from ..engine.tools import ToolRegistry
+from ..engine.tree_budget import BudgetedBackend, TreeBudget, TreeBudgetExceeded
+from ..errors import CeilingError, ServerError
+from . import events as event_writer
+from .agents import Agent, RunContext, SpawnContext, current_run
+from .ceiling import Ceiling
+from .invocation import Invocation
+from .ports import Part
+
+log = logging.getLogger(__name__)
+
+
+class RunHandle:
+    """A triggered run: ``await handle.wait()`` gives its reply or Error entry (None if silent)."""
+
+    def __init__(self, trigger: Entry, future: "asyncio.Future[Entry | None]") -> None:
+        self.trigger = trigger
+        self.future = future
+
+    @property
+    def session_id(self) -> int:
+        return self.trigger.session_id
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    async def wait(self) -> Entry | None:
+        return await asyncio.shield(self.future)
+
+    def __repr__(self) -> str:
+        state = "done" if self.done() else "running"
+        return f"<RunHandle session={self.session_id} trigger={self.trigger.id} {state}>"
+
+
+@dataclass
+class SessionState:
+    """What the engine knows of a session with a run (or a part's loop) in flight."""
+
+    task: asyncio.Task | None = None
+    run_id: int | None = None
+    futures: list[asyncio.Future] = field(default_factory=list)
+    queued: Entry | None = None  # the newest trigger waiting for the follow-up run
+    queued_futures: list[asyncio.Future] = field(default_factory=list)
+    queued_triggers: list[Entry] = field(default_factory=list)  # every trigger it will answer
+    parked: int = 0  # open approval requests of the current run
+
+
+@dataclass(frozen=True)
+class Origin:
+    """The run that wrote a trigger: its authority caps the run the trigger starts."""
+
+    ceiling: Ceiling
+    tree: TreeBudget | None
+
+    def merge(self, other: "Origin | None") -> "Origin":
+        # One follow-up run answers several queued triggers: it gets the narrowest authority.
+        if other is None:
+            return self
+        return Origin(self.ceiling.meet(other.ceiling), self.tree or other.tree)
+
+
+class RunEngine:
+    """Starts and runs agents for the entries written to a store (implements ``ServerPort``)."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        agents: dict[str, Agent],
+        tools: ToolRegistry,
+        backend: ModelBackend,
+        *,
+        max_concurrent_calls: int,
+        tool_timeout: float,
+        executor_for: "Callable[[RunContext], ToolExecutor] | None" = None,
+    ) -> None:
+        self.store = store
+        self.agents = agents  # the façade's dict: a definition there is seen here
+        self.tools = tools
+        self.backend = backend
+        self.tool_timeout = tool_timeout
+        self.max_concurrent_calls = max_concurrent_calls
+        self.parts: list[Part] = []
+        # how a run gets its tool executor: the façade's make_executor, so that replacing it
+        # on a Server (tests make a run unattended that way) applies to its runs
+        self._executor_for = executor_for or self.make_executor
+        self._limiter: asyncio.Semaphore | None = None
+        self._states: dict[int, SessionState] = {}
+        self._handles: dict[int, RunHandle] = {}  # trigger entry id -> handle, while in flight
+        self._spawn: dict[int, SpawnContext] = {}
+        self._completions: dict[int, asyncio.Future] = {}
+        self._origins: dict[int, Origin] = {}  # trigger entry id -> the run that wrote it
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopped = False
+
+    # ------------------------------------------------------------ parts
+    def register(self, part: Part) -> None:
+        self.parts.append(part)
+
+    def part(self, name: str) -> Any:
+        for p in self.parts:
+            if p.name == name:
+                return p
+        raise ServerError(f"this server has no {name!r} part")
+
+    # ----------------------------------------------------------- agents
+    def agent(self, name: str) -> Agent:
+        try:
+            return self.agents[name]
+        except KeyError:
+            known = ", ".join(sorted(self.agents)) or "none"
+            raise ServerError(f"unknown agent {name!r}; known agents: {known}") from None
+
+    # ----------------------------------------------------- loop, limiter
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+    def attach_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None or self._loop.is_closed():
+            try:
+                self._loop = asyncio.get_running_loop()
+            except RuntimeError:
+                raise ServerError(
+                    "the chaz_nb server needs a running asyncio event loop; "
+                    "call it from async code or attach_loop() first"
+                ) from None
+        return self._loop
+
+    def limiter(self) -> asyncio.Semaphore:
+        if self._limiter is None:
+            self._limiter = asyncio.Semaphore(self.max_concurrent_calls)
+        return self._limiter
+
+    # ----------------------------------------------------------- writes
+    def post(
+        self,
+        session_id: int,
+        entry_type: EntryType | str,
+        content: str,
+        sender: str = "user",
+        payload: dict[str, Any] | None = None,
+    ) -> RunHandle | None:
+        if EntryType(entry_type) in (EntryType.MESSAGE, EntryType.DIRECTIVE):
+            self.loop()  # refuse before writing rather than write a trigger nobody runs
+        entry = self.store.append(session_id, entry_type, sender, content, payload=payload)
+        return self._handles.get(entry.id)
+
+    def handle(self, trigger_id: int) -> RunHandle | None:
+        """The handle of the run a trigger entry started, while it is in flight."""
+        return self._handles.get(trigger_id)
+
+    def track(self, trigger: Entry, future: "asyncio.Future[Entry | None]") -> RunHandle:
+        handle = self._handles[trigger.id] = RunHandle(trigger, future)
+        future.add_done_callback(lambda _f, key=trigger.id: self._handles.pop(key, None))
+        return handle
+
+    def register_child_session(
+        self, agent_name: str, kind: str, spawn: SpawnContext
+    ) -> tuple[int, "asyncio.Future[None]"]:
+        """Create a child session for a spawn; return its id and the completion future.
+
+        The session keeps the spawning run's ceiling (its scope, its auto-approve chain, its
+        depth limit) for every later run there, across restarts (see ceiling.py).
+        """
+        self.agent(agent_name)
+        ceiling = Ceiling(spawn.parent_tools.names, spawn.auto_approve, spawn.call_depth, spawn.max_call_depth)
+        session_id = self.store.create_session(
+            agent_name, kind, parent_id=spawn.parent_session, depth=spawn.call_depth,
+            ceiling=ceiling.to_json(),
+        )
+        completion = self.loop().create_future()
+        spawn.completion = completion
+        self._spawn[session_id] = spawn
+        self._completions[session_id] = completion
+        return session_id, completion
+
+    # -------------------------------------------------- process_session
+    def triggers_run(self, entry: Entry) -> bool:
+        """Act on a Directive, or on a Message from a non-agent (docs/design.md, "Triggers")."""
+        if entry.entry_type is EntryType.DIRECTIVE:
+            return True
+        return entry.entry_type is EntryType.MESSAGE and entry.sender not in self.agents
+
+    def process_session(self, entry: Entry) -> None:
+        """on_write callback: start (or queue) the session's agent when the entry calls for it."""
+        if self._stopped or any(p.route(entry) for p in self.parts) or not self.triggers_run(entry):
+            return  # (a room routes its own entries: mention-gated turns, see rooms.py)
+        loop = self.loop()
+        future: asyncio.Future = loop.create_future()
+        self._handles[entry.id] = RunHandle(entry, future)
+        origin = self._origin_of(entry)
+        if origin is not None:
+            self._origins[entry.id] = origin
+        state = self._states.get(entry.session_id)
+        if state is not None:
+            # Busy: one more run after this one, on the updated context, answers it.
+            if state.queued is not None and state.queued.id in self._origins:
+                self._origins[entry.id] = self._origins.pop(state.queued.id).merge(origin)
+            state.queued = entry
+            state.queued_futures.append(future)
+            state.queued_triggers.append(entry)
+            return
+        state = SessionState(futures=[future])
+        self._states[entry.session_id] = state
+        state.task = loop.create_task(
+            self._session_loop(entry.session_id, entry), name=f"chaz-session-{entry.session_id}"
+        )
+
+    def _origin_of(self, entry: Entry) -> Origin | None:
+        """The run of this server that wrote ``entry``, if a run did.
+
+        Agents write triggers (a spawn's Directive, ``send_message``) with a synchronous
+        append from inside their run, so on_write sees the writer's context. The sender check
+        keeps a person's entry that shares a group commit with a run's write from being
+        taken for the run's.
+        """
+        run = current_run.get()
+        if run is None or run.port is not self or entry.sender != run.agent.name:
+            return None
+        return Origin(Ceiling.of_run(run), run.tree)
+
+    def start_run(self, session_id: int, invocation: Invocation) -> "asyncio.Future[Entry | None] | None":
+        """Run with no trigger entry (a schedule fire); None when the session is busy or stopped."""
+        if self._stopped or session_id in self._states:
+            return None
+        loop = self.loop()
+        future: asyncio.Future = loop.create_future()
+        state = SessionState(futures=[future])
+        self._states[session_id] = state
+        state.task = loop.create_task(
+            self._session_loop(session_id, None, invocation), name=f"chaz-session-{session_id}"
+        )
+        return future
+
+    def hold_session(self, session_id: int, body: Callable[[], Awaitable[None]], name: str) -> bool:
+        """Run ``body`` as the session's loop (a room's queue of turns)."""
+        if session_id in self._states:
+            return False
+        state = SessionState()
+        self._states[session_id] = state
+
+        async def _held() -> None:
+            try:
+                await body()
+            finally:
+                if self._states.get(session_id) is state:
+                    del self._states[session_id]
+
+        state.task = self.loop().create_task(_held(), name=name)
+        return True
+
+    async def run_turn(
+        self,
+        session_id: int,
+        trigger: Entry | None,
+        invocation: Invocation | None = None,
+        answers: list[Entry] | None = None,
+    ) -> Entry | None:
+        state = self._states.get(session_id)
+        if state is not None:
+            state.run_id = None
+        return await self._run_once(session_id, trigger, invocation, answers=answers)
+
+    async def _session_loop(
+        self, session_id: int, trigger: Entry | None, invocation: Invocation | None = None
+    ) -> None:
+        state = self._states[session_id]
+        answers = [trigger] if trigger is not None else []
+        try:
+            while True:
+                if invocation is None and state.queued is not None:
+                    # Triggers written before this run starts are in the context it reads:
+                    # they join it rather than wait for a follow-up that would answer again.
+                    trigger, state.queued = state.queued, None
+                    answers += state.queued_triggers
+                    state.futures += state.queued_futures
+                    state.queued_futures, state.queued_triggers = [], []
+                try:
+                    outcome = await self._run_once(
+                        session_id, trigger, invocation, answers=sorted(answers, key=lambda e: e.seq)
+                    )
+                    invocation = None  # queued follow-ups are plain runs
+                except asyncio.CancelledError:
+                    outcome = None
+                    self._resolve(state.futures + state.queued_futures, None)
+                    raise
+                self._resolve(state.futures, outcome)
+                if state.queued is None:
+                    break
+                trigger, state.queued = state.queued, None
+                state.futures, state.queued_futures = state.queued_futures, []
+                answers, state.queued_triggers = state.queued_triggers, []
+                state.run_id = None
+        finally:
+            self._forget_handles(state.futures + state.queued_futures)
+            self._states.pop(session_id, None)
+            self._spawn.pop(session_id, None)
+            completion = self._completions.pop(session_id, None)
+            if completion is not None and not completion.done():
+                completion.set_result(None)
+
+    def _resolve(self, futures: list[asyncio.Future], outcome: Entry | None) -> None:
+        for f in futures:
+            if not f.done():
+                f.set_result(outcome)
+        self._forget_handles(futures)
+
+    def _forget_handles(self, futures: list[asyncio.Future]) -> None:
+        for trigger_id in [k for k, h in self._handles.items() if h.future in futures]:
+            del self._handles[trigger_id]
+
+    # -------------------------------------------------------------- run
+    async def _run_once(
+        self,
+        session_id: int,
+        trigger: Entry | None,
+        invocation: Invocation | None = None,
+        answers: list[Entry] | None = None,
+    ) -> Entry | None:
+        """One run; ``answers`` are the triggers it answers (default: ``trigger`` alone)."""
+        if answers is None:
+            answers = [trigger] if trigger is not None else []
+        session = self.store.session(session_id)
+        agent_name = invocation.agent if invocation and invocation.agent else session.agent
+        agent = self.agents.get(agent_name)
+        if agent is None:
+            return self.store.append(
+                session_id,
+                EntryType.ERROR,
+                "system",
+                f"unknown agent {agent_name!r}; define it before writing to its session",
+            )
+        spawn = self._spawn.get(session_id)
+        origin = self._origins.pop(trigger.id, None) if trigger is not None else None
+        try:
+            # The session's own ceiling (kept since its spawn) and the writer's, if a run wrote
+            # the trigger: whoever triggers the run, it can do no more than both allow.
+            ceiling = (Ceiling.from_json(session.ceiling) or Ceiling()).meet(origin.ceiling if origin else None)
+            ceiling = ceiling.meet(invocation.ceiling if invocation else None)
+        except CeilingError as exc:
+            return self.store.append(
+                session_id, EntryType.ERROR, "system", f"{exc}; the session does not run (start a new one)"
+            )
+        tree = (origin.tree if origin else None) or (spawn.tree if spawn else None) or TreeBudget.for_agent(agent)
+        ack_write = asyncio.ensure_future(self.store.write_one(
+            session_id,
+            EntryType.ACK,
+            agent.name,
+            f"{agent.name} is working",
+            payload={"trigger_id": trigger.id if trigger else None,
+                     "trigger_type": trigger.entry_type.value if trigger else None, "model": agent.model,
+                     "parent_run": spawn.parent_run if spawn else None,
+                     "answers": [e.id for e in answers], "answers_count": len(answers),
+                     **(invocation.ack if invocation else {})},
+        ))
+        try:
+            # shielded: a cancel while the Ack commits must not lose track of the run it opens
+            ack = await asyncio.shield(ack_write)
+        except asyncio.CancelledError:
+            ack_write.add_done_callback(lambda f: self._close_cancelled(session_id, agent, f))
+            raise
+        run_id = ack.id
+        self._states[session_id].run_id = run_id
+        # spawn_worker shares its parent's iteration budget (first run only)
+        budget = (spawn.budget if spawn else None) or IterationBudget(agent.max_iterations)
+        ctx = RunContext(
+            port=self,
+            session_id=session_id,
+            agent=agent,
+            run_id=run_id,
+            call_depth=ceiling.call_depth,
+            max_call_depth=ceiling.depth_limit(agent.call_depth_limit),
+            scope=ceiling.scope(self.tools, agent.tools),
+            budget=budget,
+            auto_approve=ceiling.chain(agent.auto_approve),
+            unattended=bool(invocation and invocation.unattended),
+            tree=tree,
+            ceiling=ceiling,
+        )
+        token = current_run.set(ctx)
+        try:
+            try:
+                # room labels/notes, Summary boundary, token budget (compaction.py)
+                messages = await self._run_messages(session_id, agent, invocation)
+            except asyncio.CancelledError:
+                self._write_interrupted(session_id, agent, run_id)
+                raise
+            outcome = await self._execute_and_record(ctx, messages)
+            for part in self.parts:
+                await part.after_run(session_id, agent)  # optional automatic compaction
+            return outcome
+        finally:
+            current_run.reset(token)
+
+    async def _run_messages(
+        self, session_id: int, agent: Agent, invocation: Invocation | None
+    ) -> list[dict[str, Any]]:
+        for part in self.parts:
+            messages = await part.run_messages(session_id, agent, invocation)
+            if messages is not None:
+                return messages
+        # no part builds the context: the whole log, the agent's own system prompt
+        entries = self.store.entries(session_id, types=CONTEXT_TYPES)
+        messages = build_context(entries, agent.name, agent.system)
+        if invocation is not None and invocation.input:
+            messages.append({"role": "user", "content": invocation.input})
+        return messages
+
+    async def _execute_and_record(self, ctx: RunContext, messages: list[dict[str, Any]]) -> Entry | None:
+        agent, session_id, run_id = ctx.agent, ctx.session_id, ctx.run_id
+        events: asyncio.Queue = asyncio.Queue()
+        writer = asyncio.get_running_loop().create_task(
+            event_writer.write_events(self.store, self.tools, session_id, agent.name, run_id, events)
+        )
+        base = {"run_id": run_id, "model": agent.model}
+        ctx.flush_events = events.join  # the approval proxy lets ToolCall land before its request
+        try:
+            result: RunResult = await execute(
+                model=agent.model,
+                messages=messages,
+                backend=BudgetedBackend(self.backend, ctx.tree) if ctx.tree else self.backend,
+                tools=self._executor_for(ctx),
+                events=events,
+                budget=ctx.budget,
+                script=agent.script,
+                options=agent.model_options or None,
+                limiter=self.limiter(),
+            )
+        except asyncio.CancelledError:
+            await event_writer.drain(events, writer)
+            self._write_interrupted(session_id, agent, run_id)
+            raise
+        except ModelCallError as exc:
+            await event_writer.drain(events, writer)
+            payload = {**base, **exc.usage.to_json(), "steps": exc.steps}
+            reason = f"model call failed: {exc.reason}"
+            if isinstance(exc.__cause__, TreeBudgetExceeded) and ctx.tree is not None:
+                reason, payload["tree_budget"] = str(exc.__cause__), ctx.tree.to_json()
+            return await self.store.write_one(session_id, EntryType.ERROR, agent.name, reason, payload=payload)
+        except Exception as exc:  # a bug must not lose the run's trail: record it
+            log.exception("run %s in session %s failed", run_id, session_id)
+            await event_writer.drain(events, writer)
+            return await self.store.write_one(
+                session_id, EntryType.ERROR, agent.name, one_line_reason(exc), payload=base
+            )
+        await event_writer.drain(events, writer)
+        finished = {**base, **result.usage.to_json(), "steps": result.steps, "stop_reason": result.stop_reason}
+        if not result.content.strip():
+            # A silent turn writes no Message; this status entry closes the run for the audit.
+            await self.store.write_one(
+                session_id, EntryType.ACK, agent.name, f"{agent.name} finished without a reply",
+                payload={**finished, "status": "silent"},
+            )
+            return None
+        return await self.store.write_one(
+            session_id,
+            EntryType.MESSAGE,
+            agent.name,
+            result.content,
+            payload=finished,
+        )
+
+    def _write_interrupted(self, session_id: int, agent: Agent, run_id: int) -> None:
+        """Close a cancelled run: every Ack that opens a run gets a closing entry."""
+        self.store.append(
+            session_id, EntryType.ERROR, agent.name, "interrupted: run cancelled",
+            payload={"run_id": run_id, "model": agent.model},
+        )
+
+    def _close_cancelled(self, session_id: int, agent: Agent, ack_write: asyncio.Future) -> None:
+        """A run cancelled while its Ack was committing: close it once the Ack has landed."""
+        if ack_write.cancelled() or ack_write.exception() is not None or self.store.closed:
+            return
+        self._write_interrupted(session_id, agent, ack_write.result().id)
+
+    def make_executor(self, ctx: RunContext) -> ToolExecutor:
+        """The tool executor for a run: the scope's tools, wrapped by the parts (approvals)."""
+        executor: ToolExecutor = ScopedToolExecutor(ctx.scope, self.tool_timeout)
+        for part in reversed(self.parts):  # the first part registered is the outermost wrapper
+            executor = part.wrap_executor(ctx, executor)
+        return executor
+
+    # ----------------------------------------------------- park / status
+    def park(self, session_id: int) -> None:
+        state = self._states.get(session_id)
+        if state is not None:
+            state.parked += 1
+
+    def unpark(self, session_id: int) -> None:
+        state = self._states.get(session_id)
+        if state is not None:
+            state.parked = max(0, state.parked - 1)
+
+    def parked_sessions(self) -> list[int]:
+        return sorted(sid for sid, st in self._states.items() if st.parked)
+
+    def is_busy(self, session_id: int) -> bool:
+        return session_id in self._states
+
+    def session_status(self, session_id: int) -> str:
+        state = self._states.get(session_id)
+        if state is None:
+            return "idle"
+        return "parked" if state.parked else "running"
+
+    def running_sessions(self) -> list[int]:
+        return sorted(self._states)
+
+    async def wait_session(self, session_id: int) -> None:
+        while session_id in self._states:
+            task = self._states[session_id].task
+            if task is None:
+                await asyncio.sleep(0.01)
+            else:
+                await asyncio.wait({task})
+
+    async def wait_idle(self) -> None:
+        while self._states:
+            tasks = [s.task for s in self._states.values() if s.task is not None]
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    # ------------------------------------------------ recovery, stopping
+    def recover(self) -> dict[str, int]:
+        """Close what a previous process left open: each part's, then runs with no end."""
+        if self.store.read_only:
+            return {"runs": 0, "approvals": 0}
+        counts: dict[str, int] = {}
+        for part in self.parts:
+            counts.update(part.recover())
+        open_runs = self.store.execute(
+            """
+            SELECT a.id, a.session_id, a.sender FROM entries a
+            WHERE a.entry_type = 'Ack' AND a.run_id = a.id
+              AND NOT EXISTS (
+                SELECT 1 FROM entries e
+                WHERE e.run_id = a.id AND e.id <> a.id AND e.entry_type IN ('Message', 'Error', 'Ack'))
+            ORDER BY a.id
+            """
+        )
+        for run_id, session_id, sender in open_runs:
+            self.store.append(
+                session_id, EntryType.ERROR, sender, "interrupted: kernel stopped",
+                payload={"run_id": run_id, "interrupted": True},
+            )
+        return {"runs": len(open_runs), **counts}
+
+    async def stop(self) -> None:
+        """Cancel every run (each records an Error entry), then stop the parts."""
+        self._stopped = True
+        tasks = [s.task for s in self._states.values() if s.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._origins.clear()
+        for part in self.parts:
+            await part.stop()
