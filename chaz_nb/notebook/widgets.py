@@ -622,6 +622,10 @@ class SessionView(StaticFallbackView):
         a saved notebook tells the run step by step.
         """
         if self._unsubscribe is not None:
+            with self._pending_lock:
+                batch, self._pending = self._pending, []
+            for entry in batch:
+                self._add(entry)
             self.handed_over = self.status() != "idle"
             if self.handed_over:
                 self.transcript.status = None  # "working… step 3" would go stale in this cell
