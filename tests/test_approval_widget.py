@@ -272,28 +272,31 @@ def test_each_cell_view_covers_its_own_step_of_the_run(chaz, capsys):
     ip.run_line_magic("chaz", "@ops ship it")
     sid = chaz.current_session("ops")
     [parks] = _views(sid)
+    at_park = parks.text()
     ip.run_cell("%chaz approve last\n%chaz wait").raise_error()
     resumed = [v for v in _views(sid) if v is not parks][-1]
+    at_second_park = resumed.text()
     ip.run_cell('%chaz deny last --reason "not prod"\n%chaz wait').raise_error()
     capsys.readouterr()
-    # the first cell's view ends with the decision its card asked for; it no longer follows
-    first = parks.text().splitlines()
-    assert not parks.following
-    assert first[0].endswith("· continued in a later cell")
+    # the first cell's output stays what it showed when its cell stopped waiting
+    assert not parks.following and parks.widget is None
+    assert WIDGET_MIME not in parks._sent
+    assert parks._sent["text/plain"] == at_park
+    first = at_park.splitlines()
     assert first[1] == "user: ship it"
-    assert first[2].startswith('  ⚙ deploy({"target": "staging"') and "✓ approved by user" in first[2]
+    assert first[2] == '  ⚙ deploy({"target": "staging", "token": "••••••"}) · waiting for approval'
     assert first[-1] == f"full log: %chaz log {sid}"
-    assert "prod" not in parks.text() and "done:" not in parks.text()
-    # the second cell's view starts after it: the staging result, then the prod call parks
-    second = resumed.text()
+    # the second cell's view starts with the decision it wrote: the call's outcome, then the next park
+    second = resumed._sent["text/plain"]
+    assert second == at_second_park
     assert "ship it" not in second
-    assert second.splitlines()[1] == "  ⚙ deploy · approved by user → deployed staging"
-    assert '⚙ deploy({"target": "prod"' in second and "✗ denied by user: not prod" in second
-    assert second.splitlines()[-1] == f"full log: %chaz log {sid}"
-    # the log has everything
-    assert [e.seq for e in parks.transcript.entries] + [e.seq for e in resumed.transcript.entries] == [
-        e.seq for e in chaz.store.entries(sid)
-    ][: len(parks.transcript.entries) + len(resumed.transcript.entries)]
+    assert second.splitlines()[1] == "  ⚙ deploy · ✓ approved by user → deployed staging"
+    assert second.splitlines()[2] == '  ⚙ deploy({"target": "prod", "token": "••••••"}) · waiting for approval'
+    # the third starts with the denial; together the three views show every entry once
+    third = [v for v in _views(sid) if v not in (parks, resumed)][-1]
+    assert third.text().splitlines()[1].startswith("  ⚙ deploy · ✗ denied by user: not prod → ✗")
+    shown = [e.seq for v in (parks, resumed, third) for e in v.transcript.entries if e.seq <= v._sent_seq]
+    assert shown == [e.seq for e in chaz.store.entries(sid)]
 
 
 def test_a_parked_wait_prints_nothing_the_view_would_contradict(chaz, capsys):

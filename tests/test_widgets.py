@@ -312,20 +312,27 @@ def test_a_turn_view_ends_with_where_the_full_log_is(store):
     assert view.to_json()["footer"] == f"full log: %chaz log {sid}"
 
 
-def test_a_handed_over_view_stops_where_it_is_and_says_the_run_goes_on(store):
+def test_a_handed_over_view_keeps_what_its_output_showed(store, monkeypatch):
+    import IPython.display as ipd
+
+    shown = {}
+    monkeypatch.setattr(ipd, "display", lambda obj, display_id=None, **kw: shown.__setitem__(display_id, obj))
+    monkeypatch.setattr(ipd, "update_display", lambda obj, display_id=None, **kw: shown.__setitem__(display_id, obj))
     sid = store.create_session("calc")
     loop = asyncio.new_event_loop()
     try:
-        view = SessionView(store, sid, status=FakeStatus("running"), loop=loop, follow=True)
+        view = SessionView(store, sid, status=FakeStatus("parked"), loop=loop, follow=True)
         store.append(sid, EntryType.MESSAGE, "user", "go")
-        store.append(sid, EntryType.ACK, "calc", "")
-        last = view.hand_over()  # the queued entries stay in this view
-        assert last == 2 and not view.following
-        store.append(sid, EntryType.MESSAGE, "calc", "the reply")
+        view.flush(final=True)
+        view.display()
+        before = shown[view.display_id]["text/plain"]
+        store.append(sid, EntryType.MESSAGE, "user", "a later cell's entry")  # queued, not shown
+        last = view.hand_over()
+        assert last == 1 and not view.following and view.widget is None
+        data = shown[view.display_id]
+        assert WIDGET_MIME not in data and data["text/plain"] == before
+        assert "a later cell's entry" not in data["text/plain"]  # it belongs to the later view
         loop.run_until_complete(asyncio.sleep(0.2))
-        text = view.text()
-        assert "the reply" not in text and "working" not in text
-        assert text.splitlines()[0].endswith("· continued in a later cell")
-        assert WIDGET_MIME not in view.bundle()
+        assert shown[view.display_id]["text/plain"] == before
     finally:
         loop.close()

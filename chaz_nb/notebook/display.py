@@ -67,10 +67,15 @@ class StaticFallbackView:
     def display(self) -> Any:
         from IPython.display import display
 
-        display(self.bundle(), raw=True, metadata=OUTPUT_METADATA, display_id=self.display_id)
+        data = self.bundle()
+        display(data, raw=True, metadata=OUTPUT_METADATA, display_id=self.display_id)
+        self._remember_sent(data)
         self._displayed = True
         self._last_static = time.monotonic()
         return self
+
+    def _remember_sent(self, data: dict[str, Any]) -> None:
+        """Called with each bundle the output is given (a view may keep it)."""
 
     def _subscribe(self) -> None:
         """Follow the store's writes on the kernel loop (views that have ``store`` and ``_on_write``)."""
@@ -87,6 +92,7 @@ class StaticFallbackView:
     def _update_static(self, widget: bool) -> None:
         from IPython.display import update_display
 
-        update_display(self.bundle(widget=widget), raw=True, metadata=OUTPUT_METADATA,
-                       display_id=self.display_id)
+        data = self.bundle(widget=widget)
+        update_display(data, raw=True, metadata=OUTPUT_METADATA, display_id=self.display_id)
+        self._remember_sent(data)
         self._last_static = time.monotonic()

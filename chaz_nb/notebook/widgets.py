@@ -33,7 +33,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from .display import StaticFallbackView
+from .display import OUTPUT_METADATA, WIDGET_MIME, StaticFallbackView
 from .display import esc as _esc
 
 log = logging.getLogger("chaz_nb.notebook.widgets")
@@ -121,11 +121,21 @@ class Row:
         return self.decision is not None and (self.decision.payload or {}).get("decision") in ("deny", "timed_out")
 
     def _call(self, args: str) -> str:
-        """``(arguments)``; nothing for a result whose call an earlier cell's view shows."""
-        return "" if self.entry is self.result else f"({_short(args, SUMMARY_CHARS)})"
+        """``(arguments)``; nothing for a row whose call an earlier cell's view shows."""
+        return f"({_short(args, SUMMARY_CHARS)})" if _type(self.entry) == "ToolCall" else ""
+
+    def _tool_name(self) -> str:
+        for e in (self.entry, self.result):
+            if e is not None and (e.tool_name or (e.payload or {}).get("tool_name")):
+                return e.tool_name or (e.payload or {}).get("tool_name")
+        return "?"
 
     def _approval_note(self) -> str:
         if self.request is None:
+            if self.decision is not None:
+                from .approval_widget import describe_decision
+
+                return describe_decision(self.decision.payload or {}, self.decision.sender)
             if self.entry is self.result and self.result is not None:
                 p = self.result.payload or {}  # the result says how its call was decided
                 if p.get("approval") and p.get("decided_by"):
@@ -147,7 +157,7 @@ class Row:
         e = self.entry
         if self.kind == "tool":
             args = _json((e.payload or {}).get("arguments", ""))
-            line = f"  ⚙ {e.tool_name or '?'}{self._call(args)}"
+            line = f"  ⚙ {self._tool_name()}{self._call(args)}"
             note = self._approval_note()
             if note:
                 line += f" · {note}"
@@ -194,7 +204,7 @@ class Row:
         if self.kind == "tool":
             payload = e.payload or {}
             args = _json(payload.get("arguments", ""))
-            name = _esc(e.tool_name or "?")
+            name = _esc(self._tool_name())
             call = _esc(self._call(args))
             note = self._approval_note()
             gate = ""
@@ -350,6 +360,14 @@ class Transcript:
             idx = self.request_rows.get(p.get("request_id"))
             row = self.rows[idx] if idx is not None else None
             asker = (row.request.payload or {}).get("agent", row.request.sender) if row is not None else None
+            if row is None and entry.tool_call_id and entry.tool_call_id not in self._tool_rows:
+                # the decision on a call an earlier cell's view shows: this row gets its result
+                self.rows.append(Row("tool", entry, decision=entry))
+                idx = len(self.rows) - 1
+                self._tool_rows[entry.tool_call_id] = idx
+                if p.get("request_id"):
+                    self.request_rows[p["request_id"]] = idx
+                return [idx]
             if row is not None and entry.sender != asker:  # an agent cannot decide its own call
                 # the first decision is the effective one, except that a timeout always wins
                 if row.decision is None or p.get("decision") == "timed_out":
@@ -451,6 +469,8 @@ class SessionView(StaticFallbackView):
         self.footer = footer
         #: set when a later cell's view took over this session (see ``hand_over``)
         self.handed_over = False
+        self._sent: dict[str, Any] | None = None  # the bundle the output shows now
+        self._sent_seq = after_seq
         self.display_id = f"chaz-{session_id}-{uuid.uuid4().hex[:12]}"
         self.transcript = Transcript()
         self.stats = _Stats()
@@ -498,14 +518,7 @@ class SessionView(StaticFallbackView):
             parts.append(f"child of {i.parent_id}, depth {i.depth}")
         if self.title:
             parts.insert(0, self.title)
-        return " · ".join(str(p) for p in parts) + f" · {self.status_word()}"
-
-    def status_word(self) -> str:
-        """The session's status, or, for a view handed over to a later cell, that it goes on there
-        (a finished view must not keep saying "running" or "parked" after the fact)."""
-        if self.handed_over:
-            return "continued in a later cell"
-        return self.status()
+        return " · ".join(str(p) for p in parts) + f" · {self.status()}"
 
     # ---------------------------------------------------------- entries
     def _on_write(self, entry: Any) -> None:
@@ -589,12 +602,7 @@ class SessionView(StaticFallbackView):
         if not self._armed:
             self._tick()
 
-    def finish(self) -> None:
-        """Stop following: unsubscribe, send the final static bundle, close the live widget.
-
-        The final bundle has no widget view, so a saved notebook shows the transcript (and
-        JupyterLab does not show "model not found" for a widget that is gone).
-        """
+    def _unsubscribe_all(self) -> None:
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
@@ -603,6 +611,14 @@ class SessionView(StaticFallbackView):
                 timer.cancel()
         self._timer = self._poll = None
         self._armed = False
+
+    def finish(self) -> None:
+        """Stop following: unsubscribe, send the final static bundle, close the live widget.
+
+        The final bundle has no widget view, so a saved notebook shows the transcript (and
+        JupyterLab does not show "model not found" for a widget that is gone).
+        """
+        self._unsubscribe_all()
         if self._finished:
             return
         self._finished = True
@@ -615,22 +631,38 @@ class SessionView(StaticFallbackView):
         self._close_widgets()
 
     def hand_over(self) -> int:
-        """A later cell follows this session now: end this view where it is; return its last seq.
+        """A later cell follows this session now: end this view as its output last showed it.
 
-        The entries written so far (queued ones included) stay in this view; the later view
-        starts after them. So each cell's output keeps the part of the run that cell drove, and
-        a saved notebook tells the run step by step.
+        Returns the last seq that output shows; the later view starts after it. The output
+        keeps exactly what it showed when its cell stopped waiting (the later entries, e.g.
+        the decision a later cell writes, belong to the later cell), so each cell's output is
+        that cell's step of the run, in JupyterLab as in nbclient/nbval, and a saved notebook
+        tells the run step by step. The final bundle has no widget view.
         """
-        if self._unsubscribe is not None:
-            with self._pending_lock:
-                batch, self._pending = self._pending, []
-            for entry in batch:
-                self._add(entry)
-            self.handed_over = self.status() != "idle"
-            if self.handed_over:
-                self.transcript.status = None  # "working… step 3" would go stale in this cell
-            self.finish()
-        return self._last_seq
+        if self._unsubscribe is None and self._finished:
+            return self._sent_seq if self._sent is not None else self._last_seq
+        self.handed_over = True
+        with self._pending_lock:
+            self._pending = []  # not shown yet: the later view shows them
+        self._unsubscribe_all()
+        self._finished = True
+        if self._sent is None:  # never displayed: nothing to freeze
+            self._close_widgets()
+            return self._last_seq
+        if self._displayed and not self._closed:
+            from IPython.display import update_display
+
+            frozen = {k: v for k, v in self._sent.items() if k != WIDGET_MIME}
+            update_display(frozen, raw=True, metadata=OUTPUT_METADATA, display_id=self.display_id)
+            self._sent = frozen
+            self.stats.static_updates += 1
+        self._close_widgets()
+        return self._sent_seq
+
+    def _remember_sent(self, data: dict[str, Any]) -> None:
+        """What the output shows now (see ``hand_over``)."""
+        self._sent = data
+        self._sent_seq = self._last_seq
 
     @property
     def last_seq(self) -> int:
@@ -821,7 +853,7 @@ class SessionView(StaticFallbackView):
                 "parent_id": i.parent_id,
                 "depth": i.depth,
             },
-            "status": self.status_word(),
+            "status": self.status(),
             "entries": [e.to_json() for e in self.transcript.entries],
         }
         if self.footer:

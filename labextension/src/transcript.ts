@@ -190,6 +190,11 @@ export function foldEntries(entries: IEntry[]): TranscriptItem[] {
         const item = typeof rid === 'string' ? byRequest.get(rid) : undefined;
         if (item && !item.decision) {
           item.decision = entry;
+        } else if (!item && entry.tool_call_id && !openCalls.has(entry.tool_call_id)) {
+          // the decision on a call an earlier cell's view shows: its result joins this row
+          const row: ToolItem = { kind: 'tool', call: null, result: null, request: null, decision: entry };
+          openCalls.set(entry.tool_call_id, row);
+          items.push(row);
         } else if (!item) {
           items.push({ kind: 'approval', request: null, decision: entry });
         }
@@ -278,7 +283,8 @@ function renderTool(
   const callPayload = payloadOf(call);
   const resultPayload = payloadOf(result);
   const isError = !!resultPayload.is_error;
-  const name = call?.tool_name || result?.tool_name || 'tool';
+  const name =
+    call?.tool_name || result?.tool_name || decision?.tool_name || payloadOf(decision).tool_name || 'tool';
 
   const node = el(doc, 'details', 'chaz-entry chaz-tool');
   node.dataset.type = 'ToolCall';
@@ -296,7 +302,7 @@ function renderTool(
       el(doc, 'span', 'chaz-tool-args', `(${argsPreview(callPayload.arguments)})`)
     );
   }
-  if (request) {
+  if (request || decision) {
     const approval = decision ? describeDecision(decision) : 'waiting for approval';
     const cls = decision ? `chaz-tool-approval chaz-approval-${String(payloadOf(decision).decision ?? '').replace(/[^a-z_]/gi, '')}` : 'chaz-tool-approval chaz-tool-waiting';
     summary.appendChild(el(doc, 'span', cls, approval));

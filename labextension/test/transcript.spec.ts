@@ -254,6 +254,19 @@ describe('gated calls, answers together, footer', () => {
     expect(root.querySelector('.chaz-tool-output')?.textContent).toBe('deployed prod');
   });
 
+  it('joins a decision and the result of a call shown in an earlier cell into one row', () => {
+    const root = renderTranscript(
+      bundle([
+        entry('ApprovalDecision', { tool_call_id: 'c1', payload: { request_id: 'r1', decision: 'approve', decided_by: 'user' } }),
+        entry('ToolResult', { sender: 'ops', tool_call_id: 'c1', tool_name: 'deploy', payload: { output: 'deployed prod' } })
+      ])
+    );
+    const rows = root.querySelectorAll('.chaz-entries > *');
+    expect(rows.length).toBe(1);
+    expect(rows[0].querySelector('.chaz-tool-name')?.textContent).toBe('deploy');
+    expect(rows[0].querySelector('.chaz-tool-approval')?.textContent).toBe('approved by user');
+  });
+
   it('matches results to the latest open call when a later run reuses an id', () => {
     const items = foldEntries([
       call('call_1_1'),
