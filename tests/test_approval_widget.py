@@ -127,22 +127,34 @@ async def test_a_widget_for_a_decided_request_starts_disabled(store):
     assert w._unsubscribe is None
 
 
-async def test_session_view_shows_a_widget_for_an_open_request(store):
+async def test_session_view_shows_one_card_under_the_call_it_gates(store):
     server = Server(store, [deployer()], ToolRegistry([deploy]))
     sid = server.current_session("ops")
     view = SessionView(store, sid, status=server.session_status, follow=True, approvals=server, interval=0.01)
     handle = await server.send(sid, "ship it")
-    await until(lambda: view._approval_widgets, view.on_update, what="the approval widget")
+    await until(lambda: view._approval_widgets and server.session_status(sid) == "parked",
+                view.on_update, server.store.subscribe, what="the approval widget")
+    view.flush()
     [aw] = view._approval_widgets.values()
-    assert aw.widget in view.widget.children
-    assert "approval needed" in view.text()
+    children = list(view.widget.children)
+    # the card comes right after the chunk that holds the deploy row, before the status line
+    at = children.index(aw.widget)
+    assert "deploy" in children[at - 1].value and "waiting for approval" in children[at - 1].value
+    assert children[at - 1].value.count("chaz-ap") == 0  # the live card is not drawn twice
+    text = view.text()
+    assert text.count("approval needed") == 1  # one card
+    assert "asks to run" not in text and "waiting for a person" not in text
+    [row] = [line for line in text.splitlines() if "⚙ deploy(" in line]
+    assert row.endswith("· waiting for approval")
+    assert text.index("⚙ deploy(") < text.index("approval needed")
     aw.buttons["approve"].click()
     await handle.wait()
     await until(lambda: not view.following, view.on_update, what="the view to finish")
     text = view.text()
-    [asked] = [line for line in text.splitlines() if "⚠ ops asks to run deploy" in line]
-    assert '"token": "••••••"' in asked and "s3cret" not in asked
-    assert "✓ approved by user (deploy)" in text
+    [row] = [line for line in text.splitlines() if "⚙ deploy(" in line]
+    assert '"token": "••••••"' in row and "s3cret" not in text
+    assert row.endswith("· ✓ approved by user → deployed prod")
+    assert "approval needed" not in text  # decided: the row says it, no card left
 
 
 # ------------------------------------------------------------------ escaping
@@ -222,7 +234,7 @@ def test_pending_approve_deny_from_cells(chaz, capsys):
     ip.run_line_magic("chaz", "@ops ship it")
     sid = chaz.current_session("ops")
     out = capsys.readouterr().out
-    assert "waiting for a person to approve deploy (risk high)" in out and "%chaz approve last" in out
+    assert "· waiting for approval" in out and "%chaz approve last" in out  # the view says so
     ip.run_line_magic("chaz", "pending")
     table = capsys.readouterr().out.splitlines()
     assert table[0].split() == ["request", "session", "agent", "tool", "risk", "arguments"]
@@ -232,7 +244,7 @@ def test_pending_approve_deny_from_cells(chaz, capsys):
     ip.run_cell("%chaz approve last\n%chaz wait").raise_error()
     out = capsys.readouterr().out
     assert "deploy: approve by user" in out
-    assert "waiting for a person" in out  # the second call parks the run again
+    assert "· waiting for approval" in out  # the second call parks the run again
     ip.run_cell('%chaz deny last --reason "not prod"\n%chaz wait').raise_error()
     out = capsys.readouterr().out
     assert "deploy: deny by user (not prod)" in out
@@ -241,6 +253,54 @@ def test_pending_approve_deny_from_cells(chaz, capsys):
     decisions = [(e.payload["decision"], e.payload["decided_by"]) for e in chaz.store.entries(sid)
                  if e.entry_type is T.APPROVAL_DECISION]
     assert decisions == [("approve", "user"), ("deny", "user")]
+
+
+def _views(session):
+    from chaz_nb.notebook import extension
+
+    return [v for v in extension._state.views if getattr(v, "session_id", None) == session]
+
+
+def test_each_cell_view_covers_its_own_step_of_the_run(chaz, capsys):
+    ip.run_line_magic("chaz", "@ops ship it")
+    sid = chaz.current_session("ops")
+    [parks] = _views(sid)
+    at_park = parks.text()
+    ip.run_cell("%chaz approve last\n%chaz wait").raise_error()
+    resumed = [v for v in _views(sid) if v is not parks][-1]
+    at_second_park = resumed.text()
+    ip.run_cell('%chaz deny last --reason "not prod"\n%chaz wait').raise_error()
+    capsys.readouterr()
+    # the first cell's output stays what it showed when its cell stopped waiting
+    assert not parks.following and parks.widget is None
+    assert WIDGET_MIME not in parks._sent
+    assert parks._sent["text/plain"] == at_park
+    first = at_park.splitlines()
+    assert first[1] == "user: ship it"
+    assert first[2] == '  ⚙ deploy({"target": "staging", "token": "••••••"}) · waiting for approval'
+    assert first[-1] == f"full log: %chaz log {sid}"
+    # the second cell's view starts with the decision it wrote: the call's outcome, then the next park
+    second = resumed._sent["text/plain"]
+    assert second == at_second_park
+    assert "ship it" not in second
+    assert second.splitlines()[1] == "  ⚙ deploy · ✓ approved by user → deployed staging"
+    assert second.splitlines()[2] == '  ⚙ deploy({"target": "prod", "token": "••••••"}) · waiting for approval'
+    # the third starts with the denial; together the three views show every entry once
+    third = [v for v in _views(sid) if v not in (parks, resumed)][-1]
+    assert third.text().splitlines()[1].startswith("  ⚙ deploy · ✗ denied by user: not prod → ✗")
+    shown = [e.seq for v in (parks, resumed, third) for e in v.transcript.entries if e.seq <= v._sent_seq]
+    assert shown == [e.seq for e in chaz.store.entries(sid)]
+
+
+def test_a_parked_wait_prints_nothing_the_view_would_contradict(chaz, capsys):
+    ip.run_line_magic("chaz", "@ops ship it")
+    out = capsys.readouterr().out
+    assert "is waiting for a person" not in out  # no stdout line that goes stale
+    [view] = _views(chaz.current_session("ops"))
+    assert "· waiting for approval" in view.text()
+    ip.run_line_magic("chaz", "approve last")
+    view.flush()
+    assert "waiting for approval" not in view.text().splitlines()[2]
 
 
 def test_an_open_widget_follows_percent_chaz_approve(chaz, capsys):

@@ -232,3 +232,53 @@ async def test_the_views_queries_cannot_change_the_store(scenario, store, monkey
     with pytest.raises(duckdb.Error, match="read-only"):
         view.load()
     assert store.execute("SELECT count(*) FROM entries") == before
+
+
+@pytest.fixture
+def outputs(monkeypatch):
+    """What a frontend holds for each display_id: the last bundle sent (display or update)."""
+    import IPython.display as ipd
+
+    shown: dict[str, tuple[dict, dict]] = {}
+
+    def display(obj, raw=False, metadata=None, display_id=None, **kw):
+        shown[display_id] = (obj, metadata or {})
+
+    def update_display(obj, raw=False, metadata=None, display_id=None, **kw):
+        assert display_id in shown, "an update for an output that was never displayed"
+        shown[display_id] = (obj, metadata or {})
+
+    monkeypatch.setattr(ipd, "display", display)
+    monkeypatch.setattr(ipd, "update_display", update_display)
+    return shown
+
+
+async def test_a_finished_audit_view_leaves_its_static_output(scenario, store, outputs):
+    view = AuditView(store, loop=asyncio.get_running_loop())
+    view.display()
+    data, metadata = outputs[view.display_id]
+    assert metadata == {"chaz_nb": {"static_fallback": True}}  # saved without the widget by the lab extension
+    assert view.widget is not None and WIDGET_MIME in data  # live: the widget view
+    view.finish()
+    data, metadata = outputs[view.display_id]
+    assert WIDGET_MIME not in data  # the output now renders without a kernel
+    assert "<td>deploy</td>" in data["text/html"] and "tool calls · all sessions" in data["text/plain"]
+    assert view.widget is None and not view.following
+    view.close()
+
+
+async def test_a_finished_session_view_leaves_its_static_output(store, outputs):
+    from chaz_nb.notebook.widgets import SessionView
+
+    server = Server(store, [Agent("calc", model="chaz/echo")], ToolRegistry([add]))
+    sid = server.current_session("calc")
+    view = SessionView(store, sid, status=server.session_status, follow=True, interval=0.01)
+    view.display()
+    assert WIDGET_MIME in outputs[view.display_id][0]
+    handle = await server.send(sid, "hello")
+    await handle.wait()
+    await until(lambda: not view.following, view.on_update, what="the view to finish")
+    data, metadata = outputs[view.display_id]
+    assert WIDGET_MIME not in data and "calc: echo: hello" in data["text/plain"]
+    assert metadata == {"chaz_nb": {"static_fallback": True}}
+

@@ -235,3 +235,107 @@ def test_after_seq_shows_one_turn_only(store):
     view = SessionView(store, sid, after_seq=2)
     assert [r.entry.content for r in view.transcript.rows] == ["new"]
     assert view.text().splitlines()[1:] == ["user: new"]
+
+
+def gated_call(decision=None):
+    """A call that needs approval: ToolCall, ApprovalRequest, then (maybe) the decision and result."""
+    es = [
+        entry(1, "Message", "user", "ship it"),
+        entry(2, "Ack", "ops", ""),
+        entry(3, "ToolCall", "ops", "", tool_call_id="c1", tool_name="deploy",
+              payload={"arguments": {"target": "prod"}}),
+        entry(4, "ApprovalRequest", "ops", "", tool_call_id="c1", tool_name="deploy",
+              payload={"request_id": "r1", "agent": "ops", "tool_name": "deploy", "risk_level": "high",
+                       "arguments_display": {"target": "prod"}}),
+    ]
+    if decision:
+        es += [
+            entry(5, "ApprovalDecision", "user", "", tool_call_id="c1",
+                  payload={"request_id": "r1", "decision": decision, "decided_by": "user"}),
+            entry(6, "ToolResult", "ops", "", tool_call_id="c1", tool_name="deploy",
+                  payload={"output": "deployed prod" if decision == "approve" else "denied",
+                           "is_error": decision != "approve"}),
+        ]
+    return es
+
+
+def test_a_parked_call_is_one_row_with_one_card_under_it():
+    text = render_text(gated_call())
+    lines = text.splitlines()
+    assert lines[1] == '  ⚙ deploy({"target": "prod"}) · waiting for approval'
+    assert lines[2].startswith("    ⚠ approval needed: ops wants to run deploy (risk high)")
+    assert text.count("deploy (risk high)") == 1 and "asks to run" not in text
+    assert "%chaz approve last" in text  # the card says what to do
+    html = render_html(gated_call())
+    assert html.count("class='chaz-ap'") == 1 and "running…" not in html
+    assert html.index("chaz-tool") < html.index("chaz-ap'")
+
+
+def test_a_decided_call_says_who_approved_it_in_its_row():
+    lines = render_text(gated_call("approve")).splitlines()
+    assert lines[1] == '  ⚙ deploy({"target": "prod"}) · ✓ approved by user → deployed prod'
+    assert lines[2:] == ["… ops is working… step 2"]  # no card, no separate approval lines
+    denied = render_text(gated_call("deny")).splitlines()[1]
+    assert denied == '  ⚙ deploy({"target": "prod"}) · ✗ denied by user → ✗ denied'
+
+
+def test_an_agent_cannot_decide_its_own_call_in_the_view():
+    es = gated_call()
+    es.append(entry(5, "ApprovalDecision", "ops", "", tool_call_id="c1",
+                    payload={"request_id": "r1", "decision": "approve", "decided_by": "ops"}))
+    t = Transcript()
+    for e in es:
+        t.add(e)
+    assert t.rows[1].open_request
+
+
+def test_an_ack_that_answers_several_messages_says_so():
+    es = [
+        entry(1, "Message", "user", "first"),
+        entry(2, "Message", "user", "second"),
+        entry(3, "Message", "user", "third"),
+        entry(4, "Ack", "calc", "", payload={"answers": [1, 2, 3], "answers_count": 3}),
+        entry(5, "Message", "calc", "all three"),
+    ]
+    text = render_text(es)
+    assert "  ↳ calc answers 3 messages together" in text.splitlines()
+    assert text.splitlines().index("  ↳ calc answers 3 messages together") == 3
+    assert "answers 3 messages together" in render_html(es)
+    one = [entry(1, "Message", "user", "x"), entry(2, "Ack", "calc", "", payload={"answers_count": 1})]
+    old = [entry(1, "Message", "user", "x"), entry(2, "Ack", "calc", "", payload={})]
+    assert "answers" not in render_text(one) and "answers" not in render_text(old)
+
+
+def test_a_turn_view_ends_with_where_the_full_log_is(store):
+    sid = store.create_session("calc")
+    store.append(sid, EntryType.MESSAGE, "user", "hi")
+    view = SessionView(store, sid, footer=f"full log: %chaz log {sid}")
+    assert view.text().splitlines()[-1] == f"full log: %chaz log {sid}"
+    assert f"full log: %chaz log {sid}" in view.html()
+    assert view.to_json()["footer"] == f"full log: %chaz log {sid}"
+
+
+def test_a_handed_over_view_keeps_what_its_output_showed(store, monkeypatch):
+    import IPython.display as ipd
+
+    shown = {}
+    monkeypatch.setattr(ipd, "display", lambda obj, display_id=None, **kw: shown.__setitem__(display_id, obj))
+    monkeypatch.setattr(ipd, "update_display", lambda obj, display_id=None, **kw: shown.__setitem__(display_id, obj))
+    sid = store.create_session("calc")
+    loop = asyncio.new_event_loop()
+    try:
+        view = SessionView(store, sid, status=FakeStatus("parked"), loop=loop, follow=True)
+        store.append(sid, EntryType.MESSAGE, "user", "go")
+        view.flush(final=True)
+        view.display()
+        before = shown[view.display_id]["text/plain"]
+        store.append(sid, EntryType.MESSAGE, "user", "a later cell's entry")  # queued, not shown
+        last = view.hand_over()
+        assert last == 1 and not view.following and view.widget is None
+        data = shown[view.display_id]
+        assert WIDGET_MIME not in data and data["text/plain"] == before
+        assert "a later cell's entry" not in data["text/plain"]  # it belongs to the later view
+        loop.run_until_complete(asyncio.sleep(0.2))
+        assert shown[view.display_id]["text/plain"] == before
+    finally:
+        loop.close()

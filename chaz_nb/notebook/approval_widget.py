@@ -39,14 +39,14 @@ _MARKS = {"approve": "✓", "approve_all": "✓", "deny": "✗", "timed_out": "�
 _CSS = (
     "<style>"
     ".chaz-ap{font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;"
-    "border:1px solid var(--jp-border-color1,#ccc);border-left:4px solid #e0a000;"
+    "border:1px solid var(--jp-border-color2,#ccc);border-left:4px solid var(--jp-warn-color1,#e0a000);"
     "padding:4px 8px;margin:4px 0;border-radius:3px}"
-    ".chaz-ap.chaz-ap-done{border-left-color:#888}"
-    ".chaz-ap .chaz-ap-risk-high{color:#c00;font-weight:bold}"
-    ".chaz-ap .chaz-ap-risk-medium{color:#b60}"
+    ".chaz-ap.chaz-ap-done{border-left-color:var(--jp-border-color1,#888)}"
+    ".chaz-ap .chaz-ap-risk-high{color:var(--jp-error-color1,#c00);font-weight:bold}"
+    ".chaz-ap .chaz-ap-risk-medium{color:var(--jp-warn-color0,#b60)}"
     ".chaz-ap pre{margin:2px 0;white-space:pre-wrap;word-break:break-word;"
     "font-family:var(--jp-code-font-family,monospace)}"
-    ".chaz-ap .chaz-ap-hint{color:#777}"
+    ".chaz-ap .chaz-ap-hint{color:var(--jp-ui-font-color2,#777)}"
     "</style>"
 )
 
@@ -269,43 +269,60 @@ re-rendering its static bundle).
         return describe_decision(self.decision, self.decision_sender)
 
     def text(self) -> str:
-        i = self.info
-        lines = [
-            f"⚠ approval needed: {i.get('agent')} wants to run {i.get('tool_name')} "
-            f"(risk {i.get('risk_level')}) · session {i.get('session_id')} · request {self.request_id}",
-        ]
-        lines += ["  " + line for line in pretty_arguments(i.get("arguments_display")).splitlines()]
-        if self.decision is None:
-            lines.append(
-                "  → click Approve / Deny, or run %chaz approve last  |  %chaz deny last --reason R"
-            )
-        else:
-            lines.append(f"  {self.outcome()}")
-        return "\n".join(lines)
+        return card_text(self.info, self.decision, self.decision_sender)
 
     def _card_html(self, buttons_hint: bool = True) -> str:
-        i = self.info
-        risk = str(i.get("risk_level") or "")
-        risk_cls = "chaz-ap-risk-" + "".join(c for c in risk if c.isalpha())
-        parts = [
-            _CSS,
-            f"<div class='chaz-ap{' chaz-ap-done' if self.decided else ''}'>",
-            f"⚠ <b>{_esc(i.get('agent'))}</b> wants to run <b>{_esc(i.get('tool_name'))}</b> "
-            f"<span class='{_esc(risk_cls)}'>risk {_esc(risk)}</span> "
-            f"<span class='chaz-ap-hint'>· session {_esc(i.get('session_id'))} · request "
-            f"<code>{_esc(self.request_id)}</code></span>",
-            f"<pre>{_esc(pretty_arguments(i.get('arguments_display')))}</pre>",
-        ]
-        if self.decision is not None:
-            parts.append(f"<div><b>{_esc(self.outcome())}</b></div>")
-        elif buttons_hint:
-            parts.append(
-                "<div class='chaz-ap-hint'>decide with <code>%chaz approve last</code> or "
-                "<code>%chaz deny last --reason R</code></div>"
-            )
-        parts.append("</div>")
-        return "".join(parts)
+        return card_html(self.info, self.decision, self.decision_sender, hint=buttons_hint)
 
     def html(self) -> str:
         return self._card_html(buttons_hint=True)
 
+
+def decide_hint(session_id: Any) -> str:
+    """What to do about an open request (the waiting cell says nothing else on stdout)."""
+    return (
+        "click Approve / Deny, or run %chaz approve last  |  %chaz deny last --reason R; "
+        f"the run resumes once it is decided (%chaz wait {session_id} follows it)"
+    )
+
+
+def card_text(info: dict[str, Any], decision: dict[str, Any] | None, sender: str | None = None) -> str:
+    """The approval card as plain text: what is asked, and the decision or what to do."""
+    lines = [
+        f"⚠ approval needed: {info.get('agent')} wants to run {info.get('tool_name')} "
+        f"(risk {info.get('risk_level')}) · session {info.get('session_id')} · request {info.get('request_id')}",
+    ]
+    lines += ["  " + line for line in pretty_arguments(info.get("arguments_display")).splitlines()]
+    if decision is None:
+        lines.append("  → " + decide_hint(info.get("session_id")))
+    else:
+        lines.append(f"  {describe_decision(decision, sender)}")
+    return "\n".join(lines)
+
+
+def card_html(
+    info: dict[str, Any], decision: dict[str, Any] | None, sender: str | None = None, *, hint: bool = True
+) -> str:
+    """The approval card as HTML (every string escaped); ``hint``: say how to decide."""
+    risk = str(info.get("risk_level") or "")
+    risk_cls = "chaz-ap-risk-" + "".join(c for c in risk if c.isalpha())
+    parts = [
+        _CSS,
+        f"<div class='chaz-ap{' chaz-ap-done' if decision is not None else ''}'>",
+        f"⚠ <b>{_esc(info.get('agent'))}</b> wants to run <b>{_esc(info.get('tool_name'))}</b> "
+        f"<span class='{_esc(risk_cls)}'>risk {_esc(risk)}</span> "
+        f"<span class='chaz-ap-hint'>· session {_esc(info.get('session_id'))} · request "
+        f"<code>{_esc(info.get('request_id'))}</code></span>",
+        f"<pre>{_esc(pretty_arguments(info.get('arguments_display')))}</pre>",
+    ]
+    if decision is not None:
+        parts.append(f"<div><b>{_esc(describe_decision(decision, sender))}</b></div>")
+    elif hint:
+        sid = _esc(info.get("session_id"))
+        parts.append(
+            "<div class='chaz-ap-hint'>decide with <code>%chaz approve last</code> or "
+            "<code>%chaz deny last --reason R</code>; the run resumes once it is decided "
+            f"(<code>%chaz wait {sid}</code> follows it)</div>"
+        )
+    parts.append("</div>")
+    return "".join(parts)

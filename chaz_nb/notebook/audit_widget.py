@@ -14,8 +14,9 @@ the rows, each a ``<details>`` that unfolds to the call's arguments and output) 
 Live updates: a store ``on_write`` callback only notes that something relevant was written
 and arms one timer; at most one refresh per ``interval`` (250 ms) re-reads the view and
 re-renders. The static bundle follows through the display_id at most every
-``static_interval`` seconds (and once more after the last change). Closing the widget (or
-unloading the extension) unsubscribes. Every string from an agent, a tool or a user passes
+``static_interval`` seconds (and once more after the last change). ``finish()`` (unloading the
+extension, the store closing) stops following and replaces the output by the static form, so
+what stays in the notebook renders without a kernel; closing the widget unsubscribes. Every string from an agent, a tool or a user passes
 through ``html.escape``.
 """
 
@@ -83,16 +84,16 @@ _APPROVAL_WORDS = {
 _CSS = (
     "<style>"
     ".chaz-audit{font-family:var(--jp-code-font-family,monospace);font-size:12px}"
-    ".chaz-audit .chaz-h{color:#666;margin:2px 0}"
+    ".chaz-audit .chaz-h{color:var(--jp-ui-font-color2,#666);margin:2px 0}"
     ".chaz-audit .chaz-tot{font-weight:bold;margin:2px 0 4px}"
-    ".chaz-audit .chaz-scroll{max-height:480px;overflow:auto;border:1px solid #e0e0e0}"
-    ".chaz-audit table{border-collapse:collapse;width:auto;table-layout:auto;margin:0}"
+    ".chaz-audit .chaz-scroll{max-height:480px;overflow:auto;border:1px solid var(--jp-border-color2,#e0e0e0)}"
+    ".chaz-audit table{border:none;border-collapse:collapse;width:auto;table-layout:auto;margin:0}"
     ".chaz-audit th,.chaz-audit td{padding:2px 6px;text-align:left!important;vertical-align:top;"
-    "border-bottom:1px solid #eee;white-space:nowrap}"
+    "border:none;border-bottom:1px solid var(--jp-border-color3,#eee);white-space:nowrap;color:var(--jp-content-font-color1,inherit)}"
     ".chaz-audit .chaz-io{white-space:normal;min-width:30em;max-width:60em;word-break:break-word}"
-    ".chaz-audit thead th{position:sticky;top:0;background:var(--jp-layout-color1,#fff)}"
-    ".chaz-audit .chaz-err{color:#c00}"
-    ".chaz-audit .chaz-wait{color:#b60}"
+    ".chaz-audit thead{border-bottom:1px solid var(--jp-border-color1,#bbb)}.chaz-audit thead th{position:sticky;top:0;background:var(--jp-layout-color1,#fff)}"
+    ".chaz-audit .chaz-err,.chaz-audit .chaz-err td{color:var(--jp-error-color1,#c00)}"
+    ".chaz-audit .chaz-wait,.chaz-audit .chaz-wait td{color:var(--jp-warn-color0,#b60)}"
     ".chaz-audit details pre{margin:2px 0 2px 1em;white-space:pre-wrap;word-break:break-word}"
     "</style>"
 )
@@ -471,7 +472,11 @@ class AuditView(StaticFallbackView):
             self._static_timer = self._loop.call_later(wait, later)
 
     def finish(self) -> None:
-        """Stop following (unsubscribe, cancel timers); the widget stays as it is."""
+        """Stop following (unsubscribe, cancel timers) and leave the static form as the output.
+
+        The output is replaced by the static bundle (no widget view) before the widget closes:
+        a saved notebook then shows the table, not "model not found".
+        """
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
@@ -480,11 +485,22 @@ class AuditView(StaticFallbackView):
                 timer.cancel()
         self._timer = self._static_timer = None
         self._armed = False
+        if self._box is None:
+            return
+        if self._displayed and not self._closed:
+            try:
+                self._update_static(widget=False)
+            except Exception:  # the kernel may be going away
+                log.exception("audit view: final static output failed")
+        self._close_widgets()
 
     def close(self) -> None:
         """Unsubscribe and close the widgets."""
         self._closed = True
         self.finish()
+        self._close_widgets()
+
+    def _close_widgets(self) -> None:
         box, self._box = self._box, None
         if box is not None:
             for w in [*self._widgets, box]:

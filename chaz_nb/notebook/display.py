@@ -3,6 +3,17 @@
 The static form (text/plain, text/html, and whatever ``static_data`` adds) is what a saved
 notebook, nbval, GitHub or a kernel-less viewer shows; the widget reference is added only
 while the widget lives. Subclasses provide ``text()``, ``html()`` and ``_box``.
+
+A saved notebook must render without a kernel everywhere. JupyterLab prefers a widget view
+over the text/html fallback of the same output, and a widget whose model is gone (the kernel
+was shut down) shows "Error displaying widget: model not found". So:
+
+- a view that is finished replaces its output by the static form (no widget view), through
+  its display_id;
+- every chaz output is marked in its metadata (``OUTPUT_METADATA``): the chaz JupyterLab
+  extension saves a marked output that is still live without its widget view, i.e. as its
+  static form (``labextension/src/save.ts``). The live view on screen is untouched; the
+  file holds what a kernel-less reader can show.
 """
 
 from __future__ import annotations
@@ -17,6 +28,8 @@ from typing import Any, Callable
 log = logging.getLogger(__name__)
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+#: output metadata of every chaz view: its static form stands alone (save it without the widget)
+OUTPUT_METADATA = {"chaz_nb": {"static_fallback": True}}
 
 
 def esc(value: Any) -> str:
@@ -57,10 +70,15 @@ class StaticFallbackView:
     def display(self) -> Any:
         from IPython.display import display
 
-        display(self.bundle(), raw=True, display_id=self.display_id)
+        data = self.bundle()
+        display(data, raw=True, metadata=OUTPUT_METADATA, display_id=self.display_id)
+        self._remember_sent(data)
         self._displayed = True
         self._last_static = time.monotonic()
         return self
+
+    def _remember_sent(self, data: dict[str, Any]) -> None:
+        """Called with each bundle the output is given (a view may keep it)."""
 
     def _subscribe(self) -> None:
         """Follow the store's writes on the kernel loop (views that have ``store`` and ``_on_write``)."""
@@ -102,5 +120,7 @@ class StaticFallbackView:
     def _update_static(self, widget: bool) -> None:
         from IPython.display import update_display
 
-        update_display(self.bundle(widget=widget), raw=True, display_id=self.display_id)
+        data = self.bundle(widget=widget)
+        update_display(data, raw=True, metadata=OUTPUT_METADATA, display_id=self.display_id)
+        self._remember_sent(data)
         self._last_static = time.monotonic()

@@ -358,10 +358,22 @@ def open_view(
     state: Any, session: int, *, after_seq: int = 0, follow: bool | None = None, title: str | None = None
 ) -> Any:
     """A view of a session on the kernel loop; kept in ``state.views`` while it follows the log
-    (so unloading the extension finishes it)."""
+    (so unloading the extension finishes it).
+
+    ``follow=True`` is a cell that drives the session (a turn, a wait): the view covers that
+    cell's part of the run. An earlier cell's view still following the session ends where it
+    is and this one starts after it, so every cell keeps its own step of the story; the
+    footer says where the whole log is.
+    """
     from .widgets import SessionView
 
     server = state.server
+    footer = None
+    if follow is True:
+        for earlier in state.views:
+            if getattr(earlier, "session_id", None) == session and getattr(earlier, "following", False):
+                after_seq = max(after_seq, earlier.hand_over())
+        footer = f"full log: %chaz log {session}"
     view = SessionView(
         server.store,
         session,
@@ -371,6 +383,7 @@ def open_view(
         follow=follow,
         approvals=server,
         title=title,
+        footer=footer,
     )
     if view.following:
         state.views[:] = [v for v in state.views if v.following]
@@ -409,7 +422,11 @@ def send_turn(
 
 
 def wait_session(state: Any, session: int, handle: Any, view: Any) -> None:
-    """Wait for the run; print a status line if it parks; raise WaitInterrupted on Ctrl-C."""
+    """Wait for the run; raise WaitInterrupted on Ctrl-C.
+
+    If it parks, the view says so (the tool row waits for approval, the card says what to do)
+    and keeps saying the truth as it changes; only without a view is a line printed (stdout
+    cannot be updated, so it would contradict the view later)."""
     from .kernel_loop import WaitInterrupted, wait_run
 
     server = state.server
@@ -421,7 +438,7 @@ def wait_session(state: Any, session: int, handle: Any, view: Any) -> None:
     )
     if view is not None:
         view.flush(final=True)
-    if outcome.state == "parked":
+    if outcome.state == "parked" and view is None:
         asks = [p for p in server.pending_approvals() if p.get("session_id") == session]
         what = ", ".join(f"{p.get('tool_name')} (risk {p.get('risk_level')})" for p in asks) or "an approval"
         print(

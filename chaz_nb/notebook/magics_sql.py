@@ -31,16 +31,16 @@ _OPTION = re.compile(r"""\s*("[^"]*"|'[^']*'|\S+)""")
 
 _CSS = (
     "<style>"
-    ".chaz-sql{max-height:420px;overflow:auto;border:1px solid #e0e0e0;display:inline-block;max-width:100%}"
-    ".chaz-sql table.dataframe{border-collapse:collapse;font-size:12px}"
+    ".chaz-sql{max-height:420px;overflow:auto;border:1px solid var(--jp-border-color2,#e0e0e0);display:inline-block;max-width:100%}"
+    ".chaz-sql table.dataframe{border:none;border-collapse:collapse;font-size:12px}"
     ".chaz-sql table.dataframe th,.chaz-sql table.dataframe td{padding:2px 8px;text-align:left;"
-    "vertical-align:top;border-bottom:1px solid #eee;white-space:pre-wrap;word-break:break-word;max-width:40em;"
+    "vertical-align:top;border:none;border-bottom:1px solid var(--jp-border-color3,#eee);color:var(--jp-content-font-color1,inherit);white-space:pre-wrap;word-break:break-word;max-width:40em;"
     "text-align:left!important}"
     ".chaz-sql table.dataframe{margin:0}"
     ".chaz-sql thead th{position:sticky;top:0;background:var(--jp-layout-color1,#fff)}"
-    ".chaz-sql .chaz-null{color:#999;font-style:italic}"
+    ".chaz-sql .chaz-null{color:var(--jp-ui-font-color3,#999);font-style:italic}"
     ".chaz-sql details pre{margin:2px 0;white-space:pre-wrap}"
-    ".chaz-sql-n{color:#666;font-size:11px;margin:2px 0 6px}"
+    ".chaz-sql-n{color:var(--jp-ui-font-color2,#666);font-size:11px;margin:2px 0 6px}"
     "</style>"
 )
 

@@ -33,7 +33,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from .display import StaticFallbackView
+from .display import OUTPUT_METADATA, WIDGET_MIME, StaticFallbackView
 from .display import esc as _esc
 
 log = logging.getLogger("chaz_nb.notebook.widgets")
@@ -49,15 +49,21 @@ DETAIL_CHARS = 4000
 
 _CSS = (
     "<style>"
-    ".chaz-s{font-family:var(--jp-code-font-family,monospace);font-size:12px;line-height:1.45}"
-    ".chaz-s .chaz-h{color:#666;border-bottom:1px solid #ddd;margin-bottom:2px}"
+    ".chaz-s{font-family:var(--jp-code-font-family,monospace);font-size:12px;line-height:1.45;"
+    "color:var(--jp-content-font-color1,inherit)}"
+    ".chaz-s .chaz-h{color:var(--jp-ui-font-color2,#666);"
+    "border-bottom:1px solid var(--jp-border-color2,#ddd);margin-bottom:2px}"
+    ".chaz-s .chaz-f{color:var(--jp-ui-font-color2,#666);font-size:11px;margin-top:2px;"
+    "border-top:1px solid var(--jp-border-color2,#ddd)}"
     ".chaz-s .chaz-r{white-space:pre-wrap;word-break:break-word;margin:1px 0}"
     ".chaz-s .chaz-who{font-weight:bold}"
-    ".chaz-s .chaz-t{color:#888;font-size:10px}"
-    ".chaz-s .chaz-err{color:#c00}"
-    ".chaz-s .chaz-st{color:#777;font-style:italic}"
-    ".chaz-s details{margin:1px 0 1px 1.5em;color:#555}"
+    ".chaz-s .chaz-t{color:var(--jp-ui-font-color3,#888);font-size:10px}"
+    ".chaz-s .chaz-err{color:var(--jp-error-color1,#c00)}"
+    ".chaz-s .chaz-wait{color:var(--jp-warn-color0,#b60);font-style:italic}"
+    ".chaz-s .chaz-st{color:var(--jp-ui-font-color2,#777);font-style:italic}"
+    ".chaz-s details{margin:1px 0 1px 1.5em;color:var(--jp-content-font-color2,#555)}"
     ".chaz-s details pre{margin:2px 0 2px 1em;white-space:pre-wrap}"
+    ".chaz-s .chaz-card-in{margin-left:1.5em}"
     "</style>"
 )
 
@@ -88,23 +94,82 @@ def _json(value: Any) -> str:
 # ----------------------------------------------------------------- rows
 @dataclass
 class Row:
-    """One line of the transcript: an entry, or a ToolCall folded with its ToolResult."""
+    """One line of the transcript: an entry, or a ToolCall folded with what belongs to it.
 
-    kind: str  # "message" | "directive" | "tool" | "error" | "summary" | "approval" | "other"
+    A tool row carries its ToolResult and, for a gated call, its ApprovalRequest and
+    ApprovalDecision: the call shows once, in entry order, saying "waiting for approval"
+    while parked and who decided once decided; the approval card (``request`` still open)
+    sits right under it.
+    """
+
+    kind: str  # "message" | "directive" | "tool" | "error" | "summary" | "approval" | "answers" | "other"
     entry: Any
     result: Any = None  # the ToolResult of a tool row
+    request: Any = None  # the ApprovalRequest that gated the call (or of an "approval" row)
+    decision: Any = None  # the ApprovalDecision of that request
+
+    @property
+    def request_id(self) -> str | None:
+        return (self.request.payload or {}).get("request_id") if self.request is not None else None
+
+    @property
+    def open_request(self) -> bool:
+        """An approval is asked for and not decided yet (the card shows the buttons/hint)."""
+        return self.request is not None and self.decision is None
+
+    def _denied(self) -> bool:
+        return self.decision is not None and (self.decision.payload or {}).get("decision") in ("deny", "timed_out")
+
+    def _call(self, args: str) -> str:
+        """``(arguments)``; nothing for a row whose call an earlier cell's view shows."""
+        return f"({_short(args, SUMMARY_CHARS)})" if _type(self.entry) == "ToolCall" else ""
+
+    def _tool_name(self) -> str:
+        for e in (self.entry, self.result):
+            if e is not None and (e.tool_name or (e.payload or {}).get("tool_name")):
+                return e.tool_name or (e.payload or {}).get("tool_name")
+        return "?"
+
+    def _approval_note(self) -> str:
+        if self.request is None:
+            if self.decision is not None:
+                from .approval_widget import describe_decision
+
+                return describe_decision(self.decision.payload or {}, self.decision.sender)
+            if self.entry is self.result and self.result is not None:
+                p = self.result.payload or {}  # the result says how its call was decided
+                if p.get("approval") and p.get("decided_by"):
+                    return f"{p['approval']} by {p['decided_by']}"
+            return ""
+        if self.decision is None:
+            return "waiting for approval"
+        from .approval_widget import describe_decision
+
+        return describe_decision(self.decision.payload or {}, self.decision.sender)
+
+    def card_info(self) -> dict[str, Any]:
+        from .approval_widget import request_info
+
+        return request_info(self.request)
 
     # -- text
-    def text(self) -> str:
+    def text(self, card: bool = True) -> str:
         e = self.entry
         if self.kind == "tool":
             args = _json((e.payload or {}).get("arguments", ""))
-            line = f"  ⚙ {e.tool_name or '?'}({_short(args, SUMMARY_CHARS)})"
+            line = f"  ⚙ {self._tool_name()}{self._call(args)}"
+            note = self._approval_note()
+            if note:
+                line += f" · {note}"
             if self.result is None:
-                return line + " …"
-            out = (self.result.payload or {}).get("output", self.result.content)
-            mark = " ✗" if (self.result.payload or {}).get("is_error") else ""
-            return f"{line} →{mark} {_short(out, SUMMARY_CHARS)}"
+                line += "" if (self.open_request or self._denied()) else " …"
+            else:
+                out = (self.result.payload or {}).get("output", self.result.content)
+                mark = " ✗" if (self.result.payload or {}).get("is_error") else ""
+                line = f"{line} →{mark} {_short(out, SUMMARY_CHARS)}"
+            if card and self.open_request:
+                line += "\n" + self._card_text()
+            return line
         if self.kind == "error":
             return f"✗ {e.sender}: {e.content}"
         if self.kind == "directive":
@@ -113,19 +178,42 @@ class Row:
             return f"— summary: {_short(e.content, 200)}"
         if self.kind == "message":
             return f"{e.sender}: {e.content}"
+        if self.kind == "answers":
+            return f"  ↳ {e.sender} {_answers_phrase(e)}"
         if self.kind == "approval":
+            if self.request is not None:
+                if self.open_request:
+                    return self._card_text() if card else ""
+                return "  " + _approval_line(self.request) + f" · {self._approval_note()}"
             return "  " + _approval_line(e)
         return f"[{_type(e)}] {e.sender}: {e.content}"
 
+    def _card_text(self) -> str:
+        from .approval_widget import card_text
+
+        return "\n".join("    " + line for line in card_text(self.card_info(), None).splitlines())
+
+    def _card_html(self) -> str:
+        from .approval_widget import card_html
+
+        return f"<div class='chaz-card-in'>{card_html(self.card_info(), None)}</div>"
+
     # -- html
-    def html(self) -> str:
+    def html(self, card: bool = True) -> str:
         e = self.entry
         if self.kind == "tool":
             payload = e.payload or {}
             args = _json(payload.get("arguments", ""))
-            name = _esc(e.tool_name or "?")
+            name = _esc(self._tool_name())
+            call = _esc(self._call(args))
+            note = self._approval_note()
+            gate = ""
+            if note:
+                cls = "chaz-wait" if self.open_request else ("chaz-err" if self._denied() else "chaz-t")
+                gate = f" <span class='{cls}'>{_esc(note)}</span>"
             if self.result is None:
-                summary = f"⚙ <b>{name}</b>({_esc(_short(args, SUMMARY_CHARS))}) <i>running…</i>"
+                state = "" if (self.open_request or self._denied()) else " <i>running…</i>"
+                summary = f"⚙ <b>{name}</b>{call}{gate}{state}"
                 body = f"arguments:<pre>{_esc(args[:DETAIL_CHARS])}</pre>"
             else:
                 rp = self.result.payload or {}
@@ -133,7 +221,7 @@ class Row:
                 err = bool(rp.get("is_error"))
                 arrow = '<span class="chaz-err">→ error:</span>' if err else "→"
                 summary = (
-                    f"⚙ <b>{name}</b>({_esc(_short(args, SUMMARY_CHARS))}) {arrow} "
+                    f"⚙ <b>{name}</b>{call}{gate} {arrow} "
                     f"{_esc(_short(out, SUMMARY_CHARS))}"
                 )
                 dur = rp.get("duration_ms")
@@ -142,7 +230,10 @@ class Row:
                     f"arguments:<pre>{_esc(args[:DETAIL_CHARS])}</pre>"
                     f"output{took}:<pre>{_esc(out[:DETAIL_CHARS])}</pre>"
                 )
-            return f"<details class='chaz-tool'><summary>{summary}</summary>{body}</details>"
+            row = f"<details class='chaz-tool'><summary>{summary}</summary>{body}</details>"
+            if card and self.open_request:
+                row += self._card_html()
+            return row
         who = f"<span class='chaz-who'>{_esc(e.sender)}</span>"
         if self.kind == "error":
             return f"<div class='chaz-r chaz-err'>✗ {who}: {_esc(e.content)}</div>"
@@ -155,15 +246,35 @@ class Row:
             return f"<div class='chaz-r chaz-st'>— summary: {_esc(e.content)}</div>"
         if self.kind == "message":
             return f"<div class='chaz-r'>{who}: {_esc(e.content)}</div>"
+        if self.kind == "answers":
+            return f"<div class='chaz-r chaz-st'>&nbsp;&nbsp;↳ {who} {_esc(_answers_phrase(e))}</div>"
         if self.kind == "approval":
+            if self.open_request:
+                return self._card_html() if card else ""
+            source = self.request if self.request is not None else e
+            decision = self.decision if self.decision is not None else (e if _type(e) == "ApprovalDecision" else None)
             cls = "chaz-r chaz-ap-row"
-            if _type(e) == "ApprovalDecision" and (e.payload or {}).get("decision") in ("deny", "timed_out"):
+            if decision is not None and (decision.payload or {}).get("decision") in ("deny", "timed_out"):
                 cls += " chaz-err"
-            return f"<div class='{cls}'>&nbsp;&nbsp;{_esc(_approval_line(e))}</div>"
+            line = _approval_line(source)
+            if self.request is not None:
+                line += f" · {self._approval_note()}"
+            return f"<div class='{cls}'>&nbsp;&nbsp;{_esc(line)}</div>"
         return (
             f"<div class='chaz-r'><span class='chaz-t'>{_esc(_type(e))}</span> {who}: "
             f"{_esc(e.content)}</div>"
         )
+
+
+def _answers_phrase(ack: Any) -> str:
+    n = (ack.payload or {}).get("answers_count")
+    return f"answers {n} messages together"
+
+
+def answers_together(ack: Any) -> bool:
+    """An Ack whose run answers several Messages/Directives at once (payload ``answers_count``)."""
+    n = (getattr(ack, "payload", None) or {}).get("answers_count")
+    return isinstance(n, int) and not isinstance(n, bool) and n > 1
 
 
 def _approval_line(e: Any) -> str:
@@ -173,7 +284,7 @@ def _approval_line(e: Any) -> str:
         args = _json(p.get("arguments_display", {}))
         return (
             f"⚠ {p.get('agent', e.sender)} asks to run {p.get('tool_name', e.tool_name)}"
-            f"({_short(args, SUMMARY_CHARS)}) · risk {p.get('risk_level', '?')} · approval needed"
+            f"({_short(args, SUMMARY_CHARS)}) · risk {p.get('risk_level', '?')}"
         )
     from .approval_widget import describe_decision
 
@@ -197,6 +308,8 @@ class Transcript:
         self.rows: list[Row] = []
         self.entries: list[Any] = []
         self._tool_rows: dict[str, int] = {}
+        #: request_id -> index of the row that shows the request (a tool row, or an approval row)
+        self.request_rows: dict[str, int] = {}
         self.status: str | None = None  # "assistant is working… step 2" while a run goes on
         self._steps = 0
         self._working: str | None = None
@@ -212,9 +325,12 @@ class Transcript:
             self._working = entry.sender
             self._steps = 1
             self.status = f"{entry.sender} is working… step 1"
+            if answers_together(entry):
+                self.rows.append(Row("answers", entry))
+                return [len(self.rows) - 1]
             return []
         if t == "ToolCall":
-            if self.status and last != "ToolCall":
+            if self.status and last not in ("ToolCall", "ApprovalRequest", "ApprovalDecision"):
                 self._steps += 1  # a batch of tool calls: the model takes another step after it
                 self.status = f"{self._working} is working… step {self._steps}"
             self.rows.append(Row("tool", entry))
@@ -228,6 +344,36 @@ class Transcript:
                 return [idx]
             self.rows.append(Row("tool", entry, result=entry))  # a result without its call
             return [len(self.rows) - 1]
+        if t == "ApprovalRequest":
+            rid = (entry.payload or {}).get("request_id")
+            idx = self._tool_rows.get(entry.tool_call_id) if entry.tool_call_id else None
+            if idx is not None and self.rows[idx].request is None and self.rows[idx].result is None:
+                self.rows[idx].request = entry  # the gated call: one row, the card under it
+            else:  # a request whose call this view did not see
+                self.rows.append(Row("approval", entry, request=entry))
+                idx = len(self.rows) - 1
+            if rid:
+                self.request_rows[rid] = idx
+            return [idx]
+        if t == "ApprovalDecision":
+            p = entry.payload or {}
+            idx = self.request_rows.get(p.get("request_id"))
+            row = self.rows[idx] if idx is not None else None
+            asker = (row.request.payload or {}).get("agent", row.request.sender) if row is not None else None
+            if row is None and entry.tool_call_id and entry.tool_call_id not in self._tool_rows:
+                # the decision on a call an earlier cell's view shows: this row gets its result
+                self.rows.append(Row("tool", entry, decision=entry))
+                idx = len(self.rows) - 1
+                self._tool_rows[entry.tool_call_id] = idx
+                if p.get("request_id"):
+                    self.request_rows[p["request_id"]] = idx
+                return [idx]
+            if row is not None and entry.sender != asker:  # an agent cannot decide its own call
+                # the first decision is the effective one, except that a timeout always wins
+                if row.decision is None or p.get("decision") == "timed_out":
+                    row.decision = entry
+                    return [idx]
+                return []
         kind = _KINDS.get(t, "other")
         if self.status and (t == "Error" or (t == "Message" and entry.sender == self._working)):
             self.status = None
@@ -235,20 +381,27 @@ class Transcript:
         self.rows.append(Row(kind, entry))
         return [len(self.rows) - 1]
 
-    def text(self, header: str = "") -> str:
+    def open_requests(self) -> list[Row]:
+        return [r for r in self.rows if r.open_request]
+
+    def text(self, header: str = "", footer: str = "") -> str:
         lines = [header] if header else []
-        lines += [r.text() for r in self.rows]
+        lines += [t for t in (r.text() for r in self.rows) if t]
         if self.status:
             lines.append(f"… {self.status}")
+        if footer:
+            lines.append(footer)
         return "\n".join(lines)
 
-    def html(self, header: str = "") -> str:
+    def html(self, header: str = "", footer: str = "") -> str:
         parts = [_CSS, "<div class='chaz-s'>"]
         if header:
             parts.append(f"<div class='chaz-h'>{_esc(header)}</div>")
         parts += [r.html() for r in self.rows]
         if self.status:
             parts.append(f"<div class='chaz-r chaz-st'>{_esc(self.status)}</div>")
+        if footer:
+            parts.append(f"<div class='chaz-f'>{_esc(footer)}</div>")
         parts.append("</div>")
         return "".join(parts)
 
@@ -259,6 +412,7 @@ class _Chunk:
     widget: Any
     start: int
     rows: int = 0
+    card: Any = None  # the live ApprovalWidget of the chunk's last row (a chunk ends at a card)
 
 
 @dataclass
@@ -296,6 +450,7 @@ class SessionView(StaticFallbackView):
         widget: bool = True,
         title: str | None = None,
         approvals: Any = None,
+        footer: str | None = None,
     ) -> None:
         self.store = store
         #: the Server: with it, each open ApprovalRequest gets an ApprovalWidget in the live view
@@ -310,6 +465,12 @@ class SessionView(StaticFallbackView):
         self.static_interval = static_interval
         self.chunk_rows = max(1, chunk_rows)
         self.title = title
+        #: a last line (a turn's view says where the whole log is: ``%chaz log N``)
+        self.footer = footer
+        #: set when a later cell's view took over this session (see ``hand_over``)
+        self.handed_over = False
+        self._sent: dict[str, Any] | None = None  # the bundle the output shows now
+        self._sent_seq = after_seq
         self.display_id = f"chaz-{session_id}-{uuid.uuid4().hex[:12]}"
         self.transcript = Transcript()
         self.stats = _Stats()
@@ -330,6 +491,7 @@ class SessionView(StaticFallbackView):
         self._box: Any = None
         self._status_widget: Any = None
         self._header_widget: Any = None
+        self._footer_widget: Any = None
 
         if follow or (follow is None and self.status() != "idle"):
             self._subscribe()
@@ -441,12 +603,7 @@ class SessionView(StaticFallbackView):
         if not self._armed:
             self._tick()
 
-    def finish(self) -> None:
-        """Stop following: unsubscribe, send the final static bundle, close the live widget.
-
-        The final bundle has no widget view, so a saved notebook shows the transcript (and
-        JupyterLab does not show "model not found" for a widget that is gone).
-        """
+    def _unsubscribe_all(self) -> None:
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
@@ -455,6 +612,14 @@ class SessionView(StaticFallbackView):
                 timer.cancel()
         self._timer = self._poll = None
         self._armed = False
+
+    def finish(self) -> None:
+        """Stop following: unsubscribe, send the final static bundle, close the live widget.
+
+        The final bundle has no widget view, so a saved notebook shows the transcript (and
+        JupyterLab does not show "model not found" for a widget that is gone).
+        """
+        self._unsubscribe_all()
         if self._finished:
             return
         self._finished = True
@@ -467,6 +632,44 @@ class SessionView(StaticFallbackView):
         self._close_widgets()
         self._updated()
 
+    def hand_over(self) -> int:
+        """A later cell follows this session now: end this view as its output last showed it.
+
+        Returns the last seq that output shows; the later view starts after it. The output
+        keeps exactly what it showed when its cell stopped waiting (the later entries, e.g.
+        the decision a later cell writes, belong to the later cell), so each cell's output is
+        that cell's step of the run, in JupyterLab as in nbclient/nbval, and a saved notebook
+        tells the run step by step. The final bundle has no widget view.
+        """
+        if self._unsubscribe is None and self._finished:
+            return self._sent_seq if self._sent is not None else self._last_seq
+        self.handed_over = True
+        with self._pending_lock:
+            self._pending = []  # not shown yet: the later view shows them
+        self._unsubscribe_all()
+        self._finished = True
+        if self._sent is None:  # never displayed: nothing to freeze
+            self._close_widgets()
+            return self._last_seq
+        if self._displayed and not self._closed:
+            from IPython.display import update_display
+
+            frozen = {k: v for k, v in self._sent.items() if k != WIDGET_MIME}
+            update_display(frozen, raw=True, metadata=OUTPUT_METADATA, display_id=self.display_id)
+            self._sent = frozen
+            self.stats.static_updates += 1
+        self._close_widgets()
+        return self._sent_seq
+
+    def _remember_sent(self, data: dict[str, Any]) -> None:
+        """What the output shows now (see ``hand_over``)."""
+        self._sent = data
+        self._sent_seq = self._last_seq
+
+    @property
+    def last_seq(self) -> int:
+        return self._last_seq
+
     def close(self) -> None:
         """Unsubscribe and close the widgets (no more display updates)."""
         self._closed = True
@@ -477,7 +680,10 @@ class SessionView(StaticFallbackView):
         if self._box is None:
             return
         box, self._box = self._box, None
-        for w in [self._header_widget, self._status_widget, *[c.widget for c in self._chunks], box]:
+        for w in [self._header_widget, self._status_widget, self._footer_widget,
+                  *[c.widget for c in self._chunks], box]:
+            if w is None:
+                continue
             try:
                 w.close()
             except Exception:
@@ -501,9 +707,12 @@ class SessionView(StaticFallbackView):
         self._w = w
         self._header_widget = w.HTML(self._header_html())
         self._status_widget = w.HTML("")
+        if self.footer:
+            self._footer_widget = w.HTML(f"<div class='chaz-s'><div class='chaz-f'>{_esc(self.footer)}</div></div>")
         self._box = w.VBox([self._header_widget, self._status_widget])
         self._box.add_class("chaz-session-view")
         self._render_rows(set(range(len(self.transcript.rows))))
+        self._set_children()
         self._render_approvals()
         self._set_status_widget()
         comm = getattr(self._box, "comm", None)
@@ -518,16 +727,25 @@ class SessionView(StaticFallbackView):
 
     def _chunk_html(self, chunk: _Chunk) -> str:
         rows = self.transcript.rows[chunk.start : chunk.start + chunk.rows]
-        return "<div class='chaz-s'>" + "".join(r.html() for r in rows) + "</div>"
+        # a row whose card is a live widget leaves the card to it (one card per request)
+        live = self._approval_widgets
+        return "<div class='chaz-s'>" + "".join(r.html(card=r.request_id not in live) for r in rows) + "</div>"
+
+    def _chunk_of(self, row: int) -> int:
+        for ci, c in enumerate(self._chunks):
+            if c.start <= row < c.start + c.rows:
+                return ci
+        return -1
 
     def _render_rows(self, changed: set[int]) -> None:
         rows = self.transcript.rows
         dirty: set[int] = set()
         new_chunks = False
-        # grow chunks to cover every row
+        # grow chunks to cover every row (a chunk with a card is closed: the card follows it)
         covered = sum(c.rows for c in self._chunks)
         while covered < len(rows):
-            if not self._chunks or self._chunks[-1].rows >= self.chunk_rows:
+            last = self._chunks[-1] if self._chunks else None
+            if last is None or last.rows >= self.chunk_rows or last.card is not None:
                 self._chunks.append(_Chunk(self._w.HTML(""), covered))
                 new_chunks = True
             chunk = self._chunks[-1]
@@ -536,35 +754,61 @@ class SessionView(StaticFallbackView):
             covered += take
             dirty.add(len(self._chunks) - 1)
         for idx in changed:
-            dirty.add(idx // self.chunk_rows)
-        for ci in sorted(dirty):
-            if ci < len(self._chunks):
-                value = self._chunk_html(self._chunks[ci])
-                self._chunks[ci].widget.value = value
-                self.stats.widget_sends += 1
-                self.stats.max_send_chars = max(self.stats.max_send_chars, len(value))
+            dirty.add(self._chunk_of(idx))
+        self._send_chunks(dirty)
         if new_chunks:
             self._set_children()
         if dirty:
             self._header_widget.value = self._header_html()
 
+    def _send_chunks(self, dirty: set[int]) -> None:
+        for ci in sorted(dirty):
+            if 0 <= ci < len(self._chunks):
+                value = self._chunk_html(self._chunks[ci])
+                widget = self._chunks[ci].widget
+                if widget.value != value:
+                    widget.value = value
+                    self.stats.widget_sends += 1
+                    self.stats.max_send_chars = max(self.stats.max_send_chars, len(value))
+
+    def _attach_card(self, row: int, card: Any) -> set[int]:
+        """Put ``card`` right after transcript row ``row``: split its chunk there if needed."""
+        ci = self._chunk_of(row)
+        if ci < 0:
+            return set()
+        chunk = self._chunks[ci]
+        keep = row - chunk.start + 1
+        dirty = {ci}
+        if keep < chunk.rows:  # rows after the carded one move to a chunk of their own
+            rest = _Chunk(self._w.HTML(""), row + 1, chunk.rows - keep, chunk.card)
+            chunk.rows = keep
+            self._chunks.insert(ci + 1, rest)
+            dirty.add(ci + 1)
+        chunk.card = card
+        return dirty
+
     def _set_children(self) -> None:
-        self._box.children = (
-            self._header_widget,
-            *[c.widget for c in self._chunks],
-            *[aw.widget for aw in self._approval_widgets.values() if aw.widget is not None],
-            self._status_widget,
-        )
+        children: list[Any] = [self._header_widget]
+        for c in self._chunks:
+            children.append(c.widget)
+            if c.card is not None and c.card.widget is not None:
+                children.append(c.card.widget)
+        children.append(self._status_widget)
+        if self._footer_widget is not None:
+            children.append(self._footer_widget)
+        self._box.children = tuple(children)
 
     def _render_approvals(self) -> None:
-        """An ApprovalWidget (buttons) for each new ApprovalRequest that is still open."""
+        """An ApprovalWidget (buttons) for each new ApprovalRequest that is still open, placed
+        under the row of the call it gates (entry order)."""
         new, self._new_requests = self._new_requests, []
         if self.approvals is None or self._box is None:
             return
-        added = False
+        dirty: set[int] = set()
         for entry in new:
             rid = (entry.payload or {}).get("request_id")
-            if not rid or rid in self._approval_widgets:
+            row = self.transcript.request_rows.get(rid) if rid else None
+            if row is None or rid in self._approval_widgets or not self.transcript.rows[row].open_request:
                 continue
             try:
                 from .approval_widget import ApprovalWidget
@@ -577,15 +821,20 @@ class SessionView(StaticFallbackView):
                 aw.close()
                 continue
             self._approval_widgets[rid] = aw
-            added = True
-        if added:
+            dirty |= self._attach_card(row, aw)
+        if dirty:
+            self._send_chunks(dirty)
             self._set_children()
 
+    def _status_line(self) -> str | None:
+        """The line under the rows: the run's progress; nothing while parked (the tool row says
+        "waiting for approval" and the card says what to do)."""
+        if self.status() == "parked" and self.transcript.open_requests():
+            return None
+        return self.transcript.status
+
     def _set_status_widget(self) -> None:
-        status = self.transcript.status
-        s = self.status()
-        if s == "parked":
-            status = "⚠ waiting for a person (approval)"
+        status = self._status_line()
         value = f"<div class='chaz-s chaz-st'>{_esc(status)}</div>" if status else ""
         if self._status_widget.value != value:
             self._status_widget.value = value
@@ -597,7 +846,7 @@ class SessionView(StaticFallbackView):
     # ---------------------------------------------------------- static bundle
     def to_json(self) -> dict[str, Any]:
         i = self.info
-        return {
+        data = {
             "version": MIME_VERSION,
             "session": {
                 "id": i.id,
@@ -609,29 +858,23 @@ class SessionView(StaticFallbackView):
             "status": self.status(),
             "entries": [e.to_json() for e in self.transcript.entries],
         }
+        if self.footer:
+            data["footer"] = self.footer
+        return data
 
-    def _parked_status(self) -> Any:
-        """While parked, the status line says so (not "working")."""
+    def _static(self, render: Callable[..., str]) -> str:
         t = self.transcript
-        if t.status and self.status() == "parked":
-            return "waiting for a person (approval)"
-        return t.status
+        saved, t.status = t.status, self._status_line()
+        try:
+            return render(self.header(), self.footer or "")
+        finally:
+            t.status = saved
 
     def text(self) -> str:
-        t = self.transcript
-        saved, t.status = t.status, self._parked_status()
-        try:
-            return t.text(self.header())
-        finally:
-            t.status = saved
+        return self._static(self.transcript.text)
 
     def html(self) -> str:
-        t = self.transcript
-        saved, t.status = t.status, self._parked_status()
-        try:
-            return t.html(self.header())
-        finally:
-            t.status = saved
+        return self._static(self.transcript.html)
 
     def static_data(self) -> dict[str, Any]:
         return {MIME_TYPE: self.to_json()}

@@ -12,10 +12,12 @@ import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { LabIcon } from '@jupyterlab/ui-components';
 
 import { ChazClient } from './client';
+import { saveStaticViews } from './save';
 import { ChazPanel } from './sidebar';
 
 export { ChazClient } from './client';
 export { ChazPanel, oldestPending } from './sidebar';
+export { isLiveChazView, saveStaticViews, withoutLiveViews } from './save';
 export * from './transcript';
 export * from './types';
 
@@ -83,4 +85,22 @@ const plugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default plugin;
+/** Saved notebooks hold the static form of live chaz views (see ./save). */
+const savePlugin: JupyterFrontEndPlugin<void> = {
+  id: 'chaz-nb:save-static-views',
+  description: 'Saves live chaz views as their static form, so a reopened notebook renders them without a kernel.',
+  autoStart: true,
+  requires: [INotebookTracker],
+  activate: (app: JupyterFrontEnd, tracker: INotebookTracker) => {
+    const hook = (panel: NotebookPanel) => {
+      const model = panel.context.model;
+      if (model) {
+        saveStaticViews(model);
+      }
+    };
+    tracker.forEach(hook);
+    tracker.widgetAdded.connect((_, panel) => hook(panel));
+  }
+};
+
+export default [plugin, savePlugin];

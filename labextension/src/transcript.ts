@@ -13,7 +13,14 @@ export const MAX_TEXT = 20000;
 /** A row of the rendered transcript after folding. */
 export type TranscriptItem =
   | { kind: 'entry'; entry: IEntry }
-  | { kind: 'tool'; call: IEntry | null; result: IEntry | null }
+  | {
+      kind: 'tool';
+      call: IEntry | null;
+      result: IEntry | null;
+      /** the ApprovalRequest that gated the call, and its decision */
+      request?: IEntry | null;
+      decision?: IEntry | null;
+    }
   | { kind: 'approval'; request: IEntry | null; decision: IEntry | null };
 
 /** Create an element with a class and optional text (set via textContent). */
@@ -118,10 +125,14 @@ function payloadOf(entry: IEntry | null): { [key: string]: any } {
 }
 
 /**
- * Fold a list of entries into transcript rows: a ToolCall and its ToolResult
- * (same tool_call_id) become one row at the position of the call; an
- * ApprovalRequest and its ApprovalDecision (same payload.request_id) become one
- * row at the position of the request. Unmatched halves are kept as rows too.
+ * Fold a list of entries into transcript rows, in seq order: a ToolCall and
+ * what belongs to it (its ToolResult, same tool_call_id; the ApprovalRequest
+ * that gated it and that request's ApprovalDecision) become one row at the
+ * position of the call, so a gated call shows once. An ApprovalRequest whose
+ * call is not in the bundle and its decision (same payload.request_id) become
+ * one approval row. Unmatched halves are kept as rows too. Matching goes in
+ * order (the latest open call with that id), so ids reused by a later run do
+ * not pick up an earlier run's result.
  */
 export function foldEntries(entries: IEntry[]): TranscriptItem[] {
   const ordered = entries
@@ -133,58 +144,73 @@ export function foldEntries(entries: IEntry[]): TranscriptItem[] {
     })
     .map(x => x.entry);
 
-  const results = new Map<string, IEntry>();
-  const decisions = new Map<string, IEntry>();
-  for (const entry of ordered) {
-    if (entry.type === 'ToolResult' && entry.tool_call_id) {
-      if (!results.has(entry.tool_call_id)) {
-        results.set(entry.tool_call_id, entry);
-      }
-    } else if (entry.type === 'ApprovalDecision') {
-      const rid = payloadOf(entry).request_id;
-      if (typeof rid === 'string' && !decisions.has(rid)) {
-        decisions.set(rid, entry);
-      }
-    }
-  }
-
-  const consumed = new Set<IEntry>();
+  type ToolItem = Extract<TranscriptItem, { kind: 'tool' }>;
+  type ApprovalItem = Extract<TranscriptItem, { kind: 'approval' }>;
+  const openCalls = new Map<string, ToolItem>();
+  const byRequest = new Map<string, ToolItem | ApprovalItem>();
   const items: TranscriptItem[] = [];
   for (const entry of ordered) {
-    if (consumed.has(entry)) {
-      continue;
-    }
     switch (entry.type) {
       case 'ToolCall': {
-        const result =
-          (entry.tool_call_id && results.get(entry.tool_call_id)) || null;
-        if (result) {
-          consumed.add(result);
+        const item: ToolItem = { kind: 'tool', call: entry, result: null, request: null, decision: null };
+        if (entry.tool_call_id) {
+          openCalls.set(entry.tool_call_id, item);
         }
-        items.push({ kind: 'tool', call: entry, result });
+        items.push(item);
         break;
       }
-      case 'ToolResult':
-        items.push({ kind: 'tool', call: null, result: entry });
+      case 'ToolResult': {
+        const item = entry.tool_call_id ? openCalls.get(entry.tool_call_id) : undefined;
+        if (item && !item.result) {
+          item.result = entry;
+          openCalls.delete(entry.tool_call_id as string);
+        } else {
+          items.push({ kind: 'tool', call: null, result: entry });
+        }
         break;
+      }
       case 'ApprovalRequest': {
         const rid = payloadOf(entry).request_id;
-        const decision =
-          (typeof rid === 'string' && decisions.get(rid)) || null;
-        if (decision) {
-          consumed.add(decision);
+        const call = entry.tool_call_id ? openCalls.get(entry.tool_call_id) : undefined;
+        let item: ToolItem | ApprovalItem;
+        if (call && !call.request && !call.result) {
+          call.request = entry;
+          item = call;
+        } else {
+          item = { kind: 'approval', request: entry, decision: null };
+          items.push(item);
         }
-        items.push({ kind: 'approval', request: entry, decision });
+        if (typeof rid === 'string') {
+          byRequest.set(rid, item);
+        }
         break;
       }
-      case 'ApprovalDecision':
-        items.push({ kind: 'approval', request: null, decision: entry });
+      case 'ApprovalDecision': {
+        const rid = payloadOf(entry).request_id;
+        const item = typeof rid === 'string' ? byRequest.get(rid) : undefined;
+        if (item && !item.decision) {
+          item.decision = entry;
+        } else if (!item && entry.tool_call_id && !openCalls.has(entry.tool_call_id)) {
+          // the decision on a call an earlier cell's view shows: its result joins this row
+          const row: ToolItem = { kind: 'tool', call: null, result: null, request: null, decision: entry };
+          openCalls.set(entry.tool_call_id, row);
+          items.push(row);
+        } else if (!item) {
+          items.push({ kind: 'approval', request: null, decision: entry });
+        }
         break;
+      }
       default:
         items.push({ kind: 'entry', entry });
     }
   }
   return items;
+}
+
+/** `answers 3 messages together` for an Ack whose run answers several Messages; else ''. */
+export function answersTogether(ack: IEntry): string {
+  const n = payloadOf(ack).answers_count;
+  return typeof n === 'number' && n > 1 ? `answers ${n} messages together` : '';
 }
 
 function entryHead(
@@ -238,18 +264,27 @@ function renderPlainEntry(
   if (entry.content) {
     node.appendChild(el(doc, 'div', 'chaz-content', entry.content));
   }
+  if (type === 'Ack') {
+    const together = answersTogether(entry);
+    if (together) {
+      node.appendChild(el(doc, 'div', 'chaz-answers', `↳ ${together}`));
+    }
+  }
   return node;
 }
 
 function renderTool(
   doc: Document,
   call: IEntry | null,
-  result: IEntry | null
+  result: IEntry | null,
+  request: IEntry | null = null,
+  decision: IEntry | null = null
 ): HTMLElement {
   const callPayload = payloadOf(call);
   const resultPayload = payloadOf(result);
   const isError = !!resultPayload.is_error;
-  const name = call?.tool_name || result?.tool_name || 'tool';
+  const name =
+    call?.tool_name || result?.tool_name || decision?.tool_name || payloadOf(decision).tool_name || 'tool';
 
   const node = el(doc, 'details', 'chaz-entry chaz-tool');
   node.dataset.type = 'ToolCall';
@@ -267,9 +302,14 @@ function renderTool(
       el(doc, 'span', 'chaz-tool-args', `(${argsPreview(callPayload.arguments)})`)
     );
   }
+  if (request || decision) {
+    const approval = decision ? describeDecision(decision) : 'waiting for approval';
+    const cls = decision ? `chaz-tool-approval chaz-approval-${String(payloadOf(decision).decision ?? '').replace(/[^a-z_]/gi, '')}` : 'chaz-tool-approval chaz-tool-waiting';
+    summary.appendChild(el(doc, 'span', cls, approval));
+  }
   let state: string;
   if (!result) {
-    state = 'no result yet';
+    state = request && !decision ? '' : 'no result yet';
   } else {
     state = isError ? 'error' : 'ok';
     const duration = formatDuration(resultPayload.duration_ms);
@@ -277,7 +317,9 @@ function renderTool(
       state += ` · ${duration}`;
     }
   }
-  summary.appendChild(el(doc, 'span', 'chaz-tool-state', state));
+  if (state) {
+    summary.appendChild(el(doc, 'span', 'chaz-tool-state', state));
+  }
   const who = call?.sender || result?.sender;
   if (who) {
     summary.appendChild(el(doc, 'span', 'chaz-sender', who));
@@ -432,7 +474,13 @@ export function renderTranscript(
   const agent = String(session.agent ?? '');
   for (const item of foldEntries(value.entries)) {
     if (item.kind === 'tool') {
-      list.appendChild(renderTool(doc, item.call, item.result));
+      const request = item.request ?? null;
+      const decision = item.decision ?? null;
+      list.appendChild(renderTool(doc, item.call, item.result, request, decision));
+      if (request && !decision) {
+        // the one approval card, right under the call it gates
+        list.appendChild(renderApproval(doc, request, null));
+      }
     } else if (item.kind === 'approval') {
       list.appendChild(renderApproval(doc, item.request, item.decision));
     } else {
@@ -443,5 +491,9 @@ export function renderTranscript(
     list.appendChild(el(doc, 'div', 'chaz-empty', 'no entries yet'));
   }
   root.appendChild(list);
+  const footer = (value as { footer?: unknown }).footer;
+  if (typeof footer === 'string' && footer) {
+    root.appendChild(el(doc, 'div', 'chaz-footer', footer));
+  }
   return root;
 }

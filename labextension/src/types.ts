@@ -50,6 +50,8 @@ export interface ISessionBundle {
   session: ISessionInfo;
   status?: SessionStatus | string;
   entries: IEntry[];
+  /** a last line, e.g. `full log: %chaz log 3` under one turn's view */
+  footer?: string;
 }
 
 /** One session as listed by the kernel's `state` comm message. */

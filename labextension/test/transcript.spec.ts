@@ -2,6 +2,7 @@
  * Unit tests of the transcript renderer (pure DOM, jsdom).
  */
 import {
+  answersTogether,
   argsPreview,
   describeDecision,
   foldEntries,
@@ -216,6 +217,78 @@ describe('renderTranscript', () => {
     const empty = renderTranscript(bundle([]));
     expect(empty.querySelector('.chaz-empty')?.textContent).toBe('no entries yet');
     expect(empty.querySelector('.chaz-count')?.textContent).toBe('0 entries');
+  });
+});
+
+describe('gated calls, answers together, footer', () => {
+  const call = (id: string, extra: Partial<IEntry> = {}) =>
+    entry('ToolCall', { sender: 'ops', tool_call_id: id, tool_name: 'deploy', payload: { arguments: { target: 'prod' } }, ...extra });
+  const request = (id: string, rid: string) =>
+    entry('ApprovalRequest', {
+      sender: 'ops',
+      tool_call_id: id,
+      tool_name: 'deploy',
+      payload: { request_id: rid, tool_name: 'deploy', risk_level: 'high', arguments_display: { target: 'prod' }, agent: 'ops' }
+    });
+
+  it('shows a parked call once, with its one card right under it', () => {
+    const root = renderTranscript(bundle([entry('Message', { content: 'ship it' }), call('c1'), request('c1', 'r1')], 'parked'));
+    const rows = Array.from(root.querySelectorAll('.chaz-entries > *'));
+    expect(rows.map(r => r.className.split(' ')[1])).toEqual(['chaz-type-message', 'chaz-tool', 'chaz-approval']);
+    expect(rows[1].querySelector('.chaz-tool-approval')?.textContent).toBe('waiting for approval');
+    expect(rows[1].querySelector('.chaz-tool-state')).toBeNull();
+    expect(root.querySelectorAll('.chaz-approval').length).toBe(1);
+  });
+
+  it('says in the tool row who decided, and drops the card once decided', () => {
+    const root = renderTranscript(
+      bundle([
+        call('c1'),
+        request('c1', 'r1'),
+        entry('ApprovalDecision', { tool_call_id: 'c1', payload: { request_id: 'r1', decision: 'approve', decided_by: 'user' } }),
+        entry('ToolResult', { sender: 'ops', tool_call_id: 'c1', tool_name: 'deploy', payload: { output: 'deployed prod' } })
+      ])
+    );
+    expect(root.querySelectorAll('.chaz-entries > *').length).toBe(1);
+    expect(root.querySelector('.chaz-tool-approval')?.textContent).toBe('approved by user');
+    expect(root.querySelector('.chaz-tool-output')?.textContent).toBe('deployed prod');
+  });
+
+  it('joins a decision and the result of a call shown in an earlier cell into one row', () => {
+    const root = renderTranscript(
+      bundle([
+        entry('ApprovalDecision', { tool_call_id: 'c1', payload: { request_id: 'r1', decision: 'approve', decided_by: 'user' } }),
+        entry('ToolResult', { sender: 'ops', tool_call_id: 'c1', tool_name: 'deploy', payload: { output: 'deployed prod' } })
+      ])
+    );
+    const rows = root.querySelectorAll('.chaz-entries > *');
+    expect(rows.length).toBe(1);
+    expect(rows[0].querySelector('.chaz-tool-name')?.textContent).toBe('deploy');
+    expect(rows[0].querySelector('.chaz-tool-approval')?.textContent).toBe('approved by user');
+  });
+
+  it('matches results to the latest open call when a later run reuses an id', () => {
+    const items = foldEntries([
+      call('call_1_1'),
+      entry('ToolResult', { tool_call_id: 'call_1_1', payload: { output: 'first' } }),
+      call('call_1_1'),
+      entry('ToolResult', { tool_call_id: 'call_1_1', payload: { output: 'second' } })
+    ]);
+    expect(items.map(i => (i.kind === 'tool' ? i.result?.payload?.output : null))).toEqual(['first', 'second']);
+  });
+
+  it('says at the Ack when a run answers several messages together', () => {
+    const ack = entry('Ack', { sender: 'assistant', payload: { answers: [1, 2, 3], answers_count: 3 } });
+    const root = renderTranscript(bundle([entry('Message'), entry('Message'), entry('Message'), ack]));
+    expect(root.querySelector('.chaz-type-ack .chaz-answers')?.textContent).toBe('↳ answers 3 messages together');
+    expect(answersTogether(entry('Ack', { payload: { answers_count: 1 } }))).toBe('');
+    expect(answersTogether(entry('Ack'))).toBe('');
+  });
+
+  it('draws the footer of a turn view', () => {
+    const root = renderTranscript({ ...bundle([entry('Message')]), footer: 'full log: %chaz log 3' });
+    expect(root.querySelector('.chaz-footer')?.textContent).toBe('full log: %chaz log 3');
+    expect(renderTranscript(bundle([])).querySelector('.chaz-footer')).toBeNull();
   });
 });
 

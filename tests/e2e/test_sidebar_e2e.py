@@ -290,7 +290,7 @@ def test_approvals_notebook_from_sidebar(lab):
     page.wait_for_timeout(300)
     lab.wait_kernel_idle(180)
     waiting = page.locator(".jp-Cell").nth(park)
-    assert "is waiting for a person to approve deploy" in waiting.inner_text()
+    assert "waiting for approval" in waiting.inner_text()  # the tool row of the parked call
     # the live approval card (ipywidgets) is in the waiting cell
     waiting.locator(".chaz-approval-widget").wait_for(timeout=30_000)
     assert waiting.locator(".chaz-approval-widget button", has_text="Approve").count() >= 1
@@ -323,7 +323,9 @@ def test_approvals_notebook_from_sidebar(lab):
     transcript.wait_for(timeout=60_000)
     text = transcript.inner_text()
     assert "Staging is done. Production: deploy was denied by the user: not from the e2e test" in text
-    outcomes = transcript.locator(".chaz-approval-outcome").all_inner_texts()
+    # each gated call is one tool row that says who decided (no separate approval rows)
+    outcomes = transcript.locator(".chaz-tool-approval").all_inner_texts()
     assert len(outcomes) == 2 and "approve" in outcomes[0] and "not from the e2e test" in outcomes[1]
+    assert transcript.locator(".chaz-approval").count() == 0
     lab.shot("approvals-done")
     assert lab.page_errors == []
