@@ -6,9 +6,9 @@ import pytest
 
 from chaz_nb.server.agents import Agent
 from chaz_nb.core.entries import EntryType as T
-from chaz_nb.notebook.approval_widget import ApprovalWidget
-from chaz_nb.notebook.display import WIDGET_MIME
-from chaz_nb.notebook.widgets import SessionView
+from chaz_nb.notebook.views.approval import ApprovalWidget
+from chaz_nb.notebook.views.display import WIDGET_MIME
+from chaz_nb.notebook.views.session import SessionView
 from chaz_nb.server import Server
 from chaz_nb.engine.tools import ToolRegistry, tool
 

@@ -9,8 +9,8 @@ import pytest
 
 from chaz_nb.server.agents import Agent
 from chaz_nb.core.entries import EntryType as T
-from chaz_nb.notebook.audit_widget import ALL, AuditView, Totals
-from chaz_nb.notebook.display import WIDGET_MIME
+from chaz_nb.notebook.views.audit import ALL, AuditView, Totals
+from chaz_nb.notebook.views.display import WIDGET_MIME
 from chaz_nb.server import Server
 from chaz_nb.engine.tools import ToolRegistry, tool
 
@@ -221,7 +221,7 @@ async def test_the_views_queries_cannot_change_the_store(scenario, store, monkey
     """Its SQL runs in a read-only transaction: even a query that deletes would be refused."""
     import duckdb
 
-    from chaz_nb.notebook import audit_widget
+    from chaz_nb.notebook.views import audit as audit_widget
 
     view = AuditView(store, follow=False, widget=False)
     before = store.execute("SELECT count(*) FROM entries")
@@ -268,7 +268,7 @@ async def test_a_finished_audit_view_leaves_its_static_output(scenario, store, o
 
 
 async def test_a_finished_session_view_leaves_its_static_output(store, outputs):
-    from chaz_nb.notebook.widgets import SessionView
+    from chaz_nb.notebook.views.session import SessionView
 
     server = Server(store, [Agent("calc", model="chaz/echo")], ToolRegistry([add]))
     sid = server.current_session("calc")

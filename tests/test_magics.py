@@ -10,7 +10,7 @@ from IPython.core.error import UsageError
 import chaz_nb
 from chaz_nb.core.entries import EntryType
 from chaz_nb.notebook import extension
-from chaz_nb.notebook.magics import parse_message_line
+from chaz_nb.notebook.magics.core import parse_message_line
 
 from ipython_harness import ip, one_line_error
 
@@ -334,7 +334,7 @@ def _mentions(text, flag):
 
 
 def test_every_flag_a_parser_accepts_is_in_its_usage_and_the_full_usage():
-    from chaz_nb.notebook import magics, magics_multi, magics_sql
+    from chaz_nb.notebook.magics import core as magics, multi as magics_multi, sql as magics_sql
 
     parsers = [
         (magics._agent_parser(), magics._agent_parser().usage),

@@ -10,7 +10,7 @@ import chaz_nb
 from chaz_nb.core.entries import EntryType as T
 from chaz_nb.notebook import extension
 from chaz_nb.notebook.kernel_loop import run_sync
-from chaz_nb.notebook.magics_multi import parse_schedule_add
+from chaz_nb.notebook.magics.multi import parse_schedule_add
 from chaz_nb.core.store import SessionStore, utcnow
 
 from ipython_harness import ip, one_line_error

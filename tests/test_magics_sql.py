@@ -6,7 +6,7 @@ import duckdb
 import pytest
 
 import chaz_nb
-from chaz_nb.notebook.magics_sql import CELL_CHARS, SqlTable, _take_options
+from chaz_nb.notebook.magics.sql import CELL_CHARS, SqlTable, _take_options
 from chaz_nb.core.store import SessionStore
 
 from ipython_harness import ip, one_line_error
@@ -238,7 +238,7 @@ def test_cell_form_errors(chaz, capsys):
 # ------------------------------------------------------------------ %chaz audit
 def test_audit_magic_shows_the_tool_calls_and_unload_unsubscribes(chaz, capsys):
     from chaz_nb.notebook import extension
-    from chaz_nb.notebook.audit_widget import AuditView
+    from chaz_nb.notebook.views.audit import AuditView
 
     ip.run_cell(
         "import chaz_nb\n@chaz_nb.tool\ndef add(a: int, b: int) -> int:\n    '''Add.'''\n    return a + b\n"

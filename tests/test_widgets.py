@@ -10,8 +10,8 @@ import time
 import pytest
 
 from chaz_nb.core.entries import Entry, EntryType
-from chaz_nb.notebook.display import WIDGET_MIME
-from chaz_nb.notebook.widgets import (
+from chaz_nb.notebook.views.display import WIDGET_MIME
+from chaz_nb.notebook.views.session import (
     MIME_TYPE,
     SessionView,
     Transcript,

@@ -134,7 +134,7 @@ def protect_question_marks(lines: list[str]) -> list[str]:
 def load_ipython_extension(ip: Any) -> None:
     global _state
     from .kernel_loop import get_loop
-    from .magics import ChazMagics
+    from .magics.core import ChazMagics
 
     if _state is not None:
         unload_ipython_extension(_state.shell)
@@ -297,7 +297,7 @@ async def ask(text: str, *, display: bool = True, directive: bool = False, **kwa
     ``display=True`` the turn is shown live, as ``%chaz`` does. The run is shielded: cancelling
     the await (an interrupt) leaves it running.
     """
-    from .magics import parse_address, send_turn
+    from .magics.core import parse_address, send_turn
 
     state = current_state()
     name, body = parse_address(text, state.server)

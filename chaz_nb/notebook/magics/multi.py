@@ -132,7 +132,7 @@ def parse_schedule_add(line: str) -> dict[str, Any]:
 
 
 def _room_parser() -> Any:
-    from .magics import _ArgumentParser
+    from .core import _ArgumentParser
 
     p = _ArgumentParser(prog="room", usage=ROOM_USAGE[len("usage: "):], add_help=True, allow_abbrev=False)
     p.add_argument("name", nargs="?")
@@ -144,7 +144,7 @@ def _room_parser() -> Any:
 
 
 def _schedule_table(schedules: list[Any]) -> str:
-    from .magics import _table
+    from .core import _table
 
     rows = [("id", "agent", "trigger", "target", "state", "fired", "next fire (UTC)", "prompt")]
     for s in schedules:
@@ -201,9 +201,9 @@ class MultiAgentCommands:
         raise UsageError(f"unknown %chaz schedule action {action!r}; {SCHEDULE_USAGE}")
 
     def _schedule_add(self, args: str) -> None:
-        from ..server.facade import ServerError
-        from ..core.store import StoreError
-        from .magics import check_agent
+        from ...server.facade import ServerError
+        from ...core.store import StoreError
+        from .core import check_agent
 
         spec = parse_schedule_add(args)
         server = self.state.server
@@ -219,8 +219,8 @@ class MultiAgentCommands:
 
     # ---------------------------------------------------------------- rooms
     def _cmd_room(self, rest: str) -> None:
-        from ..server.facade import ServerError
-        from .magics import _HelpShown, _split
+        from ...server.facade import ServerError
+        from .core import _HelpShown, _split
 
         state = self.state
         server = state.server
@@ -285,7 +285,7 @@ class MultiAgentCommands:
         return None
 
     def _room_list(self) -> None:
-        from .magics import _table
+        from .core import _table
 
         state = self.state
         rooms = state.server.rooms.list()
@@ -309,9 +309,9 @@ class MultiAgentCommands:
 
         Returns False when no room is current (the caller then talks to NAME's own session).
         """
-        from ..server.facade import ServerError
-        from .extension import origin
-        from .magics import check_agent, open_view, wait_session
+        from ...server.facade import ServerError
+        from ..extension import origin
+        from .core import check_agent, open_view, wait_session
 
         state = self.state
         room_id = getattr(state, "room", None)
@@ -345,9 +345,9 @@ class MultiAgentCommands:
 
     # ----------------------------------------------------------- compaction
     def _cmd_compact(self, rest: str) -> None:
-        from ..server.compaction import CompactionError
-        from .kernel_loop import WaitInterrupted, wait_run
-        from .magics import parse_session
+        from ...server.compaction import CompactionError
+        from ..kernel_loop import WaitInterrupted, wait_run
+        from .core import parse_session
 
         state = self.state
         server = state.server

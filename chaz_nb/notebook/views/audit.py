@@ -34,7 +34,7 @@ from typing import Any, Callable
 from .display import StaticFallbackView
 from .display import esc as _esc
 
-log = logging.getLogger("chaz_nb.notebook.audit_widget")
+log = logging.getLogger("chaz_nb.notebook.views.audit")
 log.addHandler(logging.NullHandler())
 
 ALL = "(all)"

@@ -85,7 +85,7 @@ class StaticFallbackView:
         try:
             self._loop = getattr(self, "_loop", None) or asyncio.get_running_loop()
         except RuntimeError:
-            from .kernel_loop import get_loop
+            from ..kernel_loop import get_loop
 
             self._loop = get_loop()
         # writes from other threads hop onto the loop before touching the widget

@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable
 from .display import OUTPUT_METADATA, WIDGET_MIME, StaticFallbackView
 from .display import esc as _esc
 
-log = logging.getLogger("chaz_nb.notebook.widgets")
+log = logging.getLogger("chaz_nb.notebook.views.session")
 log.addHandler(logging.NullHandler())
 
 MIME_TYPE = "application/vnd.chaz.session+json"
@@ -133,7 +133,7 @@ class Row:
     def _approval_note(self) -> str:
         if self.request is None:
             if self.decision is not None:
-                from .approval_widget import describe_decision
+                from .approval import describe_decision
 
                 return describe_decision(self.decision.payload or {}, self.decision.sender)
             if self.entry is self.result and self.result is not None:
@@ -143,12 +143,12 @@ class Row:
             return ""
         if self.decision is None:
             return "waiting for approval"
-        from .approval_widget import describe_decision
+        from .approval import describe_decision
 
         return describe_decision(self.decision.payload or {}, self.decision.sender)
 
     def card_info(self) -> dict[str, Any]:
-        from .approval_widget import request_info
+        from .approval import request_info
 
         return request_info(self.request)
 
@@ -189,12 +189,12 @@ class Row:
         return f"[{_type(e)}] {e.sender}: {e.content}"
 
     def _card_text(self) -> str:
-        from .approval_widget import card_text
+        from .approval import card_text
 
         return "\n".join("    " + line for line in card_text(self.card_info(), None).splitlines())
 
     def _card_html(self) -> str:
-        from .approval_widget import card_html
+        from .approval import card_html
 
         return f"<div class='chaz-card-in'>{card_html(self.card_info(), None)}</div>"
 
@@ -286,7 +286,7 @@ def _approval_line(e: Any) -> str:
             f"⚠ {p.get('agent', e.sender)} asks to run {p.get('tool_name', e.tool_name)}"
             f"({_short(args, SUMMARY_CHARS)}) · risk {p.get('risk_level', '?')}"
         )
-    from .approval_widget import describe_decision
+    from .approval import describe_decision
 
     return f"{describe_decision(p, e.sender)} ({p.get('tool_name') or e.tool_name or 'tool call'})"
 
@@ -811,7 +811,7 @@ class SessionView(StaticFallbackView):
             if row is None or rid in self._approval_widgets or not self.transcript.rows[row].open_request:
                 continue
             try:
-                from .approval_widget import ApprovalWidget
+                from .approval import ApprovalWidget
 
                 aw = ApprovalWidget(self.approvals, entry)
             except Exception:

@@ -22,7 +22,7 @@ from typing import Any, Callable
 from .display import StaticFallbackView
 from .display import esc as _esc
 
-log = logging.getLogger("chaz_nb.notebook.approval_widget")
+log = logging.getLogger("chaz_nb.notebook.views.approval")
 log.addHandler(logging.NullHandler())
 
 #: characters of the pretty arguments shown (the log has all of them)

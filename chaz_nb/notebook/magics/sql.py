@@ -15,7 +15,7 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
-from .display import esc as _esc
+from ..views.display import esc as _esc
 
 SQL_USAGE = "usage: %chaz sql [-o|--out NAME [--relation]] [--db PATH] [--max-rows N] QUERY"
 AUDIT_USAGE = "usage: %chaz audit [SESSION]"
@@ -163,7 +163,7 @@ def _take_options(text: str) -> tuple[list[str], str]:
 
 
 def _sql_parser() -> Any:
-    from .magics import _ArgumentParser
+    from .core import _ArgumentParser
 
     p = _ArgumentParser(prog="sql", usage=SQL_USAGE[len("usage: "):], add_help=False, allow_abbrev=False)
     p.add_argument("-o", "--out", dest="out")
@@ -197,7 +197,7 @@ class SqlCommands:
         return self._run_sql(options, cell)
 
     def _run_sql(self, options: list[str], query: str) -> Any:
-        from ..core.sqlquery import DEFAULT_MAX_ROWS, SQLFailed, SQLRefused, run_query
+        from ...core.sqlquery import DEFAULT_MAX_ROWS, SQLFailed, SQLRefused, run_query
 
         args = _sql_parser().parse_args(options)
         if not query.strip():
@@ -246,8 +246,8 @@ class SqlCommands:
         return SqlTable.from_result(result, note)
 
     def _cmd_audit(self, rest: str) -> None:
-        from .audit_widget import AuditView
-        from .magics import parse_session
+        from ..views.audit import AuditView
+        from .core import parse_session
 
         state = self.state
         server = state.server

@@ -19,9 +19,9 @@ from typing import Any, Callable
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
-from .magics_approvals import APPROVE_USAGE, DENY_USAGE, PENDING_USAGE, ApprovalCommands
-from .magics_multi import ROOM_USAGE, SCHEDULE_USAGE, MultiAgentCommands
-from .magics_sql import AUDIT_USAGE, SQL_USAGE, SqlCommands
+from .approvals import APPROVE_USAGE, DENY_USAGE, PENDING_USAGE, ApprovalCommands
+from .multi import ROOM_USAGE, SCHEDULE_USAGE, MultiAgentCommands
+from .sql import AUDIT_USAGE, SQL_USAGE, SqlCommands
 
 CELL_USAGE = "usage: %%chaz @NAME [--no-wait] | %%chaz directive @NAME | %%chaz agent NAME (TOML body) | %%chaz sql [options] (SQL body)"
 
@@ -63,7 +63,7 @@ _NAME = re.compile(r"@([A-Za-z][A-Za-z0-9_-]*)")
 
 
 def _state() -> Any:
-    from .extension import NotLoadedError, current_state
+    from ..extension import NotLoadedError, current_state
 
     try:
         return current_state()
@@ -264,7 +264,7 @@ def parse_toml(body: str, where: str) -> dict[str, Any]:
 
 
 def _agent_keys() -> set[str]:
-    from ..server.agents import Agent
+    from ...server.agents import Agent
 
     return {f.name for f in fields(Agent)} - {"name"}
 
@@ -275,7 +275,7 @@ def resolve_tools(names: list[str] | str | None, shell: Any, server: Any, where:
     A plain name must be a ``@chaz_nb.tool`` object in the notebook's namespace, or a tool the
     server has already (``spawn_agent``, ``spawn_worker``, ones registered before).
     """
-    from ..engine.tools import Tool
+    from ...engine.tools import Tool
 
     if names is None:
         return None
@@ -312,7 +312,7 @@ def resolve_tools(names: list[str] | str | None, shell: Any, server: Any, where:
 
 
 def define_agent(state: Any, name: str, spec: dict[str, Any], where: str) -> Any:
-    from ..server.agents import Agent, AgentError
+    from ...server.agents import Agent, AgentError
 
     spec = dict(spec)
     if isinstance(spec.get("auto_approve"), str):
@@ -331,7 +331,7 @@ def define_agent(state: Any, name: str, spec: dict[str, Any], where: str) -> Any
 
 
 def _default_model() -> str:
-    from .extension import default_model
+    from ..extension import default_model
 
     return default_model()
 
@@ -365,7 +365,7 @@ def open_view(
     is and this one starts after it, so every cell keeps its own step of the story; the
     footer says where the whole log is.
     """
-    from .widgets import SessionView
+    from ..views.session import SessionView
 
     server = state.server
     footer = None
@@ -395,8 +395,8 @@ def send_turn(
     state: Any, name: str, text: str, *, directive: bool = False, display: bool = True
 ) -> tuple[Any, Any]:
     """Write the Message (or Directive) from this cell; return (run handle, view or None)."""
-    from ..core.entries import EntryType
-    from .extension import origin
+    from ...core.entries import EntryType
+    from ..extension import origin
 
     server = state.server
     check_agent(server, name)
@@ -427,7 +427,7 @@ def wait_session(state: Any, session: int, handle: Any, view: Any) -> None:
     If it parks, the view says so (the tool row waits for approval, the card says what to do)
     and keeps saying the truth as it changes; only without a view is a line printed (stdout
     cannot be updated, so it would contradict the view later)."""
-    from .kernel_loop import WaitInterrupted, wait_run
+    from ..kernel_loop import WaitInterrupted, wait_run
 
     server = state.server
     outcome = wait_run(
@@ -635,7 +635,7 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
         wait_session(state, session, None, view)
 
     def _cmd_config(self, rest: str) -> None:
-        from .extension import DEFAULT_AGENT, reopen
+        from ..extension import DEFAULT_AGENT, reopen
 
         state = self.state
         if not rest:
@@ -668,7 +668,7 @@ def _agent_spec(agent: Any, **changes: Any) -> dict[str, Any]:
 
 def _last_trigger_seq(server: Any, session: int) -> int:
     """The seq just before the session's latest user Message or Directive (0 if none)."""
-    from ..core.entries import EntryType
+    from ...core.entries import EntryType
 
     last = 0
     for e in server.store.entries(session):
