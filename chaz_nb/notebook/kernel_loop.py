@@ -31,7 +31,7 @@ import signal
 import threading
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, TypeVar
-from ..errors import WaitInterrupted
+
 
 T = TypeVar("T")
 

@@ -1,23 +1,13 @@
-"""Agent definitions and the per-run context tools can see."""
+"""Agent definitions: a model, a system prompt, the tools it may use and its limits."""
 
 from __future__ import annotations
 
-import contextvars
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import Any
 
 from ..engine.tree_budget import DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_SPAWNS
 from ..errors import AgentError
-
-if TYPE_CHECKING:  # pragma: no cover
-    import asyncio
-
-    from .ceiling import Ceiling
-    from ..engine.runtime import IterationBudget
-    from .ports import ServerPort
-    from ..engine.tools import ScopedTools
-    from ..engine.tree_budget import TreeBudget
 
 RESERVED_NAMES = frozenset({"user", "system", "all", "everyone"})
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
@@ -89,51 +79,3 @@ class Agent:
     @property
     def call_depth_limit(self) -> int:
         return self.max_iterations if self.max_depth is None else self.max_depth
-
-
-@dataclass
-class SpawnContext:
-    """Spawn metadata of a child session (the reference's SpawnContext)."""
-
-    call_depth: int
-    max_call_depth: int
-    parent_tools: "ScopedTools"
-    completion: "asyncio.Future[None] | None" = None
-    #: set for spawn_worker: the parent's own iteration budget, shared
-    budget: "IterationBudget | None" = None
-    parent_session: int | None = None
-    parent_run: int | None = None
-    #: auto-approve patterns of every ancestor (a child can only be stricter)
-    auto_approve: tuple[frozenset[str], ...] = ()
-    #: the spawning run's tree budget: the child's runs draw on it too
-    tree: "TreeBudget | None" = None
-
-
-@dataclass
-class RunContext:
-    """The run a tool call belongs to (read by spawn_agent and other built-in tools)."""
-
-    #: what the run's tools may use of the server (ports.py); never the Server itself
-    port: "ServerPort"
-    session_id: int
-    agent: Agent
-    run_id: int
-    call_depth: int
-    max_call_depth: int
-    scope: "ScopedTools"
-    budget: "IterationBudget"
-    unattended: bool = False  # no person to ask (a schedule fire)
-    #: auto-approve patterns of this agent and of each ancestor; a tool is auto-approved
-    #: only when every level allows it
-    auto_approve: tuple[frozenset[str], ...] = ()
-    #: spawns and model calls left to the whole run tree this run belongs to
-    tree: "TreeBudget | None" = None
-    #: the cap above this run (before its agent's own tools and auto-approve list)
-    ceiling: "Ceiling | None" = None
-    #: waits until the run's ToolCall/ToolResult events are committed
-    flush_events: "Callable[[], Awaitable[None]] | None" = None
-
-
-current_run: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(
-    "chaz_current_run", default=None
-)

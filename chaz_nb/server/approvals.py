@@ -27,7 +27,7 @@ from ..errors import ApprovalError
 from .ports import Part
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .agents import RunContext
+    from .ports import RunContext
     from .ports import ServerPort
 
 log = logging.getLogger(__name__)

@@ -28,14 +28,22 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Protocol, Sequence
 from ..errors import CeilingError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .agents import RunContext
     from ..engine.tools import ScopedTools, ToolRegistry
 
 Chain = tuple[frozenset[str], ...]
+
+
+class RunFacts(Protocol):
+    """What ``Ceiling.of_run`` reads of a run (a ``RunContext`` has it)."""
+
+    scope: "ScopedTools"
+    auto_approve: Chain
+    call_depth: int
+    max_call_depth: int
 
 
 @dataclass(frozen=True)
@@ -50,7 +58,7 @@ class Ceiling:
     max_call_depth: int | None = None
 
     @classmethod
-    def of_run(cls, ctx: "RunContext") -> "Ceiling":
+    def of_run(cls, ctx: "RunFacts") -> "Ceiling":
         """What a run may do: the cap it puts on the runs it triggers or spawns."""
         return cls(ctx.scope.names, tuple(ctx.auto_approve), ctx.call_depth, ctx.max_call_depth)
 

@@ -17,14 +17,14 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from .agents import Agent, current_run
+from .agents import Agent
 from ..engine.backends import TASK_KEY
 from ..core.entries import CONTEXT_TYPES, Entry, EntryType, approx_tokens, build_context, context_slice
 from .invocation import Invocation
 from ..engine.runtime import one_line_reason
 from ..engine.tools import ToolError, ToolRegistry, tool
 from ..errors import CompactionError
-from .ports import Part
+from .ports import Part, current_run
 
 if TYPE_CHECKING:  # pragma: no cover
     from .ports import ServerPort

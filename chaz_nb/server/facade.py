@@ -19,13 +19,14 @@ from ..engine.runtime import ToolExecutor
 from ..engine.tools import ToolsLike, as_registry
 from ..errors import AgentError, ServerError
 from . import spawn as spawn_tools
-from .agents import Agent, RunContext, SpawnContext
+from .agents import Agent
 from .approvals import DEFAULT_TIMEOUT, ApprovalBook
 from .compaction import Compaction
 from .invocation import Invocation
-from .ports import Part
+from .handle import RunHandle
+from .ports import Part, RunContext, SpawnContext
 from .rooms import Rooms
-from .runs import RunEngine, RunHandle
+from .runs import RunEngine
 from .schedules import Fire, Schedule, Schedules
 
 __all__ = ["RunHandle", "Server", "ServerError"]

@@ -1,4 +1,5 @@
-"""What the server's parts may use of it (``ServerPort``), and what a part is (``Part``).
+"""What the server's parts may use of it (``ServerPort``), what a part is (``Part``), and what
+a run's tools see (``RunContext``, ``SpawnContext``, ``current_run``).
 
 The run engine (runs.py) implements ``ServerPort``; every part (approvals, rooms, schedules,
 compaction, spawn) gets the port in its constructor and uses nothing else of the server, so no
@@ -16,6 +17,8 @@ booked before anything reacts to the same write. A part implements only the hook
 from __future__ import annotations
 
 import asyncio
+import contextvars
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -24,9 +27,13 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..engine.backends import ModelBackend
     from ..engine.runtime import ToolExecutor
     from ..engine.tools import ToolRegistry
-    from .agents import Agent, RunContext, SpawnContext
+    from ..engine.runtime import IterationBudget
+    from ..engine.tools import ScopedTools
+    from ..engine.tree_budget import TreeBudget
+    from .agents import Agent
+    from .ceiling import Ceiling
+    from .handle import RunHandle
     from .invocation import Invocation
-    from .runs import RunHandle
 
 
 class ServerPort(Protocol):
@@ -137,3 +144,51 @@ class Part(Protocol):
     async def stop(self) -> None:
         """The server stops: end the part's own tasks."""
         return None
+
+
+@dataclass
+class SpawnContext:
+    """Spawn metadata of a child session (what a spawn passes to the child's runs)."""
+
+    call_depth: int
+    max_call_depth: int
+    parent_tools: "ScopedTools"
+    completion: "asyncio.Future[None] | None" = None
+    #: set for spawn_worker: the parent's own iteration budget, shared
+    budget: "IterationBudget | None" = None
+    parent_session: int | None = None
+    parent_run: int | None = None
+    #: auto-approve patterns of every ancestor (a child can only be stricter)
+    auto_approve: tuple[frozenset[str], ...] = ()
+    #: the spawning run's tree budget: the child's runs draw on it too
+    tree: "TreeBudget | None" = None
+
+
+@dataclass
+class RunContext:
+    """The run a tool call belongs to (read by spawn_agent and other built-in tools)."""
+
+    #: what the run's tools may use of the server (ports.py); never the Server itself
+    port: "ServerPort"
+    session_id: int
+    agent: Agent
+    run_id: int
+    call_depth: int
+    max_call_depth: int
+    scope: "ScopedTools"
+    budget: "IterationBudget"
+    unattended: bool = False  # no person to ask (a schedule fire)
+    #: auto-approve patterns of this agent and of each ancestor; a tool is auto-approved
+    #: only when every level allows it
+    auto_approve: tuple[frozenset[str], ...] = ()
+    #: spawns and model calls left to the whole run tree this run belongs to
+    tree: "TreeBudget | None" = None
+    #: the cap above this run (before its agent's own tools and auto-approve list)
+    ceiling: "Ceiling | None" = None
+    #: waits until the run's ToolCall/ToolResult events are committed
+    flush_events: "Callable[[], Awaitable[None]] | None" = None
+
+
+current_run: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(
+    "chaz_current_run", default=None
+)

@@ -43,17 +43,17 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable
 
-from .agents import Agent, current_run
+from .agents import Agent
 from ..core.entries import Entry, EntryType
 from .invocation import Invocation
 from ..core.store import StoreError
 from ..engine.tools import ToolError, ToolRegistry, tool
 from ..errors import ServerError
-from .ports import Part
+from .ports import Part, current_run
 
 if TYPE_CHECKING:  # pragma: no cover
     from .ports import ServerPort
-    from .runs import RunHandle
+    from .handle import RunHandle
 
 ROOM_KIND = "room"
 DEFAULT_BURST_BUDGET = 6

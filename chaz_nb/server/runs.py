@@ -38,34 +38,13 @@ from ..engine.tools import ToolRegistry
 from ..engine.tree_budget import BudgetedBackend, TreeBudget, TreeBudgetExceeded
 from ..errors import CeilingError, ServerError
 from . import events as event_writer
-from .agents import Agent, RunContext, SpawnContext, current_run
+from .agents import Agent
 from .ceiling import Ceiling
 from .invocation import Invocation
-from .ports import Part
+from .handle import RunHandle
+from .ports import Part, RunContext, SpawnContext, current_run
 
 log = logging.getLogger(__name__)
-
-
-class RunHandle:
-    """A triggered run: ``await handle.wait()`` gives its reply or Error entry (None if silent)."""
-
-    def __init__(self, trigger: Entry, future: "asyncio.Future[Entry | None]") -> None:
-        self.trigger = trigger
-        self.future = future
-
-    @property
-    def session_id(self) -> int:
-        return self.trigger.session_id
-
-    def done(self) -> bool:
-        return self.future.done()
-
-    async def wait(self) -> Entry | None:
-        return await asyncio.shield(self.future)
-
-    def __repr__(self) -> str:
-        state = "done" if self.done() else "running"
-        return f"<RunHandle session={self.session_id} trigger={self.trigger.id} {state}>"
 
 
 @dataclass

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Generic, TypeVar
 
-from .agents import SpawnContext, current_run
+from .ports import SpawnContext, current_run
 from ..core.entries import EntryType
 from ..engine.tools import ToolError, ToolRegistry, tool
 from ..engine.tree_budget import TreeBudgetExceeded

@@ -427,7 +427,8 @@ def wait_session(state: Any, session: int, handle: Any, view: Any) -> None:
     If it parks, the view says so (the tool row waits for approval, the card says what to do)
     and keeps saying the truth as it changes; only without a view is a line printed (stdout
     cannot be updated, so it would contradict the view later)."""
-    from ..kernel_loop import WaitInterrupted, wait_run
+    from ...errors import WaitInterrupted
+    from ..kernel_loop import wait_run
 
     server = state.server
     outcome = wait_run(

@@ -346,7 +346,8 @@ class MultiAgentCommands:
     # ----------------------------------------------------------- compaction
     def _cmd_compact(self, rest: str) -> None:
         from ...server.compaction import CompactionError
-        from ..kernel_loop import WaitInterrupted, wait_run
+        from ...errors import WaitInterrupted
+        from ..kernel_loop import wait_run
         from .core import parse_session
 
         state = self.state
