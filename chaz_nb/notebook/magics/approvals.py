@@ -14,20 +14,19 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
+
+from .args import split_words
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ...server.facade import Server
+    from ..extension import ExtensionState
 
 PENDING_USAGE = "usage: %chaz pending"
 APPROVE_USAGE = "usage: %chaz approve ID|last|oldest|all [--all-calls]"
 DENY_USAGE = "usage: %chaz deny ID|last|oldest|all [--reason TEXT...]"
-
-
-def _args(rest: str, usage: str) -> list[str]:
-    try:
-        return shlex.split(rest)
-    except ValueError as exc:
-        raise UsageError(f"cannot parse the line ({exc}); {usage}") from None
 
 
 _REASON = re.compile(r"(?:^|\s)--reason(?:=|\s|$)")
@@ -64,6 +63,8 @@ def _short(value: Any, n: int = 60) -> str:
 class ApprovalCommands:
     """Mixin of ChazMagics: ``_cmd_pending``, ``_cmd_approve``, ``_cmd_deny``."""
 
+    state: "ExtensionState"  # the host (ChazMagics) provides it
+
     def _cmd_pending(self, rest: str) -> None:
         if rest:
             raise UsageError(f"%chaz pending takes no arguments; {PENDING_USAGE}")
@@ -88,7 +89,7 @@ class ApprovalCommands:
         print("decide: %chaz approve ID|last|all  ·  %chaz deny ID|last [--reason R]")
 
     def _cmd_approve(self, rest: str) -> None:
-        args = _args(rest, APPROVE_USAGE)
+        args = split_words(rest, APPROVE_USAGE)
         decision = "approve"
         if "--all-calls" in args:
             args.remove("--all-calls")
@@ -102,7 +103,7 @@ class ApprovalCommands:
 
     def _cmd_deny(self, rest: str) -> None:
         refs_text, reason = split_reason(rest)
-        args = _args(refs_text, DENY_USAGE)
+        args = split_words(refs_text, DENY_USAGE)
         bad = [a for a in args if a.startswith("--")]
         if bad:
             raise UsageError(f"%chaz deny: unknown option {bad[0]}; {DENY_USAGE}")

@@ -6,22 +6,26 @@ traceback) and which marks the cell as failed, so "Run All" stops there.
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import json
 import re
-import shlex
 import sys
 import textwrap
 from dataclasses import fields
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 from .approvals import APPROVE_USAGE, DENY_USAGE, PENDING_USAGE, ApprovalCommands
+from .args import CommandParser, HelpShown, split_words, table, usage_of
 from .multi import ROOM_USAGE, SCHEDULE_USAGE, MultiAgentCommands
 from .sql import AUDIT_USAGE, SQL_USAGE, SqlCommands
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ...server.agents import Agent
+    from ...server.facade import Server
+    from ..extension import ExtensionState
 
 CELL_USAGE = "usage: %%chaz @NAME [--no-wait] | %%chaz directive @NAME | %%chaz agent NAME (TOML body) | %%chaz sql [options] (SQL body)"
 
@@ -62,7 +66,7 @@ _TOOL_PATTERN = re.compile(r"[A-Za-z0-9_*?\[\]!-]{1,64}")
 _NAME = re.compile(r"@([A-Za-z][A-Za-z0-9_-]*)")
 
 
-def _state() -> Any:
+def _state() -> "ExtensionState":
     from ..extension import NotLoadedError, current_state
 
     try:
@@ -72,22 +76,8 @@ def _state() -> Any:
 
 
 # ------------------------------------------------------------------ parsing
-class _ArgumentParser(argparse.ArgumentParser):
-    """argparse whose errors are one-line UsageErrors (never SystemExit)."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"%chaz {self.prog}: {message}; usage: {self.usage}")
-
-    def exit(self, status: int = 0, message: str | None = None) -> None:  # type: ignore[override]
-        raise _HelpShown()
-
-
-class _HelpShown(Exception):
-    pass
-
-
-def _agent_parser() -> _ArgumentParser:
-    p = _ArgumentParser(prog="agent", add_help=True, allow_abbrev=False)
+def _agent_parser() -> CommandParser:
+    p = CommandParser(prog="agent")
     p.add_argument("name", metavar="NAME")
     p.add_argument("--model", metavar="M")
     p.add_argument("--system", metavar="S")
@@ -106,26 +96,6 @@ def _agent_parser() -> _ArgumentParser:
     p.add_argument("--script", metavar="JSON", help="JSON list of steps for the chaz/script model")
     p.usage = "%chaz " + usage_of(p)
     return p
-
-
-def usage_of(parser: argparse.ArgumentParser) -> str:
-    """``agent NAME [--model M] ...``: a sub-command's usage from its parser's own arguments.
-
-    The usage lines are made from the parser rather than written beside it, so a flag added
-    to the parser is in ``%chaz``'s usage and ``%chaz help`` too (they once drifted apart).
-    """
-    parts = [parser.prog]
-    for action in parser._actions:
-        if isinstance(action, argparse._HelpAction):
-            continue
-        metavar = action.metavar or action.dest.upper()
-        if not action.option_strings:
-            parts.append({"?": f"[{metavar}]", "*": f"[{metavar} ...]"}.get(action.nargs, metavar))
-        elif action.nargs == 0:
-            parts.append(f"[{action.option_strings[0]}]")
-        else:
-            parts.append(f"[{action.option_strings[0]} {metavar}]")
-    return " ".join(parts)
 
 
 def _forms(usage: str) -> str:
@@ -162,13 +132,6 @@ HELP = _HELP.replace(
 )
 
 
-def _split(line: str) -> list[str]:
-    try:
-        return shlex.split(line)
-    except ValueError as exc:
-        raise UsageError(f"%chaz: cannot parse the line ({exc}); close the quote, or %chaz help for the usage") from None
-
-
 def parse_message_line(line: str, where: str = "%chaz") -> tuple[str, str, bool]:
     """``[--no-wait] @NAME [--no-wait] text`` -> (name, text, wait). The text is kept verbatim."""
     rest = line.strip()
@@ -195,7 +158,7 @@ def parse_message_line(line: str, where: str = "%chaz") -> tuple[str, str, bool]
     return name, rest.strip(), wait
 
 
-def parse_address(text: str, server: Any = None) -> tuple[str, str]:
+def parse_address(text: str, server: "Server | None" = None) -> tuple[str, str]:
     """``"@NAME text"`` -> (NAME, text), checked against the server's agents."""
     name, body, _ = parse_message_line(text, where="chaz_nb.ask")
     if server is not None:
@@ -205,7 +168,7 @@ def parse_address(text: str, server: Any = None) -> tuple[str, str]:
     return name, body
 
 
-def check_agent(server: Any, name: str) -> None:
+def check_agent(server: "Server", name: str) -> None:
     if name not in server.agents:
         known = ", ".join("@" + n for n in sorted(server.agents)) or "none"
         raise UsageError(
@@ -214,7 +177,7 @@ def check_agent(server: Any, name: str) -> None:
         )
 
 
-def parse_session(server: Any, arg: str, last: int | None, what: str) -> int:
+def parse_session(server: "Server", arg: str, last: int | None, what: str) -> int:
     arg = arg.strip()
     if not arg:
         if last is None:
@@ -269,7 +232,7 @@ def _agent_keys() -> set[str]:
     return {f.name for f in fields(Agent)} - {"name"}
 
 
-def resolve_tools(names: list[str] | str | None, shell: Any, server: Any, where: str) -> list[str] | None:
+def resolve_tools(names: list[str] | str | None, shell: Any, server: "Server", where: str) -> list[str] | None:
     """Tool names or globs -> names registered on the server (notebook tools get registered).
 
     A plain name must be a ``@chaz_nb.tool`` object in the notebook's namespace, or a tool the
@@ -311,7 +274,7 @@ def resolve_tools(names: list[str] | str | None, shell: Any, server: Any, where:
     return out
 
 
-def define_agent(state: Any, name: str, spec: dict[str, Any], where: str) -> Any:
+def define_agent(state: "ExtensionState", name: str, spec: dict[str, Any], where: str) -> Any:
     from ...server.agents import Agent, AgentError
 
     spec = dict(spec)
@@ -336,7 +299,7 @@ def _default_model() -> str:
     return default_model()
 
 
-def describe_agent(agent: Any, server: Any) -> str:
+def describe_agent(agent: "Agent", server: "Server") -> str:
     """The confirmation line of an agent definition.
 
     An agent defined without ``tools`` may use every tool registered on the server, at the
@@ -355,7 +318,7 @@ def describe_agent(agent: Any, server: Any) -> str:
 
 # ------------------------------------------------------------------ turns
 def open_view(
-    state: Any, session: int, *, after_seq: int = 0, follow: bool | None = None, title: str | None = None
+    state: "ExtensionState", session: int, *, after_seq: int = 0, follow: bool | None = None, title: str | None = None
 ) -> Any:
     """A view of a session on the kernel loop; kept in ``state.views`` while it follows the log
     (so unloading the extension finishes it).
@@ -392,7 +355,7 @@ def open_view(
 
 
 def send_turn(
-    state: Any, name: str, text: str, *, directive: bool = False, display: bool = True
+    state: "ExtensionState", name: str, text: str, *, directive: bool = False, display: bool = True
 ) -> tuple[Any, Any]:
     """Write the Message (or Directive) from this cell; return (run handle, view or None)."""
     from ...core.entries import EntryType
@@ -421,7 +384,7 @@ def send_turn(
     return handle, view
 
 
-def wait_session(state: Any, session: int, handle: Any, view: Any) -> None:
+def wait_session(state: "ExtensionState", session: int, handle: Any, view: Any) -> None:
     """Wait for the run; raise WaitInterrupted on Ctrl-C.
 
     If it parks, the view says so (the tool row waits for approval, the card says what to do)
@@ -463,12 +426,12 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
     multi-agent sub-commands live in their own modules as mixins.
     """
 
-    def __init__(self, shell: Any, state_getter: Callable[[], Any] | None = None) -> None:
+    def __init__(self, shell: Any, state_getter: "Callable[[], ExtensionState] | None" = None) -> None:
         super().__init__(shell)
         self._get_state = state_getter
 
     @property
-    def state(self) -> Any:
+    def state(self) -> "ExtensionState":
         return _state()
 
     @line_cell_magic
@@ -553,8 +516,8 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
         """``%chaz agent NAME --flags`` or ``%%chaz agent NAME`` (TOML body; flags win)."""
         state = self.state
         try:
-            args = _agent_parser().parse_args(_split(rest))
-        except _HelpShown:
+            args = _agent_parser().parse_args(split_words(rest))
+        except HelpShown:
             return None
         where = f"%chaz agent {args.name}" if body is None else f"%%chaz agent {args.name}"
         spec: dict[str, Any] = {} if body is None else parse_toml(body, where)
@@ -580,7 +543,7 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
             tools = "*" if a.tools is None else ",".join(a.tools) or "-"
             session = server.current_session_id(name)
             rows.append((name, a.model, tools, "-" if session is None else str(session)))
-        print(_table(rows))
+        print(table(rows))
 
     # -- sessions
     def _cmd_sessions(self, rest: str) -> None:
@@ -604,7 +567,7 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
         if len(rows) == 1:
             print("no sessions yet; talk to an agent: %chaz @assistant hello")
             return
-        print(_table(rows))
+        print(table(rows))
 
     def _cmd_log(self, rest: str) -> None:
 
@@ -642,7 +605,7 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
         if not rest:
             print(state.db_line)
             return
-        for item in _split(rest):
+        for item in split_words(rest):
             key, eq, value = item.partition("=")
             if not eq or not value:
                 raise UsageError(f"%chaz config: expected key=value, got {item!r}; keys: db, model")
@@ -661,13 +624,13 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
         print(HELP)
 
 
-def _agent_spec(agent: Any, **changes: Any) -> dict[str, Any]:
+def _agent_spec(agent: "Agent", **changes: Any) -> dict[str, Any]:
     spec = {f.name: getattr(agent, f.name) for f in fields(agent) if f.name != "name"}
     spec.update(changes)
     return spec
 
 
-def _last_trigger_seq(server: Any, session: int) -> int:
+def _last_trigger_seq(server: "Server", session: int) -> int:
     """The seq just before the session's latest user Message or Directive (0 if none)."""
     from ...core.entries import EntryType
 
@@ -678,8 +641,3 @@ def _last_trigger_seq(server: Any, session: int) -> int:
         ):
             last = e.seq - 1
     return last
-
-
-def _table(rows: list[tuple[str, ...]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)

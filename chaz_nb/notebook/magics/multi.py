@@ -26,9 +26,16 @@ Compaction::
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
+
+from .args import CommandParser, HelpShown, split_words, table
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ...server.facade import Server
+    from ...server.rooms import Room
+    from ..extension import ExtensionState
 
 SCHEDULE_USAGE = (
     'usage: %chaz schedule add @NAME "CRON|every 30s|at ISO|in 10m" prompt... '
@@ -131,10 +138,8 @@ def parse_schedule_add(line: str) -> dict[str, Any]:
     return {"agent": name, "trigger": trigger, "prompt": prompt, "session": session, "max_fires": max_fires}
 
 
-def _room_parser() -> Any:
-    from .core import _ArgumentParser
-
-    p = _ArgumentParser(prog="room", usage=ROOM_USAGE[len("usage: "):], add_help=True, allow_abbrev=False)
+def _room_parser() -> CommandParser:
+    p = CommandParser(prog="room", usage=ROOM_USAGE[len("usage: "):])
     p.add_argument("name", nargs="?")
     p.add_argument("members", nargs="*")
     p.add_argument("--host")
@@ -144,8 +149,6 @@ def _room_parser() -> Any:
 
 
 def _schedule_table(schedules: list[Any]) -> str:
-    from .core import _table
-
     rows = [("id", "agent", "trigger", "target", "state", "fired", "next fire (UTC)", "prompt")]
     for s in schedules:
         state = "enabled" if s.enabled else f"paused: {s.disabled_reason or 'paused'}"
@@ -155,13 +158,13 @@ def _schedule_table(schedules: list[Any]) -> str:
         prompt = " ".join(s.prompt.split())
         prompt = prompt if len(prompt) <= 40 else prompt[:39] + "…"
         rows.append((f"#{s.id}", s.agent, s.trigger, target, state, fired, nxt, prompt))
-    return _table(rows)
+    return table(rows)
 
 
 class MultiAgentCommands:
     """Mixin of ChazMagics: ``_cmd_schedule``, ``_cmd_room``, ``_cmd_compact``."""
 
-    state: Any
+    state: "ExtensionState"
 
     # ------------------------------------------------------------ schedules
     def _cmd_schedule(self, rest: str) -> None:
@@ -220,13 +223,12 @@ class MultiAgentCommands:
     # ---------------------------------------------------------------- rooms
     def _cmd_room(self, rest: str) -> None:
         from ...server.facade import ServerError
-        from .core import _HelpShown, _split
 
         state = self.state
         server = state.server
         try:
-            args = _room_parser().parse_args(_split(rest))
-        except _HelpShown:
+            args = _room_parser().parse_args(split_words(rest))
+        except HelpShown:
             print(ROOM_USAGE)
             return None
         if args.leave:
@@ -272,7 +274,7 @@ class MultiAgentCommands:
             raise UsageError(f"%chaz room {args.name}: {_one_line(exc)}") from None
         return self._enter_room(server.rooms.get(room_id), created=True)
 
-    def _enter_room(self, room: Any, created: bool = False) -> None:
+    def _enter_room(self, room: "Room", created: bool = False) -> None:
         state = self.state
         state.room = room.id
         state.last_session = room.id
@@ -285,8 +287,6 @@ class MultiAgentCommands:
         return None
 
     def _room_list(self) -> None:
-        from .core import _table
-
         state = self.state
         rooms = state.server.rooms.list()
         if not rooms:
@@ -299,7 +299,7 @@ class MultiAgentCommands:
                 str(r.id), r.name, " ".join("@" + m for m in r.members),
                 "@" + r.host if r.host else "-", str(r.burst_budget), "← current" if r.id == current else "",
             ))
-        print(_table(rows))
+        print(table(rows))
         if current is not None:
             print("%chaz @NAME text speaks in the current room; %chaz room --leave leaves it")
         return None

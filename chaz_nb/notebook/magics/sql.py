@@ -11,11 +11,17 @@ from __future__ import annotations
 
 import keyword
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
+from .args import CommandParser
+
 from ..views.display import esc as _esc
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ...server.facade import Server
+    from ..extension import ExtensionState
 
 SQL_USAGE = "usage: %chaz sql [-o|--out NAME [--relation]] [--db PATH] [--max-rows N] QUERY"
 AUDIT_USAGE = "usage: %chaz audit [SESSION]"
@@ -162,10 +168,8 @@ def _take_options(text: str) -> tuple[list[str], str]:
     return tokens, rest.strip()
 
 
-def _sql_parser() -> Any:
-    from .core import _ArgumentParser
-
-    p = _ArgumentParser(prog="sql", usage=SQL_USAGE[len("usage: "):], add_help=False, allow_abbrev=False)
+def _sql_parser() -> CommandParser:
+    p = CommandParser(prog="sql", usage=SQL_USAGE[len("usage: "):], add_help=False)
     p.add_argument("-o", "--out", dest="out")
     p.add_argument("--relation", action="store_true")
     p.add_argument("--db")
@@ -182,6 +186,8 @@ def _fail(exc: BaseException) -> UsageError:
 
 class SqlCommands:
     """Mixin of ChazMagics: ``_cmd_sql``, ``_cmd_audit``, and ``_sql_cell`` (``%%chaz sql``)."""
+
+    state: "ExtensionState"  # the host (ChazMagics) provides it
 
     def _cmd_sql(self, rest: str) -> Any:
         options, query = _take_options(rest)

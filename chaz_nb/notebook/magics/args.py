@@ -1,0 +1,80 @@
+"""How every ``%chaz`` sub-command reads its line: the rules, written once.
+
+* Words are split as a shell would (``shlex``): quotes group words, and an open quote is one
+  ``UsageError`` that says to close it.
+* Options are parsed by ``CommandParser`` (argparse without abbreviations): an unknown or
+  malformed option is one ``UsageError`` line ending in the sub-command's usage, never a
+  ``SystemExit``; ``--help`` prints the usage and raises ``HelpShown``, which the magic
+  catches to return quietly.
+* A sub-command's usage line is made from its parser (``usage_of``), so a flag added to a
+  parser is in the usage and in ``%chaz help`` at once.
+* Free text (a message, a reason, a SQL query) is not split: the sub-command takes the rest of
+  the line verbatim.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from typing import NoReturn
+
+from IPython.core.error import UsageError
+
+
+class HelpShown(Exception):
+    """``--help`` was asked for and the usage printed: the magic returns without output.
+
+    Control flow of the magics, not an error a user sees, so it is not in chaz_nb.errors.
+    """
+
+
+class CommandParser(argparse.ArgumentParser):
+    """argparse whose errors are one-line UsageErrors (never SystemExit)."""
+
+    def __init__(self, prog: str, usage: str | None = None, add_help: bool = True) -> None:
+        super().__init__(prog=prog, usage=usage, add_help=add_help, allow_abbrev=False)
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"%chaz {self.prog}: {message}; usage: {self.usage}")
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        raise HelpShown()
+
+
+def split_words(line: str, usage: str | None = None) -> list[str]:
+    """The line's words, shell-style; an open quote is a UsageError (with ``usage`` if given)."""
+    try:
+        return shlex.split(line)
+    except ValueError as exc:
+        if usage is None:
+            raise UsageError(
+                f"%chaz: cannot parse the line ({exc}); close the quote, or %chaz help for the usage"
+            ) from None
+        raise UsageError(f"cannot parse the line ({exc}); {usage}") from None
+
+
+def usage_of(parser: argparse.ArgumentParser) -> str:
+    """``agent NAME [--model M] ...``: a sub-command's usage from its parser's own arguments.
+
+    The usage lines are made from the parser rather than written beside it, so a flag added
+    to the parser is in ``%chaz``'s usage and ``%chaz help`` too (they once drifted apart).
+    """
+    parts = [parser.prog]
+    # argparse has no public list of a parser's arguments; _actions is the documented-by-use one
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        metavar = action.metavar or action.dest.upper()
+        if not action.option_strings:
+            parts.append({"?": f"[{metavar}]", "*": f"[{metavar} ...]"}.get(str(action.nargs), str(metavar)))
+        elif action.nargs == 0:
+            parts.append(f"[{action.option_strings[0]}]")
+        else:
+            parts.append(f"[{action.option_strings[0]} {metavar}]")
+    return " ".join(parts)
+
+
+def table(rows: list[tuple[str, ...]]) -> str:
+    """Rows as left-aligned text columns (the first row is the header)."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
