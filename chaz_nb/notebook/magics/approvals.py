@@ -21,7 +21,6 @@ from IPython.core.error import UsageError
 from .args import split_words
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ...server.facade import Server
     from ..extension import ExtensionState
 
 PENDING_USAGE = "usage: %chaz pending"

@@ -33,7 +33,6 @@ from IPython.core.error import UsageError
 from .args import CommandParser, HelpShown, split_words, table
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ...server.facade import Server
     from ...server.rooms import Room
     from ..extension import ExtensionState
 

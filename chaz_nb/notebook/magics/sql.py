@@ -20,7 +20,6 @@ from .args import CommandParser
 from ..views.display import esc as _esc
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ...server.facade import Server
     from ..extension import ExtensionState
 
 SQL_USAGE = "usage: %chaz sql [-o|--out NAME [--relation]] [--db PATH] [--max-rows N] QUERY"
