@@ -31,7 +31,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .display import StaticFallbackView
+from .base import LiveView
 from .display import esc as _esc
 
 log = logging.getLogger("chaz_nb.notebook.views.audit")
@@ -185,7 +185,7 @@ def _json_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-class AuditView(StaticFallbackView):
+class AuditView(LiveView):
     """Tool calls of a store (or of one session and its children), live, with filters.
 
     ``store``: a SessionStore. ``session``: a session id, or None for every session.
@@ -402,10 +402,6 @@ class AuditView(StaticFallbackView):
         self._dirty = False
 
     # ------------------------------------------------------------ live updates
-    @property
-    def following(self) -> bool:
-        return self._unsubscribe is not None
-
     def _on_write(self, entry: Any) -> None:
         """on_write callback: O(1); arm one refresh ``interval`` from now."""
         if self._closed:
@@ -413,21 +409,7 @@ class AuditView(StaticFallbackView):
         t = getattr(entry.entry_type, "value", entry.entry_type)
         if t not in RELEVANT:
             return
-        with self._lock:
-            if self._armed:
-                return
-            self._armed = True
-        if threading.get_ident() == self._loop_thread:
-            self._arm()
-        else:  # a write from a worker thread: hop onto the loop
-            self._loop.call_soon_threadsafe(self._arm)
-
-    def _arm(self) -> None:
-        loop = self._loop
-        if loop is None or loop.is_closed() or self._closed:
-            self._armed = False
-            return
-        self._timer = loop.call_later(self.interval, self._tick)
+        self._request_refresh(self.interval)
 
     def _tick(self) -> None:
         with self._lock:
@@ -471,28 +453,19 @@ class AuditView(StaticFallbackView):
 
             self._static_timer = self._loop.call_later(wait, later)
 
-    def finish(self) -> None:
-        """Stop following (unsubscribe, cancel timers) and leave the static form as the output.
+    # ------------------------------------------------------------ finish (base.py)
+    def _timers(self) -> tuple[str, ...]:
+        return ("_timer", "_static_timer")
 
-        The output is replaced by the static bundle (no widget view) before the widget closes:
-        a saved notebook then shows the table, not "model not found".
-        """
-        if self._unsubscribe is not None:
-            self._unsubscribe()
-            self._unsubscribe = None
-        for timer in (self._timer, self._static_timer):
-            if timer is not None:
-                timer.cancel()
-        self._timer = self._static_timer = None
-        self._armed = False
-        if self._box is None:
-            return
+    def _begin_finish(self) -> bool:
+        return self._box is not None  # a snapshot has no widget to replace
+
+    def _final_static(self) -> None:
         if self._displayed and not self._closed:
             try:
                 self._update_static(widget=False)
             except Exception:  # the kernel may be going away
                 log.exception("audit view: final static output failed")
-        self._close_widgets()
 
     def close(self) -> None:
         """Unsubscribe and close the widgets."""

@@ -18,10 +18,8 @@ was shut down) shows "Error displaying widget: model not found". So:
 
 from __future__ import annotations
 
-import asyncio
 import html
 import logging
-import threading
 import time
 from typing import Any, Callable
 
@@ -79,18 +77,6 @@ class StaticFallbackView:
 
     def _remember_sent(self, data: dict[str, Any]) -> None:
         """Called with each bundle the output is given (a view may keep it)."""
-
-    def _subscribe(self) -> None:
-        """Follow the store's writes on the kernel loop (views that have ``store`` and ``_on_write``)."""
-        try:
-            self._loop = getattr(self, "_loop", None) or asyncio.get_running_loop()
-        except RuntimeError:
-            from ..kernel_loop import get_loop
-
-            self._loop = get_loop()
-        # writes from other threads hop onto the loop before touching the widget
-        self._loop_thread = threading.get_ident()
-        self._unsubscribe = self.store.subscribe(self._on_write)
 
     def on_update(self, callback: Callable[[Any], None]) -> Callable[[], None]:
         """Call ``callback(view)`` after each live refresh and when the view finishes.

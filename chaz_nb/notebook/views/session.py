@@ -33,7 +33,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from .display import OUTPUT_METADATA, WIDGET_MIME, StaticFallbackView
+from .base import LiveView
+from .display import OUTPUT_METADATA, WIDGET_MIME
 from .display import esc as _esc
 
 log = logging.getLogger("chaz_nb.notebook.views.session")
@@ -425,7 +426,7 @@ class _Stats:
     sends: list[int] = field(default_factory=list)
 
 
-class SessionView(StaticFallbackView):
+class SessionView(LiveView):
     """A view of one session: live widget + static transcript, one display_id.
 
     ``store``: a SessionStore (``subscribe``, ``entries``, ``session``). ``status``: a
@@ -477,7 +478,7 @@ class SessionView(StaticFallbackView):
         self._loop = loop
         self._loop_thread: int | None = None
         self._pending: list[Any] = []
-        self._pending_lock = threading.Lock()
+        self._lock = threading.Lock()
         self._timer: Any = None
         self._armed = False
         self._poll: Any = None
@@ -525,30 +526,12 @@ class SessionView(StaticFallbackView):
         """on_write callback: O(1); queue the entry and arm the flush timer."""
         if entry.session_id != self.session_id or self._closed:
             return
-        with self._pending_lock:
+        with self._lock:
             self._pending.append(entry)
-        self._request_flush(self.interval)
-
-    def _request_flush(self, delay: float) -> None:
-        """Arm one flush ``delay`` seconds from now, unless one is armed already."""
-        with self._pending_lock:
-            if self._armed:
-                return
-            self._armed = True
-        if threading.get_ident() == self._loop_thread:
-            self._arm(delay)
-        else:  # a write from a worker thread: hop onto the loop
-            self._loop.call_soon_threadsafe(self._arm, delay)
-
-    def _arm(self, delay: float) -> None:
-        loop = self._loop
-        if loop is None or loop.is_closed() or self._closed:
-            self._armed = False
-            return
-        self._timer = loop.call_later(delay, self._tick)
+        self._request_refresh(self.interval)
 
     def _tick(self) -> None:
-        with self._pending_lock:
+        with self._lock:
             self._armed = False
             self._timer = None
         try:
@@ -573,7 +556,7 @@ class SessionView(StaticFallbackView):
         """
         if self._closed:
             return
-        with self._pending_lock:
+        with self._lock:
             batch, self._pending = self._pending, []
         self.stats.flushes += 1
         changed: set[int] = set()
@@ -584,7 +567,7 @@ class SessionView(StaticFallbackView):
             self._render_approvals()
             self._set_status_widget()
         if self._unsubscribe is not None and self.status() == "idle":
-            with self._pending_lock:
+            with self._lock:
                 more = bool(self._pending)
             if not more:
                 self.finish()  # sends the final static bundle
@@ -603,34 +586,23 @@ class SessionView(StaticFallbackView):
         if not self._armed:
             self._tick()
 
-    def _unsubscribe_all(self) -> None:
-        if self._unsubscribe is not None:
-            self._unsubscribe()
-            self._unsubscribe = None
-        for timer in (self._timer, self._poll):
-            if timer is not None:
-                timer.cancel()
-        self._timer = self._poll = None
-        self._armed = False
+    # ------------------------------------------------------------ finish (base.py)
+    def _timers(self) -> tuple[str, ...]:
+        return ("_timer", "_poll")
 
-    def finish(self) -> None:
-        """Stop following: unsubscribe, send the final static bundle, close the live widget.
-
-        The final bundle has no widget view, so a saved notebook shows the transcript (and
-        JupyterLab does not show "model not found" for a widget that is gone).
-        """
-        self._unsubscribe_all()
+    def _begin_finish(self) -> bool:
         if self._finished:
-            return
+            return False
         self._finished = True
-        with self._pending_lock:
+        with self._lock:
             batch, self._pending = self._pending, []
         for entry in batch:
             self._add(entry)
+        return True
+
+    def _final_static(self) -> None:
         if self._displayed:
             self.update_display()
-        self._close_widgets()
-        self._updated()
 
     def hand_over(self) -> int:
         """A later cell follows this session now: end this view as its output last showed it.
@@ -644,9 +616,9 @@ class SessionView(StaticFallbackView):
         if self._unsubscribe is None and self._finished:
             return self._sent_seq if self._sent is not None else self._last_seq
         self.handed_over = True
-        with self._pending_lock:
+        with self._lock:
             self._pending = []  # not shown yet: the later view shows them
-        self._unsubscribe_all()
+        self._stop_following()
         self._finished = True
         if self._sent is None:  # never displayed: nothing to freeze
             self._close_widgets()
@@ -694,9 +666,6 @@ class SessionView(StaticFallbackView):
             except Exception:
                 pass
 
-    @property
-    def following(self) -> bool:
-        return self._unsubscribe is not None
 
     # ---------------------------------------------------------- widget
     def _build_widget(self) -> None:
