@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 
 class EntryType(str, Enum):
-    """The nine entry types, stored by their reference names."""
+    """The nine entry types, stored by their names (docs/design.md, "Entry types")."""
 
     MESSAGE = "Message"
     DIRECTIVE = "Directive"
@@ -100,7 +100,7 @@ def build_context(
 ) -> list[dict[str, Any]]:
     """OpenAI-format messages for ``agent_name`` from a session log.
 
-    As in the reference: Message and Directive are in context, the session agent's own
+    As in docs/design.md ("Entry types"): Message and Directive are in context, the session agent's own
     Messages with the assistant role and every other Message or Directive with the user role;
     the context starts at the latest Summary; ToolCall/ToolResult/Ack/Error and the approval
     control entries are audit only. Messages from senders in ``label_other_agents`` (other

@@ -76,7 +76,7 @@ def _m003_audit_views(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _m004_schedules(con: duckdb.DuckDBPyConnection) -> None:
-    # Agent-owned schedules (chaz_nb/schedules.py) and one row per fire.
+    # Agent-owned schedules (chaz_nb/server/schedules/) and one row per fire.
     con.execute(
         """
         CREATE TABLE schedules (

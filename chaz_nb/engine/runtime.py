@@ -47,7 +47,7 @@ class ToolResultEvent:
 
 
 class RuntimeEvent:
-    """Namespace mirroring the reference's ``enum RuntimeEvent { ToolCall, ToolResult }``."""
+    """The two runtime events, ToolCall and ToolResult (docs/design.md, "Tool events")."""
 
     ToolCall = ToolCallEvent
     ToolResult = ToolResultEvent

@@ -25,7 +25,7 @@ class Agent:
     max_iterations: int = 10
     #: the offline ``chaz/script`` model's moves (see ``backends.script_step``)
     script: list[Any] | None = None
-    #: spawn depth limit; ``None`` takes ``max_iterations``, as the reference does
+    #: spawn depth limit; ``None`` takes ``max_iterations``, as in docs/design.md ("Spawn")
     max_depth: int | None = None
     #: extra keyword arguments for ``litellm.acompletion`` (temperature, api_base, ...)
     model_options: dict[str, Any] = field(default_factory=dict)

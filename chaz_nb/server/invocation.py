@@ -3,7 +3,7 @@
 A plain run is "the session's agent, on the session's context". A schedule fire adds a wake
 prompt that is input to that one run and is never written to the log; a room turn names
 which of the room's agents takes the turn. Both go through the server's one run path
-(``Server._run_once``) with an ``Invocation``.
+(``RunEngine.run_turn`` / ``ServerPort.start_run``, server/runs.py) with an ``Invocation``.
 """
 
 from __future__ import annotations

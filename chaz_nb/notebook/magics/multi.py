@@ -1,12 +1,12 @@
 """``%chaz schedule``, ``%chaz room``, ``%chaz compact``: schedules, shared sessions, summaries.
 
-Schedules (an agent woken by a trigger; see ``chaz_nb/schedules.py``)::
+Schedules (an agent woken by a trigger; see ``chaz_nb/server/schedules/``)::
 
     %chaz schedule add @NAME "*/5 * * * *" prompt...   [--fresh | --session ID] [--max-fires N]
     %chaz schedule add @NAME every 30s prompt...        (every/in/at triggers need no quotes)
     %chaz schedule list | pause ID | resume ID | remove ID
 
-Rooms (a session shared by several agents; see ``chaz_nb/rooms.py``)::
+Rooms (a session shared by several agents; see ``chaz_nb/server/rooms.py``)::
 
     %chaz room NAME @a @b [--host a] [--budget N]   create a room; it becomes the current room
     %chaz room NAME                                  enter an existing room (the newest of that name)

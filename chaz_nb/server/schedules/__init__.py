@@ -2,7 +2,7 @@
 
 A schedule belongs to an agent and wakes it with a prompt: on a cron line (5 fields, or 6 with
 seconds first; UTC), on an interval (``every 30s``), or once (``at 2026-12-01T09:00``,
-``in 10m``). A fire runs the agent on the reference's standalone path
+``in 10m``). A fire runs the agent on the standalone path (docs/design.md, "Schedules")
 (``Server.fire_agent_schedule``): the wake prompt is input to that one run and is never
 written as a Directive; the Ack (with ``trigger_type="schedule"`` and the ``schedule_id``),
 tool entries and reply land in the schedule's session, pinned or fresh per fire.

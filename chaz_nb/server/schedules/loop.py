@@ -126,7 +126,7 @@ class Scheduler:
             self._inflight[s.id] -= 1
 
     async def fire(self, schedule: Schedule | int, *, scheduled_for: datetime | None = None) -> Fire:
-        """Run the schedule's agent once (the reference's ``fire_agent_schedule``)."""
+        """Run the schedule's agent once (``Server.fire_agent_schedule``; docs/design.md, "Schedules")."""
         s = replace(self.table.live(schedule if isinstance(schedule, int) else schedule.id))
         started = utcnow()
         fire_id = self.table.next_id("schedule_fires")
