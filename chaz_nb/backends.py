@@ -2,22 +2,42 @@
 
 The offline models are registered with litellm as a custom provider (``CustomLLM``) named
 ``chaz``, so demos and tests go through the very ``litellm.acompletion`` call that a real
-model name (``gpt-4o-mini``, ``ollama/llama3.1``, ...) takes. litellm is imported lazily, on
-the first model call: importing it costs seconds, and loading the extension must not.
+model name (``gpt-4o-mini``, ``ollama_chat/llama3.1``, ...) takes.
+
+litellm is imported in a background thread (``start_import``, which ``%load_ext`` calls;
+else the first model call starts it), and the first call awaits that thread: the import
+costs seconds, and on the kernel's event loop it would freeze everything else for as long.
+
+Provider faults: a rate limit, a 5xx or a dropped connection gets ``num_retries`` more
+attempts, waiting what ``retry-after`` asks (at most ``RETRY_AFTER_CAP`` s) or an exponential
+backoff; a timeout is not retried. What still fails becomes one ``ProviderError`` whose text
+says what failed (model, provider, where, status) and what to do, never a key.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import email.utils
 import json
+import logging
 import math
 import os
+import re
+import threading
+import time
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
+log = logging.getLogger(__name__)
+
 OFFLINE_PROVIDER = "chaz"
 OFFLINE_MODELS = ("chaz/echo", "chaz/script")
+#: more attempts after a rate limit, a 5xx or a dropped connection (per agent: max_retries)
 DEFAULT_RETRIES = 2
+#: seconds one model call may take (per agent: model_timeout)
+DEFAULT_MODEL_TIMEOUT = 600.0
 #: metadata key that carries an agent's script to the scripted model
 SCRIPT_KEY = "chaz_script"
 #: metadata key that asks the offline models for a summary (compaction)
@@ -82,30 +102,264 @@ def is_offline(model: str) -> bool:
 
 # ------------------------------------------------------------------ litellm
 _litellm: Any = None
+_import_lock = threading.Lock()  # the import itself, once
+_future_lock = threading.Lock()  # the thread that does it, once
+_import_future: "concurrent.futures.Future[Any] | None" = None
 
 
-def litellm_module() -> Any:
+def _import_litellm() -> Any:
     """Import litellm once, with the local cost map, and register the offline provider."""
     global _litellm
-    if _litellm is None:
-        # Without this litellm fetches its price map from the network at import (slow, and
-        # it warns on a machine with no network).
-        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-        import litellm
+    with _import_lock:
+        if _litellm is None:
+            # Without this litellm fetches its price map from the network at import (slow, and
+            # it warns on a machine with no network).
+            os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+            import litellm
 
-        litellm.suppress_debug_info = True
-        handler = _offline_handler_class()()
-        if not any(p.get("provider") == OFFLINE_PROVIDER for p in litellm.custom_provider_map):
-            litellm.custom_provider_map = [
-                *litellm.custom_provider_map,
-                {"provider": OFFLINE_PROVIDER, "custom_handler": handler},
-            ]
-        _litellm = litellm
+            litellm.suppress_debug_info = True
+            handler = _offline_handler_class()()
+            if not any(p.get("provider") == OFFLINE_PROVIDER for p in litellm.custom_provider_map):
+                litellm.custom_provider_map = [
+                    *litellm.custom_provider_map,
+                    {"provider": OFFLINE_PROVIDER, "custom_handler": handler},
+                ]
+            _warm_up(litellm)
+            _litellm = litellm
     return _litellm
 
 
+def _warm_up(litellm: Any) -> None:
+    """First-use set-up that litellm and the OpenAI SDK would otherwise do inside the first
+    call, on the caller's loop: provider lookup, the price map's first parse, pydantic models
+    built lazily on first use (~0.3 s here), the logging set-up, response parsing types.
+
+    A ``mock_response`` call goes through litellm's call path with no network.
+    """
+    try:
+        litellm.get_model_info("gpt-4o-mini")
+        litellm.completion(model="openai/chaz-warm-up", api_key="warm-up", mock_response="ok",
+                           messages=[{"role": "user", "content": "warm up"}])
+        from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+        ChatCompletion.model_validate({
+            "id": "w", "object": "chat.completion", "created": 0, "model": "w",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": "w", "tool_calls": [
+                             {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        })
+        ChatCompletionChunk.model_validate({
+            "id": "w", "object": "chat.completion.chunk", "created": 0, "model": "w",
+            "choices": [{"index": 0, "delta": {"content": "w"}, "finish_reason": None}],
+        })
+    except Exception:  # a warm-up only: the real call reports real problems
+        log.debug("litellm warm-up failed", exc_info=True)
+
+
+def start_import() -> "concurrent.futures.Future[Any]":
+    """Start importing litellm in a background thread (once); the future gives the module.
+
+    ``%load_ext chaz_nb`` calls this and does not wait: the import takes seconds, and on the
+    kernel's loop it would freeze widgets, comms and every other run for that long.
+    """
+    global _import_future
+    with _future_lock:
+        if _import_future is None:
+            future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+            def run() -> None:
+                try:
+                    future.set_result(_import_litellm())
+                except BaseException as exc:  # handed to whoever awaits the import
+                    future.set_exception(exc)
+
+            threading.Thread(target=run, name="chaz-import-litellm", daemon=True).start()
+            _import_future = future
+        return _import_future
+
+
+
+async def litellm_ready() -> Any:
+    """litellm, imported off the event loop (the first call waits here without blocking it)."""
+    if _litellm is not None:
+        return _litellm
+    return await asyncio.wrap_future(start_import())
+
+
+def litellm_module() -> Any:
+    """litellm for synchronous callers (blocks until the import is done; never call on a loop)."""
+    if _litellm is not None:
+        return _litellm
+    return start_import().result()
+
+
+# ---------------------------------------------------------------- faults
+#: HTTP statuses worth another attempt: rate limits and the provider's own failures
+RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529})
+#: the longest chaz_nb waits between attempts, whatever ``retry-after`` asks for
+RETRY_AFTER_CAP = 30.0
+#: first backoff when the provider gives no ``retry-after`` (doubles per attempt)
+RETRY_BACKOFF = 0.5
+
+
+class ProviderError(Exception):
+    """A model call that failed for good; ``str()`` is the one line the Error entry shows."""
+
+    def __init__(self, message: str, *, model: str, provider: str, kind: str,
+                 status: int | None = None, attempts: int = 1) -> None:
+        super().__init__(message)
+        self.model, self.provider, self.kind = model, provider, kind
+        self.status, self.attempts = status, attempts
+
+    def details(self) -> dict[str, Any]:
+        """What the Error entry's payload records (no key, no header value)."""
+        return {"error_kind": self.kind, "status": self.status, "provider": self.provider,
+                "attempts": self.attempts}
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        out.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return out
+
+
+def retry_after(exc: BaseException) -> float | None:
+    """Seconds the provider asked to wait (``retry-after-ms`` / ``retry-after``), if it did."""
+    for e in _chain(exc):
+        for headers in (getattr(getattr(e, "response", None), "headers", None), getattr(e, "headers", None),
+                        getattr(e, "litellm_response_headers", None)):
+            if not headers:
+                continue
+            try:
+                ms = headers.get("retry-after-ms")
+                if ms is not None:
+                    return max(0.0, float(ms) / 1000)
+                value = headers.get("retry-after")
+            except (AttributeError, TypeError, ValueError):
+                continue
+            if value is None:
+                continue
+            try:
+                return max(0.0, float(value))
+            except ValueError:
+                try:  # an HTTP date
+                    when = email.utils.parsedate_to_datetime(value)
+                    return max(0.0, when.timestamp() - time.time())
+                except (TypeError, ValueError):
+                    continue
+    return None
+
+
+def _status(exc: BaseException) -> int | None:
+    status = getattr(exc, "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def classify(exc: BaseException) -> tuple[str, int | None]:
+    """``(kind, status)`` of a failed call: timeout, connection, rate_limit, auth, http."""
+    names = {type(e).__name__ for e in _chain(exc)}
+    if isinstance(exc, asyncio.TimeoutError) or names & {"Timeout", "APITimeoutError", "ReadTimeout",
+                                                         "ConnectTimeout", "TimeoutException"}:
+        return "timeout", None
+    if names & {"APIConnectionError", "ConnectError", "ReadError", "RemoteProtocolError",
+                "ClientPayloadError", "ServerDisconnectedError", "ClientConnectorError", "MidStreamFallbackError"}:
+        # litellm reports a dropped connection as a 500: it is not the provider's answer
+        return "connection", None
+    status = _status(exc)
+    if status == 429:
+        return "rate_limit", status
+    if status in (401, 403):
+        return "auth", status
+    return "http", status
+
+
+def _retryable(kind: str, status: int | None) -> bool:
+    # A timeout is not retried: the agent already waited its whole model_timeout.
+    return kind in ("connection", "rate_limit") or (kind == "http" and status in RETRY_STATUSES)
+
+
+_PREFIX = re.compile(r"^(?:litellm\.\w+:\s*)?(?:\w+Error:\s*)?(?:\w*Exception\s*-\s*)?")
+
+
+def _detail(exc: BaseException) -> str:
+    """The provider's own words, short: litellm's class-name prefixes taken off."""
+    text = " ".join(str(getattr(exc, "message", None) or exc).split())
+    text = _PREFIX.sub("", text)
+    try:  # Ollama-style bodies: {"error": "..."}
+        body = json.loads(text)
+        if isinstance(body, dict) and isinstance(body.get("error"), (str, dict)):
+            err = body["error"]
+            text = err if isinstance(err, str) else str(err.get("message") or err)
+    except ValueError:
+        pass
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
+def _where(api_base: str | None) -> str:
+    if not api_base:
+        return ""
+    parts = urllib.parse.urlsplit(str(api_base))
+    host = parts.hostname or ""
+    netloc = host + (f":{parts.port}" if parts.port else "")  # never user:password@
+    return f" at {urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, '', ''))}"
+
+
+_HINTS = {
+    "timeout": "no reply within {timeout:g} s; raise the agent's model_timeout or check the model server",
+    "connection": "the connection failed or dropped before the reply was complete; check that the "
+                  "server{where} is running, then send the message again",
+    "rate_limit": "the provider is rate-limiting this key; wait, then send the message again "
+                  "(or give the agent more max_retries)",
+    "auth": "the provider refused the key; set the right key in the environment (e.g. OPENAI_API_KEY) "
+            "and restart the kernel",
+    404: "check the model name and the agent's api_base",
+    "http5": "the provider failed; send the message again later, or use another model",
+    "http": "the provider rejected the request; check the model name and the agent's model_options",
+}
+
+
+def provider_error(exc: BaseException, model: str, api_base: str | None, attempts: int,
+                   timeout: float) -> ProviderError:
+    """The one-line, key-free account of a failed call: what failed, and what to do."""
+    kind, status = classify(exc)
+    provider = getattr(exc, "llm_provider", None) or (model.split("/", 1)[0] if "/" in model else "")
+    if not provider:
+        try:
+            provider = litellm_module().get_llm_provider(model)[1]
+        except Exception:
+            provider = "unknown"
+    where = _where(api_base)
+    what = {"timeout": f"timed out after {timeout:g} s", "connection": "lost the connection"}.get(
+        kind, f"returned HTTP {status}" if status else "failed")
+    key: Any = kind
+    if kind == "http":
+        key = 404 if status == 404 else ("http5" if status and status >= 500 else "http")
+    hint = _HINTS[key].format(timeout=timeout, where=where)
+    tries = f" after {attempts} attempts" if attempts > 1 else ""
+    detail = _detail(exc) if kind not in ("timeout",) else ""
+    message = f"{model} ({provider}{where}) {what}{tries}" + (f": {detail}" if detail else "") + f". {hint}"
+    return ProviderError(message, model=model, provider=provider, kind=kind, status=status, attempts=attempts)
+
+
 class LiteLLMBackend:
-    """Every model through ``litellm.acompletion``; the backend is chosen by the model string."""
+    """Every model through ``litellm.acompletion``; the backend is chosen by the model string.
+
+    Per call (from ``options``, which the server fills from the Agent): ``timeout`` bounds
+    each attempt (enforced here, not only by the HTTP client), ``num_retries`` is how many
+    more attempts a rate limit, a 5xx or a dropped connection gets. Retries are this loop's:
+    litellm's and the OpenAI SDK's own are switched off so that ``retry-after`` is honoured
+    (capped at ``retry_after_cap``) and the attempts are counted in one place.
+    """
+
+    def __init__(self, *, retry_after_cap: float = RETRY_AFTER_CAP, backoff: float = RETRY_BACKOFF) -> None:
+        self.retry_after_cap = retry_after_cap
+        self.backoff = backoff
 
     async def complete(
         self,
@@ -116,20 +370,41 @@ class LiteLLMBackend:
         script: list[Any] | None = None,
         options: dict[str, Any] | None = None,
     ) -> ModelReply:
-        litellm = litellm_module()
+        litellm = await litellm_ready()
         kwargs: dict[str, Any] = dict(options or {})
+        timeout = float(kwargs.pop("timeout", None) or DEFAULT_MODEL_TIMEOUT)
+        retries = int(kwargs.pop("num_retries", DEFAULT_RETRIES) or 0)
+        kwargs.pop("max_retries", None)
         if tools:
             kwargs["tools"] = list(tools)
         if is_offline(model):
             metadata = dict(kwargs.pop("metadata", None) or {})
             metadata[SCRIPT_KEY] = script
             kwargs["metadata"] = metadata
+            retries = 0  # deterministic: another attempt gives the same answer
         else:
-            # Rate limits and transient provider errors: litellm's own bounded retry with
-            # backoff; anything still failing becomes the run's one-line Error entry.
-            kwargs.setdefault("num_retries", DEFAULT_RETRIES)
-        response = await litellm.acompletion(model=model, messages=messages, **kwargs)
-        return _reply_from_response(litellm, model, response)
+            kwargs.update(num_retries=0, max_retries=0, timeout=timeout)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = await asyncio.wait_for(
+                    litellm.acompletion(model=model, messages=messages, **kwargs), timeout
+                )
+                return _reply_from_response(litellm, model, response)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if is_offline(model) and not isinstance(exc, asyncio.TimeoutError):
+                    raise
+                kind, status = classify(exc)
+                if attempt > retries or not _retryable(kind, status):
+                    raise provider_error(exc, model, kwargs.get("api_base"), attempt, timeout) from exc
+                asked = retry_after(exc)
+                wait = asked if asked is not None else self.backoff * 2 ** (attempt - 1)
+                log.info("model call %s failed (%s %s); attempt %d in %.2f s", model, kind, status or "",
+                         attempt + 1, min(wait, self.retry_after_cap))
+                await asyncio.sleep(min(wait, self.retry_after_cap))
 
 
 def _reply_from_response(litellm: Any, model: str, response: Any) -> ModelReply:

@@ -342,7 +342,7 @@ class Server:
                 events=events,
                 budget=ctx.budget,
                 script=agent.script,
-                options=agent.model_options or None,
+                options=agent.call_options(),
                 limiter=self._get_limiter(),
             )
         except asyncio.CancelledError:
@@ -358,7 +358,7 @@ class Server:
                 EntryType.ERROR,
                 agent.name,
                 f"model call failed: {exc.reason}",
-                payload={**base, **exc.usage.to_json(), "steps": exc.steps},
+                payload={**base, **exc.usage.to_json(), "steps": exc.steps, **exc.details},
             )
         except Exception as exc:  # a bug must not lose the run's trail: record it
             log.exception("run %s in session %s failed", run_id, session_id)

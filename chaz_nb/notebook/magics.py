@@ -36,7 +36,7 @@ HELP = """\
 %chaz directive @NAME text  write a Directive (a task) instead of a Message
 %%chaz @NAME                the cell body is the message
 %chaz agent NAME --model M [--system S] [--tools a,b] [--auto-approve a,b] [--approval-timeout S]
-                            [--max-depth N] [--max-iterations N] [--script JSON]
+                            [--max-depth N] [--max-iterations N] [--script JSON] [--api-base URL]
 %%chaz agent NAME           the same fields as a TOML body (model = "...", tools = ["a", "b"], ...)
 %chaz agents                the agents of this kernel
 %chaz sessions              the sessions in the database
@@ -95,7 +95,7 @@ def _agent_parser() -> _ArgumentParser:
     p = _ArgumentParser(
         prog="agent",
         usage="%chaz agent NAME [--model M] [--system S] [--tools a,b] [--auto-approve a,b] "
-        "[--approval-timeout S] [--max-depth N] [--max-iterations N] [--script JSON]",
+        "[--approval-timeout S] [--max-depth N] [--max-iterations N] [--script JSON] [--api-base URL]",
         add_help=True,
         allow_abbrev=False,
     )
@@ -110,6 +110,7 @@ def _agent_parser() -> _ArgumentParser:
     p.add_argument("--max-depth", type=int, dest="max_depth")
     p.add_argument("--max-iterations", type=int, dest="max_iterations")
     p.add_argument("--script", help="JSON list of steps for the chaz/script model")
+    p.add_argument("--api-base", dest="api_base", help="the model server's URL (keys come from the environment)")
     return p
 
 
@@ -467,7 +468,7 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
             return None
         where = f"%chaz agent {args.name}" if body is None else f"%%chaz agent {args.name}"
         spec: dict[str, Any] = {} if body is None else parse_toml(body, where)
-        for key in ("model", "system", "max_depth", "max_iterations", "approval_timeout"):
+        for key in ("model", "system", "max_depth", "max_iterations", "approval_timeout", "api_base"):
             if getattr(args, key) is not None:
                 spec[key] = getattr(args, key)
         if args.auto_approve is not None:
