@@ -168,19 +168,19 @@ def main() -> None:
     parser.add_argument("--why", action="store_true", help="print the loop thread's stack during each stall")
     args = parser.parse_args()
     print(f"largest kernel-loop stall (ms) over {args.runs} fresh kernels each, 10 ms heartbeat; median [min–max]")
-    runs: list[dict[str, float]] = []
+    firsts: dict[bool, float] = {}
     for settled in (False, True):
         got = [one_run(args.why, settled) for _ in range(args.runs)]
-        runs = runs or got
+        firsts[settled] = statistics.median(r.get("first turn", 0.0) for r in got)
         print("first turn sent right after %load_ext (litellm still importing in its thread):" if not settled
               else "first turn sent after the background import finished:")
         for phase in (*PHASES, "import, no turn", "idle"):
             values = [r.get(phase, 0.0) for r in got]
             if any(values) or phase in PHASES:
                 print(f"  {phase:<18} {statistics.median(values):8.1f}   [{min(values):.1f}–{max(values):.1f}]")
-    first = statistics.median(r.get("first turn", 0.0) for r in runs)
-    verdict = "met" if first < TARGET_MS else "NOT met"
-    print(f"target: first turn < {TARGET_MS:g} ms: {verdict}")
+    for settled, label in ((False, "right after %load_ext"), (True, "after the import")):
+        verdict = "met" if firsts[settled] < TARGET_MS else "NOT met"
+        print(f"target: first turn < {TARGET_MS:g} ms, {label}: {verdict} ({firsts[settled]:.0f} ms)")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import email.utils
+import importlib
 import json
 import logging
 import math
@@ -155,6 +156,24 @@ def _warm_up(litellm: Any) -> None:
         })
     except Exception:  # a warm-up only: the real call reports real problems
         log.debug("litellm warm-up failed", exc_info=True)
+    for name in _FIRST_CALL_IMPORTS:
+        try:
+            importlib.import_module(name)
+        except Exception:  # another litellm version may not have it
+            log.debug("warm-up import of %s failed", name, exc_info=True)
+
+
+#: modules litellm 1.110 imports inside its first real HTTP call (found by diffing sys.modules
+#: around a first call to the wire fixture); ``default_encoding`` builds the tiktoken
+#: tokenizer, the largest of them
+_FIRST_CALL_IMPORTS = (
+    "litellm._service_logger",
+    "litellm.integrations.prometheus_services",
+    "litellm.litellm_core_utils.default_encoding",
+    "litellm.llms.ollama.chat.transformation",
+    "httpcore",
+    "h11",
+)
 
 
 def start_import() -> "concurrent.futures.Future[Any]":
