@@ -9,27 +9,26 @@ else the first model call starts it), and the first call awaits that thread: the
 costs seconds, and on the kernel's event loop it would freeze everything else for as long.
 
 Provider faults: a rate limit, a 5xx or a dropped connection gets ``num_retries`` more
-attempts, waiting what ``retry-after`` asks (at most ``RETRY_AFTER_CAP`` s) or an exponential
-backoff; a timeout is not retried. What still fails becomes one ``ProviderError`` whose text
-says what failed (model, provider, where, status) and what to do, never a key.
+attempts (this module's loop; what is retried and how a failure reads: ``faults.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import email.utils
 import importlib
 import json
 import logging
 import math
 import os
-import re
 import threading
-import time
-import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
+
+from .faults import RETRY_AFTER_CAP, RETRY_BACKOFF, ProviderError, classify, provider_error, retry_after, retryable
+
+__all__ = ["LiteLLMBackend", "ModelBackend", "ModelReply", "ProviderError", "ToolCallRequest", "Usage",
+           "litellm_module", "litellm_ready", "start_import"]
 
 log = logging.getLogger(__name__)
 
@@ -213,159 +212,6 @@ def litellm_module() -> Any:
     return start_import().result()
 
 
-# ---------------------------------------------------------------- faults
-#: HTTP statuses worth another attempt: rate limits and the provider's own failures
-RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529})
-#: the longest chaz_nb waits between attempts, whatever ``retry-after`` asks for
-RETRY_AFTER_CAP = 30.0
-#: first backoff when the provider gives no ``retry-after`` (doubles per attempt)
-RETRY_BACKOFF = 0.5
-
-
-class ProviderError(Exception):
-    """A model call that failed for good; ``str()`` is the one line the Error entry shows."""
-
-    def __init__(self, message: str, *, model: str, provider: str, kind: str,
-                 status: int | None = None, attempts: int = 1) -> None:
-        super().__init__(message)
-        self.model, self.provider, self.kind = model, provider, kind
-        self.status, self.attempts = status, attempts
-
-    def details(self) -> dict[str, Any]:
-        """What the Error entry's payload records (no key, no header value)."""
-        return {"error_kind": self.kind, "status": self.status, "provider": self.provider,
-                "attempts": self.attempts}
-
-
-def _chain(exc: BaseException) -> list[BaseException]:
-    out: list[BaseException] = []
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        out.append(cur)
-        cur = cur.__cause__ or cur.__context__
-    return out
-
-
-def retry_after(exc: BaseException) -> float | None:
-    """Seconds the provider asked to wait (``retry-after-ms`` / ``retry-after``), if it did."""
-    for e in _chain(exc):
-        for headers in (getattr(getattr(e, "response", None), "headers", None), getattr(e, "headers", None),
-                        getattr(e, "litellm_response_headers", None)):
-            if not headers:
-                continue
-            try:
-                ms = headers.get("retry-after-ms")
-                if ms is not None:
-                    return max(0.0, float(ms) / 1000)
-                value = headers.get("retry-after")
-            except (AttributeError, TypeError, ValueError):
-                continue
-            if value is None:
-                continue
-            try:
-                return max(0.0, float(value))
-            except ValueError:
-                try:  # an HTTP date
-                    when = email.utils.parsedate_to_datetime(value)
-                    return max(0.0, when.timestamp() - time.time())
-                except (TypeError, ValueError):
-                    continue
-    return None
-
-
-def _status(exc: BaseException) -> int | None:
-    status = getattr(exc, "status_code", None)
-    return status if isinstance(status, int) else None
-
-
-def classify(exc: BaseException) -> tuple[str, int | None]:
-    """``(kind, status)`` of a failed call: timeout, connection, rate_limit, auth, http."""
-    names = {type(e).__name__ for e in _chain(exc)}
-    if isinstance(exc, asyncio.TimeoutError) or names & {"Timeout", "APITimeoutError", "ReadTimeout",
-                                                         "ConnectTimeout", "TimeoutException"}:
-        return "timeout", None
-    if names & {"APIConnectionError", "ConnectError", "ReadError", "RemoteProtocolError",
-                "ClientPayloadError", "ServerDisconnectedError", "ClientConnectorError", "MidStreamFallbackError"}:
-        # litellm reports a dropped connection as a 500: it is not the provider's answer
-        return "connection", None
-    status = _status(exc)
-    if status == 429:
-        return "rate_limit", status
-    if status in (401, 403):
-        return "auth", status
-    return "http", status
-
-
-def _retryable(kind: str, status: int | None) -> bool:
-    # A timeout is not retried: the agent already waited its whole model_timeout.
-    return kind in ("connection", "rate_limit") or (kind == "http" and status in RETRY_STATUSES)
-
-
-_PREFIX = re.compile(r"^(?:litellm\.\w+:\s*)?(?:\w+Error:\s*)?(?:\w*Exception\s*-\s*)?")
-
-
-def _detail(exc: BaseException) -> str:
-    """The provider's own words, short: litellm's class-name prefixes taken off."""
-    text = " ".join(str(getattr(exc, "message", None) or exc).split())
-    text = _PREFIX.sub("", text)
-    try:  # Ollama-style bodies: {"error": "..."}
-        body = json.loads(text)
-        if isinstance(body, dict) and isinstance(body.get("error"), (str, dict)):
-            err = body["error"]
-            text = err if isinstance(err, str) else str(err.get("message") or err)
-    except ValueError:
-        pass
-    return text if len(text) <= 200 else text[:199] + "…"
-
-
-def _where(api_base: str | None) -> str:
-    if not api_base:
-        return ""
-    parts = urllib.parse.urlsplit(str(api_base))
-    host = parts.hostname or ""
-    netloc = host + (f":{parts.port}" if parts.port else "")  # never user:password@
-    return f" at {urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, '', ''))}"
-
-
-_HINTS = {
-    "timeout": "no reply within {timeout:g} s; raise the agent's model_timeout or check the model server",
-    "connection": "the connection failed or dropped before the reply was complete; check that the "
-                  "server{where} is running, then send the message again",
-    "rate_limit": "the provider is rate-limiting this key; wait, then send the message again "
-                  "(or give the agent more max_retries)",
-    "auth": "the provider refused the key; set the right key in the environment (e.g. OPENAI_API_KEY) "
-            "and restart the kernel",
-    404: "check the model name and the agent's api_base",
-    "http5": "the provider failed; send the message again later, or use another model",
-    "http": "the provider rejected the request; check the model name and the agent's model_options",
-}
-
-
-def provider_error(exc: BaseException, model: str, api_base: str | None, attempts: int,
-                   timeout: float) -> ProviderError:
-    """The one-line, key-free account of a failed call: what failed, and what to do."""
-    kind, status = classify(exc)
-    provider = getattr(exc, "llm_provider", None) or (model.split("/", 1)[0] if "/" in model else "")
-    if not provider:
-        try:
-            provider = litellm_module().get_llm_provider(model)[1]
-        except Exception:
-            provider = "unknown"
-    where = _where(api_base)
-    what = {"timeout": f"timed out after {timeout:g} s", "connection": "lost the connection"}.get(
-        kind, f"returned HTTP {status}" if status else "failed")
-    key: Any = kind
-    if kind == "http":
-        key = 404 if status == 404 else ("http5" if status and status >= 500 else "http")
-    hint = _HINTS[key].format(timeout=timeout, where=where)
-    tries = f" after {attempts} attempts" if attempts > 1 else ""
-    detail = _detail(exc) if kind not in ("timeout",) else ""
-    message = f"{model} ({provider}{where}) {what}{tries}" + (f": {detail}" if detail else "") + f". {hint}"
-    return ProviderError(message, model=model, provider=provider, kind=kind, status=status, attempts=attempts)
-
-
 class LiteLLMBackend:
     """Every model through ``litellm.acompletion``; the backend is chosen by the model string.
 
@@ -417,8 +263,8 @@ class LiteLLMBackend:
                 if is_offline(model) and not isinstance(exc, asyncio.TimeoutError):
                     raise
                 kind, status = classify(exc)
-                if attempt > retries or not _retryable(kind, status):
-                    raise provider_error(exc, model, kwargs.get("api_base"), attempt, timeout) from exc
+                if attempt > retries or not retryable(kind, status):
+                    raise provider_error(exc, model, kwargs.get("api_base"), attempt, timeout, litellm) from exc
                 asked = retry_after(exc)
                 wait = asked if asked is not None else self.backoff * 2 ** (attempt - 1)
                 log.info("model call %s failed (%s %s); attempt %d in %.2f s", model, kind, status or "",

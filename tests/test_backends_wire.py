@@ -228,7 +228,7 @@ async def test_server_error_is_retried_then_reported(make, store, model_server):
     server = make(wire_agent("w", model_server.openai_base))  # default: 2 retries
     error = await (await server.send(server.current_session("w"), "hi")).wait()
     assert len(model_server.chat_requests()) == 3
-    assert "HTTP 500 after 3 attempts" in error.content and "the provider failed" in error.content
+    assert "HTTP 500 after 3 attempts" in error.content and "The provider failed" in error.content
     assert error.payload["error_kind"] == "http"
 
 
@@ -238,7 +238,7 @@ async def test_client_error_is_not_retried(make, store, model_server):
     error = await (await server.send(server.current_session("w"), "hi")).wait()
     assert len(model_server.chat_requests()) == 1
     assert "HTTP 404" in error.content and "does not exist" in error.content
-    assert "check the model name and the agent's api_base" in error.content
+    assert "Check the model name and the agent's api_base" in error.content
 
 
 async def test_dropped_connection_is_retried(make, store, model_server):
