@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
-from .backends import ModelBackend, ModelReply, ToolCallRequest, Usage
+from .backends import ModelBackend, ModelReply, ProviderError, ToolCallRequest, Usage
 from .tools import ScopedTools, ToolError, parse_arguments
 
 FORCE_FINAL_NOTE = (
@@ -161,11 +161,13 @@ class RunResult:
 class ModelCallError(Exception):
     """A model call failed; carries what the run had used before it."""
 
-    def __init__(self, reason: str, usage: Usage, steps: int) -> None:
+    def __init__(self, reason: str, usage: Usage, steps: int, details: dict[str, Any] | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.usage = usage
         self.steps = steps
+        #: what the backend knows of the failure (kind, status, provider, attempts)
+        self.details = details or {}
 
 
 def one_line_reason(exc: BaseException) -> str:
@@ -211,6 +213,8 @@ async def execute(
                 )
         except asyncio.CancelledError:
             raise
+        except ProviderError as exc:  # already one line that says what to do
+            raise ModelCallError(str(exc), usage, steps, exc.details()) from exc
         except Exception as exc:
             raise ModelCallError(one_line_reason(exc), usage, steps) from exc
         steps += 1

@@ -428,7 +428,7 @@ class Server:
                 events=events,
                 budget=ctx.budget,
                 script=agent.script,
-                options=agent.model_options or None,
+                options=agent.call_options(),
                 limiter=self._get_limiter(),
             )
         except asyncio.CancelledError:
@@ -437,7 +437,7 @@ class Server:
             raise
         except ModelCallError as exc:
             await self._drain(events, writer)
-            payload = {**base, **exc.usage.to_json(), "steps": exc.steps}
+            payload = {**base, **exc.usage.to_json(), "steps": exc.steps, **exc.details}
             reason = f"model call failed: {exc.reason}"
             if isinstance(exc.__cause__, TreeBudgetExceeded) and ctx.tree is not None:
                 reason, payload["tree_budget"] = str(exc.__cause__), ctx.tree.to_json()
