@@ -71,7 +71,7 @@ def test_approval_in_a_kernel(wire):
     k, server = wire
     server.script(Reply(tool_calls=[Call("deploy", {"target": "prod"})]), Reply("shipped prod"), model="ops")
     r = k.run("%chaz @ops ship it", timeout=60)
-    assert "%chaz approve last" in r.stdout
+    assert r.status == "ok" and any("%chaz approve last" in t for t in r.texts())  # the card says how
     assert k.run("%chaz approve last").stdout.strip() == "deploy: approve by user"
     assert k.run("%chaz wait", timeout=60).status == "ok"
     assert latest(k, "ops") == "Message | shipped prod"
