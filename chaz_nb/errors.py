@@ -48,11 +48,29 @@ class ModelCallError(ChazError):
     """A model call failed; carries what the run had used before it. The run ends with an
     Error entry naming the reason (check the model name, the key, the network)."""
 
-    def __init__(self, reason: str, usage: Any, steps: int) -> None:
+    def __init__(self, reason: str, usage: Any, steps: int, details: dict[str, Any] | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.usage = usage
         self.steps = steps
+        #: what the backend knows of the failure (kind, status, provider, attempts)
+        self.details = details or {}
+
+
+class ProviderError(ChazError):
+    """A model call that failed for good (after the retries); ``str()`` is the one line the Error
+    entry shows, naming what to check (the key, the model name, the provider's status)."""
+
+    def __init__(self, message: str, *, model: str, provider: str, kind: str,
+                 status: int | None = None, attempts: int = 1) -> None:
+        super().__init__(message)
+        self.model, self.provider, self.kind = model, provider, kind
+        self.status, self.attempts = status, attempts
+
+    def details(self) -> dict[str, Any]:
+        """What the Error entry's payload records (no key, no header value)."""
+        return {"error_kind": self.kind, "status": self.status, "provider": self.provider,
+                "attempts": self.attempts}
 
 
 class TreeBudgetExceeded(ChazError):

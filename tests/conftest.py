@@ -33,3 +33,13 @@ def chaz(monkeypatch):
     yield chaz_nb.current()
     if extension._state is not None:
         ip.run_line_magic("unload_ext", "chaz_nb")
+
+
+@pytest.fixture
+def model_server():
+    """A model provider on a real 127.0.0.1 socket (OpenAI and Ollama dialects); see tests/fakes."""
+    from fakes.openai_server import FakeModelServer
+
+    server = FakeModelServer()
+    yield server
+    server.close()

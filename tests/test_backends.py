@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from chaz_nb.engine.backends import LiteLLMBackend, script_step
+from chaz_nb.engine.backends import LiteLLMBackend, ProviderError, script_step
 
 
 @pytest.fixture
@@ -59,27 +59,38 @@ async def test_real_model_name_goes_through_litellm_with_mock_response(backend):
     assert reply.usage.cost_usd is None or reply.usage.cost_usd >= 0
 
 
-async def test_transient_errors_are_retried_by_litellm_then_reported(backend, monkeypatch):
+async def test_transient_errors_are_retried_then_reported_in_one_line(monkeypatch):
     import litellm
 
-    retried = []
-    original = litellm.acompletion_with_retries
+    calls = []
+    original = litellm.acompletion
 
     async def spy(*args, **kwargs):
-        retried.append(kwargs.get("num_retries"))
-        kwargs["retry_strategy"] = "constant_retry"  # keep the test fast
+        calls.append((kwargs.get("num_retries"), kwargs.get("max_retries")))
         return await original(*args, **kwargs)
 
-    monkeypatch.setattr(litellm, "acompletion_with_retries", spy)
-    with pytest.raises(litellm.InternalServerError):
-        await backend.complete("gpt-4o-mini", [{"role": "user", "content": "x"}],
-                               options={"mock_response": "litellm.InternalServerError"})
-    assert retried == [2]  # litellm's bounded retry ran with our default
+    monkeypatch.setattr(litellm, "acompletion", spy)
+    with pytest.raises(ProviderError) as info:
+        await LiteLLMBackend(backoff=0.001).complete(
+            "gpt-4o-mini", [{"role": "user", "content": "x"}],
+            options={"mock_response": "litellm.InternalServerError", "num_retries": 2})
+    # three attempts, each with litellm's and the OpenAI SDK's own retries off (ours count)
+    assert calls == [(0, 0)] * 3
+    assert str(info.value).startswith("gpt-4o-mini (openai) returned HTTP 500 after 3 attempts")
+    assert info.value.details() == {"error_kind": "http", "status": 500, "provider": "openai", "attempts": 3}
 
 
 async def test_offline_models_are_not_retried(backend, monkeypatch):
     import litellm
 
-    monkeypatch.setattr(litellm, "acompletion_with_retries", None)  # would raise if used
+    calls = []
+    original = litellm.acompletion
+
+    async def spy(*args, **kwargs):
+        calls.append(kwargs["model"])
+        return await original(*args, **kwargs)
+
+    monkeypatch.setattr(litellm, "acompletion", spy)
     with pytest.raises(Exception, match="unknown offline model"):
-        await backend.complete("chaz/bogus", [{"role": "user", "content": "x"}])
+        await backend.complete("chaz/bogus", [{"role": "user", "content": "x"}], options={"num_retries": 3})
+    assert calls == ["chaz/bogus"]

@@ -393,3 +393,16 @@ def test_magic_without_the_extension_says_how_to_load(chaz, capsys):
             magics.chaz("@assistant hi")
     finally:
         ip.run_line_magic("load_ext", "chaz_nb")
+
+
+def test_agent_api_base_flag_points_the_agent_at_a_server(chaz, capsys):
+    ip.run_line_magic("chaz", "agent local --model openai/qwen --api-base http://127.0.0.1:8000/v1")
+    agent = chaz.agents["local"]
+    assert agent.api_base == "http://127.0.0.1:8000/v1"
+    assert agent.call_options()["api_base"] == "http://127.0.0.1:8000/v1"
+    one_line_error(capsys, "%chaz agent bad --model openai/qwen --api-base 127.0.0.1:8000",
+                   "api_base must be an http:// or https:// URL")
+    ip.run_cell('%%chaz agent toml\nmodel = "ollama_chat/llama3.1"\napi_base = "http://localhost:11434"\n'
+                'model_timeout = 120\nmax_retries = 4')
+    toml = chaz.agents["toml"]
+    assert (toml.api_base, toml.model_timeout, toml.max_retries) == ("http://localhost:11434", 120, 4)

@@ -144,8 +144,9 @@ async def test_invalid_json_arguments_are_an_error_result():
 async def test_model_failure_raises_model_call_error_with_one_line_reason():
     with pytest.raises(ModelCallError) as info:
         await execute(model="gpt-4o-mini", messages=[{"role": "user", "content": "x"}],
-                      backend=LiteLLMBackend(), options={"mock_response": "litellm.RateLimitError"})
-    assert "RateLimitError" in info.value.reason and "\n" not in info.value.reason
+                      backend=LiteLLMBackend(), options={"mock_response": "litellm.RateLimitError", "num_retries": 0})
+    assert "HTTP 429" in info.value.reason and "\n" not in info.value.reason
+    assert info.value.details["status"] == 429
 
 
 # ------------------------------------------- every ToolCall gets exactly one ToolResult

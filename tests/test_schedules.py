@@ -186,7 +186,9 @@ async def test_overlapping_interval_fires_are_skipped_not_stacked(store):
 
 
 async def test_max_fires_and_failures_disable_expired_does_not_fire(store):
-    broken = Agent("broken", model="gpt-4o-mini", model_options={"mock_response": "litellm.InternalServerError"})
+    # max_retries=0: each failing fire fails at once (retries back off 0.5 s, 1 s, ...)
+    broken = Agent("broken", model="gpt-4o-mini", max_retries=0,
+                   model_options={"mock_response": "litellm.InternalServerError"})
     server = make(store, Agent("bot"), broken)
     limited = server.schedules.add("bot", "every 0.05s", "tick", max_fires=2)
     failing = server.schedules.add("broken", "every 0.05s", "tick")

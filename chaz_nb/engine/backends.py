@@ -2,22 +2,42 @@
 
 The offline models are registered with litellm as a custom provider (``CustomLLM``) named
 ``chaz``, so demos and tests go through the very ``litellm.acompletion`` call that a real
-model name (``gpt-4o-mini``, ``ollama/llama3.1``, ...) takes. litellm is imported lazily, on
-the first model call: importing it costs seconds, and loading the extension must not.
+model name (``gpt-4o-mini``, ``ollama_chat/llama3.1``, ...) takes.
+
+litellm is imported in a background thread (``start_import``, which ``%load_ext`` calls;
+else the first model call starts it), and the first call awaits that thread: the import
+costs seconds, and on the kernel's event loop it would freeze everything else for as long.
+
+Provider faults: a rate limit, a 5xx or a dropped connection gets ``num_retries`` more
+attempts (this module's loop; what is retried and how a failure reads: ``faults.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import importlib
 import json
+import logging
 import math
 import os
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
+from .faults import RETRY_AFTER_CAP, RETRY_BACKOFF, ProviderError, classify, provider_error, retry_after, retryable
+
+__all__ = ["LiteLLMBackend", "ModelBackend", "ModelReply", "ProviderError", "ToolCallRequest", "Usage",
+           "litellm_module", "litellm_ready", "start_import"]
+
+log = logging.getLogger(__name__)
+
 OFFLINE_PROVIDER = "chaz"
 OFFLINE_MODELS = ("chaz/echo", "chaz/script")
+#: more attempts after a rate limit, a 5xx or a dropped connection (per agent: max_retries)
 DEFAULT_RETRIES = 2
+#: seconds one model call may take (per agent: model_timeout)
+DEFAULT_MODEL_TIMEOUT = 600.0
 #: metadata key that carries an agent's script to the scripted model
 SCRIPT_KEY = "chaz_script"
 #: metadata key that asks the offline models for a summary (compaction)
@@ -82,30 +102,129 @@ def is_offline(model: str) -> bool:
 
 # ------------------------------------------------------------------ litellm
 _litellm: Any = None
+_import_lock = threading.Lock()  # the import itself, once
+_future_lock = threading.Lock()  # the thread that does it, once
+_import_future: "concurrent.futures.Future[Any] | None" = None
 
 
-def litellm_module() -> Any:
+def _import_litellm() -> Any:
     """Import litellm once, with the local cost map, and register the offline provider."""
     global _litellm
-    if _litellm is None:
-        # Without this litellm fetches its price map from the network at import (slow, and
-        # it warns on a machine with no network).
-        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-        import litellm
+    with _import_lock:
+        if _litellm is None:
+            # Without this litellm fetches its price map from the network at import (slow, and
+            # it warns on a machine with no network).
+            os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+            import litellm
 
-        litellm.suppress_debug_info = True
-        handler = _offline_handler_class()()
-        if not any(p.get("provider") == OFFLINE_PROVIDER for p in litellm.custom_provider_map):
-            litellm.custom_provider_map = [
-                *litellm.custom_provider_map,
-                {"provider": OFFLINE_PROVIDER, "custom_handler": handler},
-            ]
-        _litellm = litellm
+            litellm.suppress_debug_info = True
+            handler = _offline_handler_class()()
+            if not any(p.get("provider") == OFFLINE_PROVIDER for p in litellm.custom_provider_map):
+                litellm.custom_provider_map = [
+                    *litellm.custom_provider_map,
+                    {"provider": OFFLINE_PROVIDER, "custom_handler": handler},
+                ]
+            _warm_up(litellm)
+            _litellm = litellm
     return _litellm
 
 
+def _warm_up(litellm: Any) -> None:
+    """First-use set-up that litellm and the OpenAI SDK would otherwise do inside the first
+    call, on the caller's loop: provider lookup, the price map's first parse, pydantic models
+    built lazily on first use (~0.3 s here), the logging set-up, response parsing types.
+
+    A ``mock_response`` call goes through litellm's call path with no network.
+    """
+    try:
+        litellm.get_model_info("gpt-4o-mini")
+        litellm.completion(model="openai/chaz-warm-up", api_key="warm-up", mock_response="ok",
+                           messages=[{"role": "user", "content": "warm up"}])
+        from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+        ChatCompletion.model_validate({
+            "id": "w", "object": "chat.completion", "created": 0, "model": "w",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": "w", "tool_calls": [
+                             {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        })
+        ChatCompletionChunk.model_validate({
+            "id": "w", "object": "chat.completion.chunk", "created": 0, "model": "w",
+            "choices": [{"index": 0, "delta": {"content": "w"}, "finish_reason": None}],
+        })
+    except Exception:  # a warm-up only: the real call reports real problems
+        log.debug("litellm warm-up failed", exc_info=True)
+    for name in _FIRST_CALL_IMPORTS:
+        try:
+            importlib.import_module(name)
+        except Exception:  # another litellm version may not have it
+            log.debug("warm-up import of %s failed", name, exc_info=True)
+
+
+#: modules litellm 1.110 imports inside its first real HTTP call (found by diffing sys.modules
+#: around a first call to the wire fixture); ``default_encoding`` builds the tiktoken
+#: tokenizer, the largest of them
+_FIRST_CALL_IMPORTS = (
+    "litellm._service_logger",
+    "litellm.integrations.prometheus_services",
+    "litellm.litellm_core_utils.default_encoding",
+    "litellm.llms.ollama.chat.transformation",
+    "httpcore",
+    "h11",
+)
+
+
+def start_import() -> "concurrent.futures.Future[Any]":
+    """Start importing litellm in a background thread (once); the future gives the module.
+
+    ``%load_ext chaz_nb`` calls this and does not wait: the import takes seconds, and on the
+    kernel's loop it would freeze widgets, comms and every other run for that long.
+    """
+    global _import_future
+    with _future_lock:
+        if _import_future is None:
+            future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+            def run() -> None:
+                try:
+                    future.set_result(_import_litellm())
+                except BaseException as exc:  # handed to whoever awaits the import
+                    future.set_exception(exc)
+
+            threading.Thread(target=run, name="chaz-import-litellm", daemon=True).start()
+            _import_future = future
+        return _import_future
+
+
+
+async def litellm_ready() -> Any:
+    """litellm, imported off the event loop (the first call waits here without blocking it)."""
+    if _litellm is not None:
+        return _litellm
+    return await asyncio.wrap_future(start_import())
+
+
+def litellm_module() -> Any:
+    """litellm for synchronous callers (blocks until the import is done; never call on a loop)."""
+    if _litellm is not None:
+        return _litellm
+    return start_import().result()
+
+
 class LiteLLMBackend:
-    """Every model through ``litellm.acompletion``; the backend is chosen by the model string."""
+    """Every model through ``litellm.acompletion``; the backend is chosen by the model string.
+
+    Per call (from ``options``, which the server fills from the Agent): ``timeout`` bounds
+    each attempt (enforced here, not only by the HTTP client), ``num_retries`` is how many
+    more attempts a rate limit, a 5xx or a dropped connection gets. Retries are this loop's:
+    litellm's and the OpenAI SDK's own are switched off so that ``retry-after`` is honoured
+    (capped at ``retry_after_cap``) and the attempts are counted in one place.
+    """
+
+    def __init__(self, *, retry_after_cap: float = RETRY_AFTER_CAP, backoff: float = RETRY_BACKOFF) -> None:
+        self.retry_after_cap = retry_after_cap
+        self.backoff = backoff
 
     async def complete(
         self,
@@ -116,20 +235,41 @@ class LiteLLMBackend:
         script: list[Any] | None = None,
         options: dict[str, Any] | None = None,
     ) -> ModelReply:
-        litellm = litellm_module()
+        litellm = await litellm_ready()
         kwargs: dict[str, Any] = dict(options or {})
+        timeout = float(kwargs.pop("timeout", None) or DEFAULT_MODEL_TIMEOUT)
+        retries = int(kwargs.pop("num_retries", DEFAULT_RETRIES) or 0)
+        kwargs.pop("max_retries", None)
         if tools:
             kwargs["tools"] = list(tools)
         if is_offline(model):
             metadata = dict(kwargs.pop("metadata", None) or {})
             metadata[SCRIPT_KEY] = script
             kwargs["metadata"] = metadata
+            retries = 0  # deterministic: another attempt gives the same answer
         else:
-            # Rate limits and transient provider errors: litellm's own bounded retry with
-            # backoff; anything still failing becomes the run's one-line Error entry.
-            kwargs.setdefault("num_retries", DEFAULT_RETRIES)
-        response = await litellm.acompletion(model=model, messages=messages, **kwargs)
-        return _reply_from_response(litellm, model, response)
+            kwargs.update(num_retries=0, max_retries=0, timeout=timeout)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = await asyncio.wait_for(
+                    litellm.acompletion(model=model, messages=messages, **kwargs), timeout
+                )
+                return _reply_from_response(litellm, model, response)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if is_offline(model) and not isinstance(exc, asyncio.TimeoutError):
+                    raise
+                kind, status = classify(exc)
+                if attempt > retries or not retryable(kind, status):
+                    raise provider_error(exc, model, kwargs.get("api_base"), attempt, timeout, litellm) from exc
+                asked = retry_after(exc)
+                wait = asked if asked is not None else self.backoff * 2 ** (attempt - 1)
+                log.info("model call %s failed (%s %s); attempt %d in %.2f s", model, kind, status or "",
+                         attempt + 1, min(wait, self.retry_after_cap))
+                await asyncio.sleep(min(wait, self.retry_after_cap))
 
 
 def _reply_from_response(litellm: Any, model: str, response: Any) -> ModelReply:

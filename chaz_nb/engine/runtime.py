@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
-from .backends import ModelBackend, ModelReply, ToolCallRequest, Usage
+from .backends import ModelBackend, ModelReply, ProviderError, ToolCallRequest, Usage
 from .tools import ScopedTools, ToolError, parse_arguments
 from ..errors import ModelCallError
 
@@ -202,6 +202,8 @@ async def execute(
                 )
         except asyncio.CancelledError:
             raise
+        except ProviderError as exc:  # already one line that says what to do
+            raise ModelCallError(str(exc), usage, steps, exc.details()) from exc
         except Exception as exc:
             raise ModelCallError(one_line_reason(exc), usage, steps) from exc
         steps += 1

@@ -6,8 +6,9 @@ working directory), builds a Server with the default agent ``assistant`` (model
 ``%chaz`` / ``%%chaz`` and prints one line. When another kernel holds the file, this kernel
 says so in that line and uses a file of its own (``.chaz/sessions-<pid>.duckdb`` beside it).
 
-This module imports nothing heavy at import time: litellm is imported by the core on the first
-real model call.
+This module imports nothing heavy at import time. litellm (seconds to import) is imported in
+a background thread that loading starts and does not wait for; the first model call awaits
+that thread without blocking the kernel's loop (``backends.start_import``).
 """
 
 from __future__ import annotations
@@ -157,6 +158,14 @@ def load_ipython_extension(ip: Any) -> None:
     _connect_sidebar(state)
     print(line)
     _start_schedules(state)
+    _start_litellm_import()
+
+
+def _start_litellm_import() -> None:
+    """Import litellm off the kernel loop now, so the first turn finds it ready."""
+    from ..engine.backends import start_import
+
+    start_import()
 
 
 def _start_schedules(state: ExtensionState) -> None:

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..engine.backends import DEFAULT_MODEL_TIMEOUT, DEFAULT_RETRIES
 from ..engine.tree_budget import DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_SPAWNS
 from ..errors import AgentError
 
@@ -27,8 +28,14 @@ class Agent:
     script: list[Any] | None = None
     #: spawn depth limit; ``None`` takes ``max_iterations``, as in docs/design.md ("Spawn")
     max_depth: int | None = None
-    #: extra keyword arguments for ``litellm.acompletion`` (temperature, api_base, ...)
+    #: extra keyword arguments for ``litellm.acompletion`` (temperature, ...)
     model_options: dict[str, Any] = field(default_factory=dict)
+    #: the provider's URL, for a local or OpenAI-compatible server (keys come from the environment)
+    api_base: str | None = None
+    #: seconds one model call may take before the run ends with an Error
+    model_timeout: float = DEFAULT_MODEL_TIMEOUT
+    #: more attempts after a rate limit, a 5xx or a dropped connection (0 = none)
+    max_retries: int = DEFAULT_RETRIES
     #: tools this agent may call without asking (never waives ``approval="always"``)
     auto_approve: list[str] = field(default_factory=list)
     #: seconds an approval request waits before it is denied; ``None`` = the server default
@@ -71,10 +78,33 @@ class Agent:
             or not self.approval_timeout > 0
         ):
             raise AgentError(f"agent {self.name}: approval_timeout must be a number of seconds > 0")
+        if self.api_base is not None and (
+            not isinstance(self.api_base, str) or not self.api_base.startswith(("http://", "https://"))
+        ):
+            raise AgentError(
+                f"agent {self.name}: api_base must be an http:// or https:// URL, "
+                "e.g. http://localhost:11434 or https://api.example.com/v1"
+            )
+        if isinstance(self.model_timeout, bool) or not isinstance(self.model_timeout, (int, float)) \
+                or not self.model_timeout > 0:
+            raise AgentError(f"agent {self.name}: model_timeout must be a number of seconds > 0")
+        if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) \
+                or not 0 <= self.max_retries <= 20:
+            raise AgentError(f"agent {self.name}: max_retries must be an integer from 0 to 20")
+        if not isinstance(self.model_options, dict):
+            raise AgentError(f"agent {self.name}: model_options must be a table of litellm arguments")
         if self.script is not None and not isinstance(self.script, list):
             raise AgentError(f"agent {self.name}: script must be a list of steps")
         if self.model == "chaz/script" and self.script is None:
             raise AgentError(f"agent {self.name}: the chaz/script model needs a script (a list of steps)")
+
+    def call_options(self) -> dict[str, Any]:
+        """Keyword arguments of this agent's model calls (see ``LiteLLMBackend.complete``)."""
+        options: dict[str, Any] = {"timeout": self.model_timeout, "num_retries": self.max_retries,
+                                   **self.model_options}
+        if self.api_base:
+            options["api_base"] = self.api_base
+        return options
 
     @property
     def call_depth_limit(self) -> int:

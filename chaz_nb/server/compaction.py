@@ -113,7 +113,7 @@ class Compaction(Part):
         agent = self._summarizer(session_id)
         labels = frozenset(self.rooms.members(session_id)) - {agent.name}
         messages = [{"role": "system", "content": SUMMARIZE_PROMPT}, *build_context(since, agent.name, "", labels)]
-        options = dict(agent.model_options or {})
+        options = agent.call_options()
         options["metadata"] = {**(options.get("metadata") or {}), TASK_KEY: "summarize"}
         try:
             async with self.port.limiter():

@@ -441,7 +441,7 @@ class RunEngine:
                 events=events,
                 budget=ctx.budget,
                 script=agent.script,
-                options=agent.model_options or None,
+                options=agent.call_options(),
                 limiter=self.limiter(),
             )
         except asyncio.CancelledError:
@@ -450,7 +450,7 @@ class RunEngine:
             raise
         except ModelCallError as exc:
             await event_writer.drain(events, writer)
-            payload = {**base, **exc.usage.to_json(), "steps": exc.steps}
+            payload = {**base, **exc.usage.to_json(), "steps": exc.steps, **exc.details}
             reason = f"model call failed: {exc.reason}"
             if isinstance(exc.__cause__, TreeBudgetExceeded) and ctx.tree is not None:
                 reason, payload["tree_budget"] = str(exc.__cause__), ctx.tree.to_json()

@@ -94,6 +94,8 @@ def _agent_parser() -> CommandParser:
     p.add_argument("--max-model-calls", type=int, dest="max_model_calls", metavar="N",
                    help="model calls in the whole run tree this agent starts (default 500)")
     p.add_argument("--script", metavar="JSON", help="JSON list of steps for the chaz/script model")
+    p.add_argument("--api-base", dest="api_base", metavar="URL",
+                   help="the model server's URL (keys come from the environment)")
     p.usage = "%chaz " + usage_of(p)
     return p
 
@@ -521,7 +523,7 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
             return None
         where = f"%chaz agent {args.name}" if body is None else f"%%chaz agent {args.name}"
         spec: dict[str, Any] = {} if body is None else parse_toml(body, where)
-        for key in ("model", "system", "max_depth", "max_iterations", "approval_timeout", "max_spawns", "max_model_calls"):
+        for key in ("model", "system", "max_depth", "max_iterations", "approval_timeout", "max_spawns", "max_model_calls", "api_base"):
             if getattr(args, key) is not None:
                 spec[key] = getattr(args, key)
         if args.auto_approve is not None:

@@ -1,0 +1,159 @@
+"""Provider faults: which failed model calls are retried, and the one line a user is shown.
+
+A rate limit (429), a 5xx or a dropped connection is worth another attempt; the wait is what
+the provider's ``retry-after`` (or ``retry-after-ms``) asks, at most ``RETRY_AFTER_CAP``
+seconds, else an exponential backoff. A timeout is not retried (the agent already waited its
+whole ``model_timeout``), nor is any other 4xx. What still fails becomes a ``ProviderError``
+whose text names the model, the provider, the address (never ``user:password@``) and the
+status, and says what to do; it never carries a key or a header value.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import re
+import time
+import urllib.parse
+from typing import Any
+
+from ..errors import ProviderError
+
+
+#: HTTP statuses worth another attempt: rate limits and the provider's own failures
+RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529})
+#: the longest chaz_nb waits between attempts, whatever ``retry-after`` asks for
+RETRY_AFTER_CAP = 30.0
+#: first backoff when the provider gives no ``retry-after`` (doubles per attempt)
+RETRY_BACKOFF = 0.5
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        out.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return out
+
+
+def retry_after(exc: BaseException) -> float | None:
+    """Seconds the provider asked to wait (``retry-after-ms`` / ``retry-after``), if it did."""
+    for e in _chain(exc):
+        for headers in (getattr(getattr(e, "response", None), "headers", None), getattr(e, "headers", None),
+                        getattr(e, "litellm_response_headers", None)):
+            if not headers:
+                continue
+            try:
+                ms = headers.get("retry-after-ms")
+                if ms is not None:
+                    return max(0.0, float(ms) / 1000)
+                value = headers.get("retry-after")
+            except (AttributeError, TypeError, ValueError):
+                continue
+            if value is None:
+                continue
+            try:
+                return max(0.0, float(value))
+            except ValueError:
+                try:  # an HTTP date
+                    when = email.utils.parsedate_to_datetime(value)
+                    return max(0.0, when.timestamp() - time.time())
+                except (TypeError, ValueError):
+                    continue
+    return None
+
+
+def _status(exc: BaseException) -> int | None:
+    status = getattr(exc, "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def classify(exc: BaseException) -> tuple[str, int | None]:
+    """``(kind, status)`` of a failed call: timeout, connection, rate_limit, auth, http."""
+    names = {type(e).__name__ for e in _chain(exc)}
+    if isinstance(exc, asyncio.TimeoutError) or names & {"Timeout", "APITimeoutError", "ReadTimeout",
+                                                         "ConnectTimeout", "TimeoutException"}:
+        return "timeout", None
+    if names & {"APIConnectionError", "ConnectError", "ReadError", "RemoteProtocolError",
+                "ClientPayloadError", "ServerDisconnectedError", "ClientConnectorError", "MidStreamFallbackError"}:
+        # litellm reports a dropped connection as a 500: it is not the provider's answer
+        return "connection", None
+    status = _status(exc)
+    if status == 429:
+        return "rate_limit", status
+    if status in (401, 403):
+        return "auth", status
+    return "http", status
+
+
+def retryable(kind: str, status: int | None) -> bool:
+    # A timeout is not retried: the agent already waited its whole model_timeout.
+    return kind in ("connection", "rate_limit") or (kind == "http" and status in RETRY_STATUSES)
+
+
+_PREFIX = re.compile(r"^(?:litellm\.\w+:\s*)?(?:\w+Error:\s*)?(?:\w*Exception\s*-\s*)?")
+
+
+def _detail(exc: BaseException) -> str:
+    """The provider's own words, short: litellm's class-name prefixes taken off."""
+    text = " ".join(str(getattr(exc, "message", None) or exc).split())
+    text = _PREFIX.sub("", text)
+    try:  # Ollama-style bodies: {"error": "..."}
+        body = json.loads(text)
+        if isinstance(body, dict) and isinstance(body.get("error"), (str, dict)):
+            err = body["error"]
+            text = err if isinstance(err, str) else str(err.get("message") or err)
+    except ValueError:
+        pass
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
+def _where(api_base: str | None) -> str:
+    if not api_base:
+        return ""
+    parts = urllib.parse.urlsplit(str(api_base))
+    host = parts.hostname or ""
+    netloc = host + (f":{parts.port}" if parts.port else "")  # never user:password@
+    return f" at {urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, '', ''))}"
+
+
+_HINTS = {
+    "timeout": "No reply within {timeout:g} s; raise the agent's model_timeout or check the model server",
+    "connection": "The connection failed or dropped before the reply was complete; check that the "
+                  "server{where} is running, then send the message again",
+    "rate_limit": "The provider is rate-limiting this key; wait, then send the message again "
+                  "(or give the agent more max_retries)",
+    "auth": "The provider refused the key; set the right key in the environment (e.g. OPENAI_API_KEY) "
+            "and restart the kernel",
+    404: "Check the model name and the agent's api_base",
+    "http5": "The provider failed; send the message again later, or use another model",
+    "http": "The provider rejected the request; check the model name and the agent's model_options",
+}
+
+
+def provider_error(exc: BaseException, model: str, api_base: str | None, attempts: int,
+                   timeout: float, litellm: Any = None) -> ProviderError:
+    """The one-line, key-free account of a failed call: what failed, and what to do."""
+    kind, status = classify(exc)
+    provider = getattr(exc, "llm_provider", None) or (model.split("/", 1)[0] if "/" in model else "")
+    if not provider and litellm is not None:
+        try:
+            provider = litellm.get_llm_provider(model)[1]
+        except Exception:
+            provider = ""
+    provider = provider or "unknown"
+    where = _where(api_base)
+    what = {"timeout": f"timed out after {timeout:g} s", "connection": "lost the connection"}.get(
+        kind, f"returned HTTP {status}" if status else "failed")
+    key: Any = kind
+    if kind == "http":
+        key = 404 if status == 404 else ("http5" if status and status >= 500 else "http")
+    hint = _HINTS[key].format(timeout=timeout, where=where)
+    tries = f" after {attempts} attempts" if attempts > 1 else ""
+    detail = _detail(exc) if kind not in ("timeout",) else ""
+    message = f"{model} ({provider}{where}) {what}{tries}" + (f": {detail}" if detail else "") + f". {hint}"
+    return ProviderError(message, model=model, provider=provider, kind=kind, status=status, attempts=attempts)

@@ -1,0 +1,1 @@
+"""Test doubles that live on the far side of a real interface (a socket, a process)."""

@@ -1,0 +1,38 @@
+"""How a failed model call is read: the wait a provider asks for, and an address without secrets."""
+
+from __future__ import annotations
+
+import email.utils
+import time
+
+import httpx
+
+from chaz_nb.engine.faults import provider_error, retry_after
+
+
+def failed(status: int, headers: dict[str, str]) -> Exception:
+    exc = Exception(f"HTTP {status}")
+    exc.status_code = status
+    exc.response = httpx.Response(status, headers=headers)
+    return exc
+
+
+def test_retry_after_reads_milliseconds_seconds_and_http_dates():
+    assert retry_after(failed(429, {"retry-after-ms": "250", "retry-after": "9"})) == 0.25
+    assert retry_after(failed(429, {"retry-after": "1.5"})) == 1.5
+    later = email.utils.formatdate(time.time() + 20, usegmt=True)
+    assert 15 < retry_after(failed(429, {"retry-after": later})) <= 20
+    assert retry_after(failed(500, {})) is None
+
+
+def test_retry_after_is_found_on_a_wrapped_cause():
+    outer = RuntimeError("wrapped")
+    outer.__cause__ = failed(429, {"retry-after": "3"})
+    assert retry_after(outer) == 3.0
+
+
+def test_error_text_never_shows_credentials_in_the_address():
+    err = provider_error(failed(503, {}), "openai/x", "https://user:hunter2pass@llm.example.com:8443/v1", 3, 600)
+    assert "hunter2pass" not in str(err) and "user" not in str(err)
+    assert "openai/x (openai at https://llm.example.com:8443/v1) returned HTTP 503 after 3 attempts" in str(err)
+    assert err.details() == {"error_kind": "http", "status": 503, "provider": "openai", "attempts": 3}
