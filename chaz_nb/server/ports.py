@@ -39,10 +39,19 @@ if TYPE_CHECKING:  # pragma: no cover
 class ServerPort(Protocol):
     """The narrow interface between the run engine and the parts registered on it."""
 
-    store: "SessionStore"
-    tools: "ToolRegistry"
-    backend: "ModelBackend"
-    agents: Mapping[str, "Agent"]
+    # read-only to the parts (properties, so the engine's own mutable attributes satisfy them)
+    @property
+    def store(self) -> "SessionStore": ...
+
+    @property
+    def tools(self) -> "ToolRegistry": ...
+
+    @property
+    def backend(self) -> "ModelBackend": ...
+
+    @property
+    def agents(self) -> Mapping[str, "Agent"]:
+        """The defined agents by name (the Server's own dict: a definition is seen at once)."""
 
     @property
     def stopped(self) -> bool:

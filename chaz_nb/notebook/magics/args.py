@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from typing import NoReturn
+from typing import NoReturn, Sequence
 
 from IPython.core.error import UsageError
 
@@ -74,7 +74,7 @@ def usage_of(parser: argparse.ArgumentParser) -> str:
     return " ".join(parts)
 
 
-def table(rows: list[tuple[str, ...]]) -> str:
+def table(rows: Sequence[tuple[str, ...]]) -> str:
     """Rows as left-aligned text columns (the first row is the header)."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
