@@ -15,43 +15,25 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
-from typing import Any, Callable
-from ..errors import NotLoadedError
-
-DEFAULT_DB = os.path.join(".chaz", "sessions.duckdb")
-DEFAULT_AGENT = "assistant"
-DEFAULT_MODEL = "chaz/echo"
-
-
-@dataclass
-class ExtensionState:
-    """What the extension holds for one kernel."""
-
-    shell: Any
-    loop: Any
-    server: Any
-    db_line: str
-    magics: Any = None
-    unregister_comm: Callable[[], None] | None = None
-    last_session: int | None = None
-    views: list[Any] = field(default_factory=list)
-    room: int | None = None  # the current room (%chaz room): %chaz @NAME speaks there
-
-    @property
-    def store(self) -> Any:
-        return self.server.store
+from typing import Any
+from . import controller
+from .controller import (  # noqa: F401  (the extension's public names, as before)
+    DEFAULT_AGENT,
+    DEFAULT_DB,
+    DEFAULT_MODEL,
+    ExtensionState,
+    current,
+    current_state,
+    default_db,
+    default_model,
+    origin,
+)
+from ..errors import NotLoadedError  # noqa: F401
 
 
-_state: ExtensionState | None = None
 
 
-def default_model() -> str:
-    return os.environ.get("CHAZ_MODEL", "").strip() or DEFAULT_MODEL
 
-
-def default_db() -> str:
-    return os.environ.get("CHAZ_DB", "").strip() or DEFAULT_DB
 
 
 def fallback_db(path: str) -> str:
@@ -133,12 +115,12 @@ def protect_question_marks(lines: list[str]) -> list[str]:
 
 
 def load_ipython_extension(ip: Any) -> None:
-    global _state
     from .kernel_loop import get_loop
     from .magics.core import ChazMagics
 
-    if _state is not None:
-        unload_ipython_extension(_state.shell)
+    previous = controller.loaded_state()
+    if previous is not None:
+        unload_ipython_extension(previous.shell)
     loop = get_loop()
     store, note = open_store(default_db())
     try:
@@ -147,14 +129,14 @@ def load_ipython_extension(ip: Any) -> None:
         store.close()
         raise
     line = _describe(store, server, note)
-    state = ExtensionState(shell=ip, loop=loop, server=server, db_line=line)
+    state = ExtensionState(shell=ip, loop=loop, server=server, db_line=line, reopen=reopen)
     magics = ChazMagics(ip, state_getter=current_state)
     ip.register_magics(magics)
     state.magics = magics
     cleanup = getattr(ip, "input_transformers_cleanup", None)
     if cleanup is not None and protect_question_marks not in cleanup:
         cleanup.append(protect_question_marks)
-    _state = state
+    controller.set_state(state)
     _connect_sidebar(state)
     print(line)
     _start_schedules(state)
@@ -212,8 +194,8 @@ def _stop_server(state: ExtensionState) -> None:
 
 def unload_ipython_extension(ip: Any) -> None:
     """Stop every run, close the database, remove the magics."""
-    global _state
-    state, _state = _state, None
+    state = controller.loaded_state()
+    controller.set_state(None)
     if state is None:
         return
     _disconnect_sidebar(state)
@@ -248,57 +230,6 @@ def reopen(path: str) -> str:
     return state.db_line
 
 
-def current_state() -> ExtensionState:
-    if _state is None:
-        raise NotLoadedError("chaz_nb is not loaded in this kernel; run %load_ext chaz_nb first")
-    return _state
-
-
-def current() -> Any:
-    """The Server that ``%load_ext chaz_nb`` started in this kernel."""
-    return current_state().server
-
-
-def origin(shell: Any = None) -> dict[str, Any]:
-    """Where a write from a cell comes from: notebook path, cell id, execution count, kernel.
-
-    Unknown fields are ``None`` (nbclient, for one, sends no cell id).
-    """
-    shell = shell if shell is not None else (_state.shell if _state is not None else None)
-    out: dict[str, Any] = {
-        "notebook": None,
-        "cell_id": None,
-        "execution_count": None,
-        "kernel_id": None,
-    }
-    if shell is None:
-        return out
-    out["execution_count"] = getattr(shell, "execution_count", None)
-    ns = getattr(shell, "user_ns", {}) or {}
-    out["notebook"] = (
-        ns.get("__vsc_ipynb_file__")
-        or ns.get("__session__")
-        or os.environ.get("JPY_SESSION_NAME")
-        or None
-    )
-    kernel = getattr(shell, "kernel", None)
-    if kernel is not None:
-        try:
-            parent = kernel.get_parent("shell") or {}
-        except Exception:
-            parent = {}
-        meta = parent.get("metadata") or {}
-        out["cell_id"] = meta.get("cellId") or (parent.get("content") or {}).get("cell_id")
-        try:
-            from ipykernel.connect import get_connection_file
-
-            name = os.path.splitext(os.path.basename(get_connection_file()))[0]
-            out["kernel_id"] = name[len("kernel-") :] if name.startswith("kernel-") else name
-        except Exception:
-            pass
-    return out
-
-
 async def ask(text: str, *, display: bool = True, directive: bool = False, **kwargs: Any) -> Any:
     """``await chaz_nb.ask("@NAME text")``: write a Message and await the run's outcome.
 
@@ -318,3 +249,10 @@ async def ask(text: str, *, display: bool = True, directive: bool = False, **kwa
     finally:
         if view is not None:
             view.flush(final=True)
+
+
+def __getattr__(name: str) -> Any:
+    # ``extension._state``: the loaded state lives in controller.py now (tests read it here)
+    if name == "_state":
+        return controller.loaded_state()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -21,7 +21,7 @@ from IPython.core.error import UsageError
 from .args import split_words
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..extension import ExtensionState
+    from ..controller import ExtensionState
 
 PENDING_USAGE = "usage: %chaz pending"
 APPROVE_USAGE = "usage: %chaz approve ID|last|oldest|all [--all-calls]"

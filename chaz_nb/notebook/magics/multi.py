@@ -34,7 +34,7 @@ from .args import CommandParser, HelpShown, split_words, table
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...server.rooms import Room
-    from ..extension import ExtensionState
+    from ..controller import ExtensionState
 
 SCHEDULE_USAGE = (
     'usage: %chaz schedule add @NAME "CRON|every 30s|at ISO|in 10m" prompt... '
@@ -205,7 +205,7 @@ class MultiAgentCommands:
     def _schedule_add(self, args: str) -> None:
         from ...server.facade import ServerError
         from ...core.store import StoreError
-        from .core import check_agent
+        from .turns import check_agent
 
         spec = parse_schedule_add(args)
         server = self.state.server
@@ -309,8 +309,8 @@ class MultiAgentCommands:
         Returns False when no room is current (the caller then talks to NAME's own session).
         """
         from ...server.facade import ServerError
-        from ..extension import origin
-        from .core import check_agent, open_view, wait_session
+        from ..controller import origin
+        from .turns import check_agent, open_view, wait_session
 
         state = self.state
         room_id = getattr(state, "room", None)
@@ -347,7 +347,7 @@ class MultiAgentCommands:
         from ...server.compaction import CompactionError
         from ...errors import WaitInterrupted
         from ..kernel_loop import wait_run
-        from .core import parse_session
+        from .turns import parse_session
 
         state = self.state
         server = state.server

@@ -20,7 +20,7 @@ from .args import CommandParser
 from ..views.display import esc as _esc
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..extension import ExtensionState
+    from ..controller import ExtensionState
 
 SQL_USAGE = "usage: %chaz sql [-o|--out NAME [--relation]] [--db PATH] [--max-rows N] QUERY"
 AUDIT_USAGE = "usage: %chaz audit [SESSION]"
@@ -252,7 +252,7 @@ class SqlCommands:
 
     def _cmd_audit(self, rest: str) -> None:
         from ..views.audit import AuditView
-        from .core import parse_session
+        from .turns import parse_session
 
         state = self.state
         server = state.server

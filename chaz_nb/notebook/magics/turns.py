@@ -1,0 +1,145 @@
+"""A turn from a cell: check the agent, pick the session, write the trigger, show and wait.
+
+Shared by every sub-command that talks to an agent or follows a session (``%chaz @NAME``,
+``%chaz wait``, ``%chaz log``, rooms, ``%chaz compact``, ``%chaz audit``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from IPython.core.error import UsageError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ...server.facade import Server
+    from ..controller import ExtensionState
+
+
+def check_agent(server: "Server", name: str) -> None:
+    if name not in server.agents:
+        known = ", ".join("@" + n for n in sorted(server.agents)) or "none"
+        raise UsageError(
+            f"unknown agent @{name}; known agents: {known} "
+            f"(define it with %chaz agent {name} --model chaz/echo)"
+        )
+
+
+def parse_session(server: "Server", arg: str, last: int | None, what: str) -> int:
+    arg = arg.strip()
+    if not arg:
+        if last is None:
+            raise UsageError(f"%chaz {what}: no session yet; talk to an agent first (%chaz @assistant hello)")
+        return last
+    if arg.startswith("@"):
+        name = arg[1:]
+        check_agent(server, name)
+        return server.current_session(name)
+    try:
+        sid = int(arg)
+    except ValueError:
+        raise UsageError(f"%chaz {what}: SESSION is a session id or @NAME, not {arg!r}") from None
+    try:
+        server.store.session(sid)
+    except Exception:
+        raise UsageError(f"%chaz {what}: there is no session {sid}; see %chaz sessions") from None
+    return sid
+
+
+def open_view(
+    state: "ExtensionState", session: int, *, after_seq: int = 0, follow: bool | None = None, title: str | None = None
+) -> Any:
+    """A view of a session on the kernel loop; kept in ``state.views`` while it follows the log
+    (so unloading the extension finishes it).
+
+    ``follow=True`` is a cell that drives the session (a turn, a wait): the view covers that
+    cell's part of the run. An earlier cell's view still following the session ends where it
+    is and this one starts after it, so every cell keeps its own step of the story; the
+    footer says where the whole log is.
+    """
+    from ..views.session import SessionView
+
+    server = state.server
+    footer = None
+    if follow is True:
+        for earlier in state.views:
+            if getattr(earlier, "session_id", None) == session and getattr(earlier, "following", False):
+                after_seq = max(after_seq, earlier.hand_over())
+        footer = f"full log: %chaz log {session}"
+    view = SessionView(
+        server.store,
+        session,
+        status=server.session_status,
+        after_seq=after_seq,
+        loop=state.loop,
+        follow=follow,
+        approvals=server,
+        title=title,
+        footer=footer,
+    )
+    if view.following:
+        state.views[:] = [v for v in state.views if v.following]
+        state.views.append(view)
+    return view
+
+
+def send_turn(
+    state: "ExtensionState", name: str, text: str, *, directive: bool = False, display: bool = True
+) -> tuple[Any, Any]:
+    """Write the Message (or Directive) from this cell; return (run handle, view or None)."""
+    from ...core.entries import EntryType
+    from ..controller import origin
+
+    server = state.server
+    check_agent(server, name)
+    if not text.strip():
+        raise UsageError(f"%chaz: nothing to send to @{name}; write the text after @{name}")
+    session = server.current_session(name)
+    latest = server.store.latest(session)
+    view = None
+    if display:
+        view = open_view(state, session, after_seq=latest.seq if latest else 0, follow=True)
+    handle = server.post(
+        session,
+        EntryType.DIRECTIVE if directive else EntryType.MESSAGE,
+        text,
+        sender="user",
+        payload={"origin": origin(state.shell)},
+    )
+    state.last_session = session
+    if view is not None:
+        view.flush()  # show the trigger at once (the run's entries follow from the loop)
+        view.display()
+    return handle, view
+
+
+def wait_session(state: "ExtensionState", session: int, handle: Any, view: Any) -> None:
+    """Wait for the run; raise WaitInterrupted on Ctrl-C.
+
+    If it parks, the view says so (the tool row waits for approval, the card says what to do)
+    and keeps saying the truth as it changes; only without a view is a line printed (stdout
+    cannot be updated, so it would contradict the view later)."""
+    from ...errors import WaitInterrupted
+    from ..kernel_loop import wait_run
+
+    server = state.server
+    outcome = wait_run(
+        is_done=lambda: not server.is_busy(session),
+        is_parked=lambda: server.session_status(session) == "parked",
+        future=handle.future if handle is not None else None,
+        loop=state.loop,
+    )
+    if view is not None:
+        view.flush(final=True)
+    if outcome.state == "parked" and view is None:
+        asks = [p for p in server.pending_approvals() if p.get("session_id") == session]
+        what = ", ".join(f"{p.get('tool_name')} (risk {p.get('risk_level')})" for p in asks) or "an approval"
+        print(
+            f"⚠ session {session} is waiting for a person to approve {what}: click Approve or Deny "
+            f"above, or run %chaz approve last / %chaz deny last --reason R; the run resumes once "
+            f"it is decided. %chaz wait {session} waits again."
+        )
+    elif outcome.state == "interrupted":
+        raise WaitInterrupted(
+            f"stopped waiting: session {session} keeps running and every entry is kept; "
+            f"%chaz wait {session} waits again, %chaz log {session} shows it"
+        )
