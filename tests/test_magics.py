@@ -406,3 +406,11 @@ def test_agent_api_base_flag_points_the_agent_at_a_server(chaz, capsys):
                 'model_timeout = 120\nmax_retries = 4')
     toml = chaz.agents["toml"]
     assert (toml.api_base, toml.model_timeout, toml.max_retries) == ("http://localhost:11434", 120, 4)
+
+
+def test_agent_model_timeout_and_retries_flags_reach_the_model_call(chaz, capsys):
+    ip.run_line_magic("chaz", "agent slow --model openai/qwen --model-timeout 30 --max-retries 0")
+    options = chaz.agents["slow"].call_options()
+    assert (options["timeout"], options["num_retries"]) == (30, 0)
+    one_line_error(capsys, "%chaz agent bad --model openai/qwen --max-retries 99",
+                   "max_retries must be an integer from 0 to 20")

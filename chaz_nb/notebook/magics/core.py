@@ -98,6 +98,10 @@ def _agent_parser() -> CommandParser:
     p.add_argument("--script", metavar="JSON", help="JSON list of steps for the chaz/script model")
     p.add_argument("--api-base", dest="api_base", metavar="URL",
                    help="the model server's URL (keys come from the environment)")
+    p.add_argument("--model-timeout", type=float, dest="model_timeout", metavar="S",
+                   help="seconds one model call may take (default 600)")
+    p.add_argument("--max-retries", type=int, dest="max_retries", metavar="N",
+                   help="retries of a rate-limited, failed or dropped model call (default 2)")
     p.usage = "%chaz " + usage_of(p)
     return p
 
@@ -397,7 +401,8 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
             return None
         where = f"%chaz agent {args.name}" if body is None else f"%%chaz agent {args.name}"
         spec: dict[str, Any] = {} if body is None else parse_toml(body, where)
-        for key in ("model", "system", "max_depth", "max_iterations", "approval_timeout", "max_spawns", "max_model_calls", "api_base"):
+        for key in ("model", "system", "max_depth", "max_iterations", "approval_timeout", "max_spawns", "max_model_calls", "api_base",
+                    "model_timeout", "max_retries"):
             if getattr(args, key) is not None:
                 spec[key] = getattr(args, key)
         if args.auto_approve is not None:
