@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any, Callable
 
 Subscribe = Callable[[Callable[..., None]], Callable[[], None]]
@@ -91,3 +92,15 @@ async def past(delay: float) -> None:
     done = loop.create_future()
     loop.call_later(delay, lambda: done.done() or done.set_result(None))
     await done
+
+
+def poll(predicate: Callable[[], Any], timeout: float, what: str = "condition") -> Any:
+    """Check ``predicate`` every 0.2 s until it is truthy (a browser page has no event to wait on)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)

@@ -19,12 +19,13 @@ Screenshots: ``<tmp_path>/shots`` and copies in /tmp/chaz_e2e_shots.
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
-import time
 from pathlib import Path
 
 import pytest
+from waiting import poll
 
 pytestmark = pytest.mark.e2e
 
@@ -140,15 +141,7 @@ def _decisions(root: Path) -> list:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def _wait(predicate, timeout: float = 20, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
+_wait = functools.partial(poll, timeout=20)
 
 
 def test_renderer_and_sidebar(lab):

@@ -14,10 +14,11 @@ Screenshots: ``<tmp_path>/shots`` and copies in /tmp/chaz_e2e_shots.
 
 from __future__ import annotations
 
+import functools
 import json
-import time
 
 import pytest
+from waiting import poll
 
 pytestmark = pytest.mark.e2e
 
@@ -37,15 +38,7 @@ def _code(source: str) -> dict:
     return {"cell_type": "code", "source": source, "outputs": [], "execution_count": None, "metadata": {}}
 
 
-def _wait(predicate, timeout: float = 30, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
+_wait = functools.partial(poll, timeout=30)
 
 
 def _kernel_id(lab) -> str:
