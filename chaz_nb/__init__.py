@@ -66,7 +66,7 @@ def unload_ipython_extension(ipython: Any) -> None:
     extension.unload_ipython_extension(ipython)
 
 
-def current() -> "Server":
+def current() -> Server:
     """The Server that ``%load_ext chaz_nb`` started in this kernel."""
     from .notebook import extension
 

@@ -6,7 +6,8 @@ import os
 import queue
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from jupyter_client.manager import KernelManager
 

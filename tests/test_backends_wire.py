@@ -68,7 +68,7 @@ def all_text(store) -> str:
     return json.dumps(rows, default=str)
 
 
-def written(store, entry_type: T) -> "asyncio.Future":
+def written(store, entry_type: T) -> asyncio.Future:
     """A future resolved by the first entry of ``entry_type`` written from now on."""
     future = asyncio.get_running_loop().create_future()
 

@@ -10,7 +10,7 @@ def test_nine_entry_types_are_stored_by_reference_names():
         "Message", "Directive", "ToolCall", "ToolResult", "Ack", "Error", "Summary",
         "ApprovalRequest", "ApprovalDecision",
     ]
-    assert CONTEXT_TYPES == {EntryType.MESSAGE, EntryType.DIRECTIVE, EntryType.SUMMARY}
+    assert {EntryType.MESSAGE, EntryType.DIRECTIVE, EntryType.SUMMARY} == CONTEXT_TYPES
 
 
 def test_context_roles_follow_the_reference_table():

@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 Subscribe = Callable[[Callable[..., None]], Callable[[], None]]
 

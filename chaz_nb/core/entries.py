@@ -10,7 +10,8 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 
 class EntryType(str, Enum):

@@ -17,7 +17,8 @@ logging). ``RedactingFilter`` does the same for any handler one adds for other l
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from .redaction import redact
 

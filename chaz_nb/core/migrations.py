@@ -9,7 +9,7 @@ migration that has shipped: add a new one.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import duckdb
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 REDACTED = "[REDACTED]"
 

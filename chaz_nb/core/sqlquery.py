@@ -37,7 +37,8 @@ import os
 import re
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import duckdb
 

@@ -23,7 +23,8 @@ import math
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
+from collections.abc import Sequence
 
 from .faults import RETRY_AFTER_CAP, RETRY_BACKOFF, ProviderError, classify, provider_error, retry_after, retryable
 
@@ -59,7 +60,7 @@ class Usage:
     completion_tokens: int = 0
     cost_usd: float | None = 0.0
 
-    def add(self, other: "Usage") -> None:
+    def add(self, other: Usage) -> None:
         self.prompt_tokens += other.prompt_tokens
         self.completion_tokens += other.completion_tokens
         if self.cost_usd is None or other.cost_usd is None:
@@ -104,7 +105,7 @@ def is_offline(model: str) -> bool:
 _litellm: Any = None
 _import_lock = threading.Lock()  # the import itself, once
 _future_lock = threading.Lock()  # the thread that does it, once
-_import_future: "concurrent.futures.Future[Any] | None" = None
+_import_future: concurrent.futures.Future[Any] | None = None
 
 
 def _import_litellm() -> Any:
@@ -175,7 +176,7 @@ _FIRST_CALL_IMPORTS = (
 )
 
 
-def start_import() -> "concurrent.futures.Future[Any]":
+def start_import() -> concurrent.futures.Future[Any]:
     """Start importing litellm in a background thread (once); the future gives the module.
 
     ``%load_ext chaz_nb`` calls this and does not wait: the import takes seconds, and on the

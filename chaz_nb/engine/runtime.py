@@ -12,7 +12,8 @@ import contextlib
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
+from collections.abc import Sequence
 
 from .backends import ModelBackend, ModelReply, ProviderError, ToolCallRequest, Usage
 from .tools import ScopedTools, ToolError, parse_arguments

@@ -31,7 +31,8 @@ import time
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Literal, Mapping, Sequence, Union
+from typing import Any, Literal, Union
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from ..errors import ToolError
 
 ApprovalMode = Literal["never", "unless_auto_approved", "always"]
@@ -300,7 +301,7 @@ class ToolRegistry:
             names.update(fnmatch.filter(self._tools, pattern))
         return frozenset(names)
 
-    def scope(self, patterns: Iterable[str] | None, parent: "ScopedTools | None" = None) -> "ScopedTools":
+    def scope(self, patterns: Iterable[str] | None, parent: ScopedTools | None = None) -> ScopedTools:
         """The tools an agent defined with ``patterns`` may use, within ``parent``'s scope."""
         allowed = self.match(patterns)
         if parent is not None:
@@ -308,7 +309,7 @@ class ToolRegistry:
         return ScopedTools(self, allowed)
 
 
-ToolsLike = Union[ToolRegistry, Iterable[Union[Tool, Callable[..., Any]]], None]
+ToolsLike = Union[ToolRegistry, Iterable[Tool | Callable[..., Any]], None]
 
 
 def as_registry(tools: ToolsLike, where: str = "Server(tools=...)") -> ToolRegistry:
@@ -351,7 +352,7 @@ class ScopedTools:
     def __repr__(self) -> str:
         return f"ScopedTools({sorted(self.names)})"
 
-    def narrow(self, patterns: Iterable[str] | None) -> "ScopedTools":
+    def narrow(self, patterns: Iterable[str] | None) -> ScopedTools:
         """This scope intersected with ``patterns`` (``None`` keeps it whole)."""
         if patterns is None:
             return self
@@ -426,10 +427,10 @@ def _json_schema(hint: Any) -> dict[str, Any]:
         return {"anyOf": [_json_schema(a) for a in non_null]}
     if origin is Literal:
         return {"enum": list(args)}
-    if origin in (list, tuple, set, frozenset, Sequence, typing.List):
+    if origin in (list, tuple, set, frozenset, Sequence, list):
         item = _json_schema(args[0]) if args else {}
         return {"type": "array", "items": item} if item else {"type": "array"}
-    if origin in (dict, Mapping, typing.Dict):
+    if origin in (dict, Mapping, dict):
         return {"type": "object"}
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return {"enum": [m.value for m in hint]}

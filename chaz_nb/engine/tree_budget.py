@@ -15,7 +15,8 @@ the limit and how to raise it, so the whole tree stops, not only the branch that
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from .backends import ModelBackend, ModelReply
 from ..errors import TreeBudgetExceeded
@@ -37,7 +38,7 @@ class TreeBudget:
         self.exhausted: str | None = None
 
     @classmethod
-    def for_agent(cls, agent: Any) -> "TreeBudget":
+    def for_agent(cls, agent: Any) -> TreeBudget:
         return cls(agent.name, agent.max_spawns, agent.max_model_calls)
 
     def _exhaust(self, what: str, limit: int, field: str) -> str:

@@ -30,7 +30,8 @@ import asyncio
 import signal
 import threading
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable
 
 
 T = TypeVar("T")
@@ -85,7 +86,7 @@ class _SigintGuard:
     _installed: bool = False
     interrupted: bool = False
 
-    def __enter__(self) -> "_SigintGuard":
+    def __enter__(self) -> _SigintGuard:
         if threading.current_thread() is threading.main_thread():
             try:
                 self._previous = signal.signal(signal.SIGINT, self._handler)
@@ -127,7 +128,7 @@ class WaitOutcome:
 def wait_run(
     is_done: Callable[[], bool],
     is_parked: Callable[[], bool],
-    future: "asyncio.Future[Any] | None" = None,
+    future: asyncio.Future[Any] | None = None,
     *,
     loop: asyncio.AbstractEventLoop | None = None,
     timeout: float | None = None,

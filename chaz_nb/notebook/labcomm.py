@@ -29,7 +29,8 @@ import inspect
 import logging
 import threading
 import time
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 __all__ = ["TARGET_NAME", "LabBridge", "register_comm_target"]
 

@@ -18,7 +18,8 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Sequence
 
 from ..core.entries import Entry, EntryType
 from ..engine.runtime import ToolExecutor, ToolOutcome
@@ -74,7 +75,7 @@ def effective_decision(decisions: Iterable[Entry]) -> Entry | None:
 @dataclass
 class PendingRequest:
     entry: Entry
-    future: "asyncio.Future[Entry] | None" = None
+    future: asyncio.Future[Entry] | None = None
 
     @property
     def request_id(self) -> str:
@@ -101,7 +102,7 @@ class ApprovalBook(Part):
 
     name = "approvals"
 
-    def __init__(self, port: "ServerPort", default_timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, port: ServerPort, default_timeout: float = DEFAULT_TIMEOUT) -> None:
         self.port = port
         self.default_timeout = default_timeout
         self._open: dict[str, PendingRequest] = {}
@@ -238,7 +239,7 @@ class ApprovalBook(Part):
                 pending.future.set_result(self._decided[request_id])
 
     # ------------------------------------------------------------- the proxy
-    async def request(self, ctx: "RunContext", t: Tool, call_id: str, arguments: dict[str, Any]) -> Entry:
+    async def request(self, ctx: RunContext, t: Tool, call_id: str, arguments: dict[str, Any]) -> Entry:
         """Write an ApprovalRequest, park the run, and return the effective decision entry."""
         store = self.port.store
         timeout = ctx.agent.approval_timeout if ctx.agent.approval_timeout is not None else self.default_timeout
@@ -296,7 +297,7 @@ class ApprovalBook(Part):
     def recover(self) -> dict[str, int]:
         return {"approvals": self.close_orphans()}
 
-    def wrap_executor(self, ctx: "RunContext", executor: ToolExecutor) -> ToolExecutor:
+    def wrap_executor(self, ctx: RunContext, executor: ToolExecutor) -> ToolExecutor:
         """Every run's tools go through the approval proxy."""
         return ApprovalProxy(self, ctx, executor)
 
@@ -340,7 +341,7 @@ class ApprovalBook(Part):
 class ApprovalProxy:
     """A ToolExecutor that asks before running tools that need approval."""
 
-    def __init__(self, book: ApprovalBook, ctx: "RunContext", inner: ToolExecutor) -> None:
+    def __init__(self, book: ApprovalBook, ctx: RunContext, inner: ToolExecutor) -> None:
         self.book = book
         self.ctx = ctx
         self.inner = inner

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Iterable, Sequence
 from ..errors import CeilingError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -40,7 +41,7 @@ Chain = tuple[frozenset[str], ...]
 class RunFacts(Protocol):
     """What ``Ceiling.of_run`` reads of a run (a ``RunContext`` has it)."""
 
-    scope: "ScopedTools"
+    scope: ScopedTools
     auto_approve: Chain
     call_depth: int
     max_call_depth: int
@@ -58,11 +59,11 @@ class Ceiling:
     max_call_depth: int | None = None
 
     @classmethod
-    def of_run(cls, ctx: "RunFacts") -> "Ceiling":
+    def of_run(cls, ctx: RunFacts) -> Ceiling:
         """What a run may do: the cap it puts on the runs it triggers or spawns."""
         return cls(ctx.scope.names, tuple(ctx.auto_approve), ctx.call_depth, ctx.max_call_depth)
 
-    def meet(self, other: "Ceiling | None") -> "Ceiling":
+    def meet(self, other: Ceiling | None) -> Ceiling:
         """The narrower of two ceilings: tools intersected, chains joined, depth the deeper."""
         if other is None:
             return self
@@ -80,7 +81,7 @@ class Ceiling:
             min(limits) if limits else None,
         )
 
-    def scope(self, registry: "ToolRegistry", patterns: Iterable[str] | None) -> "ScopedTools":
+    def scope(self, registry: ToolRegistry, patterns: Iterable[str] | None) -> ScopedTools:
         """An agent's tools (``patterns``) within this ceiling."""
         from ..engine.tools import ScopedTools
 
@@ -108,7 +109,7 @@ class Ceiling:
         )
 
     @classmethod
-    def from_json(cls, raw: "str | dict[str, Any] | None") -> "Ceiling | None":
+    def from_json(cls, raw: str | dict[str, Any] | None) -> Ceiling | None:
         """A stored ceiling (``None`` when the session has none); CeilingError when unreadable."""
         if raw is None or raw == "":
             return None

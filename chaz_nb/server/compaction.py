@@ -44,7 +44,7 @@ class Compaction(Part):
 
     name = "compaction"
 
-    def __init__(self, port: "ServerPort", rooms: "Rooms") -> None:
+    def __init__(self, port: ServerPort, rooms: Rooms) -> None:
         self.port = port
         self.rooms = rooms  # room labels and system notes go into the context
         #: token budget of a run's context (approx. chars/4); None = the whole context

@@ -10,7 +10,8 @@ schedules, rooms, compaction; spawn's tools), each of which sees only the engine
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Iterable, Mapping, TypeVar
+from typing import Any, TypeVar
+from collections.abc import Iterable, Mapping
 
 from ..core.entries import Entry, EntryType
 from ..core.store import SessionStore
@@ -120,7 +121,7 @@ class Server:
 
     def register_child_session(
         self, agent_name: str, kind: str, spawn: SpawnContext
-    ) -> tuple[int, "asyncio.Future[None]"]:
+    ) -> tuple[int, asyncio.Future[None]]:
         """Create a child session for a spawn; return its id and the completion future."""
         return self._engine.register_child_session(agent_name, kind, spawn)
 
@@ -208,7 +209,7 @@ class Server:
         await self._engine.stop()
 
     # ------------------------------- schedules, rooms, compaction (see their own modules)
-    def start_run(self, session_id: int, invocation: Invocation) -> "asyncio.Future[Entry | None] | None":
+    def start_run(self, session_id: int, invocation: Invocation) -> asyncio.Future[Entry | None] | None:
         """Run with no trigger entry (a schedule fire); None when the session is busy or stopped."""
         return self._engine.start_run(session_id, invocation)
 

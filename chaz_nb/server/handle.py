@@ -10,7 +10,7 @@ from ..core.entries import Entry
 class RunHandle:
     """A triggered run: ``await handle.wait()`` gives its reply or Error entry (None if silent)."""
 
-    def __init__(self, trigger: Entry, future: "asyncio.Future[Entry | None]") -> None:
+    def __init__(self, trigger: Entry, future: asyncio.Future[Entry | None]) -> None:
         self.trigger = trigger
         self.future = future
 

@@ -26,4 +26,4 @@ class Invocation:
     #: no person is there to answer approval requests (a schedule fire)
     unattended: bool = False
     #: a cap on the run (a schedule that a capped run created), see ceiling.py
-    ceiling: "Ceiling | None" = None
+    ceiling: Ceiling | None = None

@@ -19,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Awaitable, Callable, Mapping
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.entries import Entry, EntryType
@@ -41,16 +42,16 @@ class ServerPort(Protocol):
 
     # read-only to the parts (properties, so the engine's own mutable attributes satisfy them)
     @property
-    def store(self) -> "SessionStore": ...
+    def store(self) -> SessionStore: ...
 
     @property
-    def tools(self) -> "ToolRegistry": ...
+    def tools(self) -> ToolRegistry: ...
 
     @property
-    def backend(self) -> "ModelBackend": ...
+    def backend(self) -> ModelBackend: ...
 
     @property
-    def agents(self) -> Mapping[str, "Agent"]:
+    def agents(self) -> Mapping[str, Agent]:
         """The defined agents by name (the Server's own dict: a definition is seen at once)."""
 
     @property
@@ -63,7 +64,7 @@ class ServerPort(Protocol):
     def limiter(self) -> asyncio.Semaphore:
         """The model-call limiter every model call of this server goes through."""
 
-    def agent(self, name: str) -> "Agent":
+    def agent(self, name: str) -> Agent:
         """The defined agent ``name``; a ServerError naming the known ones otherwise."""
 
     def part(self, name: str) -> Any:
@@ -78,7 +79,7 @@ class ServerPort(Protocol):
     def unpark(self, session_id: int) -> None:
         """One approval request of the session's run was answered."""
 
-    def start_run(self, session_id: int, invocation: "Invocation") -> "asyncio.Future[Entry | None] | None":
+    def start_run(self, session_id: int, invocation: Invocation) -> asyncio.Future[Entry | None] | None:
         """A run with no trigger entry (a schedule fire); None when busy or stopped."""
 
     def hold_session(self, session_id: int, body: Callable[[], Awaitable[None]], name: str) -> bool:
@@ -87,31 +88,31 @@ class ServerPort(Protocol):
     async def run_turn(
         self,
         session_id: int,
-        trigger: "Entry | None",
-        invocation: "Invocation | None" = None,
-        answers: "list[Entry] | None" = None,
-    ) -> "Entry | None":
+        trigger: Entry | None,
+        invocation: Invocation | None = None,
+        answers: list[Entry] | None = None,
+    ) -> Entry | None:
         """One run in the session, inside a loop the caller holds (``hold_session``)."""
 
     async def wait_session(self, session_id: int) -> None:
         """Wait until the session has no run or loop in flight."""
 
-    def track(self, trigger: "Entry", future: "asyncio.Future[Entry | None]") -> "RunHandle":
+    def track(self, trigger: Entry, future: asyncio.Future[Entry | None]) -> RunHandle:
         """Make ``future`` the run handle ``post``/``send`` return for ``trigger``."""
 
     def post(
         self,
         session_id: int,
-        entry_type: "EntryType | str",
+        entry_type: EntryType | str,
         content: str,
         sender: str = "user",
         payload: dict[str, Any] | None = None,
-    ) -> "RunHandle | None":
+    ) -> RunHandle | None:
         """Write an entry; the handle of the run it triggers, if any."""
 
     def register_child_session(
-        self, agent_name: str, kind: str, spawn: "SpawnContext"
-    ) -> "tuple[int, asyncio.Future[None]]":
+        self, agent_name: str, kind: str, spawn: SpawnContext
+    ) -> tuple[int, asyncio.Future[None]]:
         """A child session for a spawn, and the future done when its runs end."""
 
 
@@ -124,11 +125,11 @@ class Part(Protocol):
     #: the name ``ServerPort.part`` finds it by
     name: str = ""
 
-    def on_write(self, entry: "Entry") -> None:
+    def on_write(self, entry: Entry) -> None:
         """Every committed entry, before the engine decides whether it starts a run."""
-        return None
+        return
 
-    def route(self, entry: "Entry") -> bool:
+    def route(self, entry: Entry) -> bool:
         """True when this part runs ``entry``'s session itself (the engine then does not)."""
         return False
 
@@ -136,23 +137,23 @@ class Part(Protocol):
         """At start-up: close what a previous process left open; counts for ``recovered``."""
         return {}
 
-    def wrap_executor(self, ctx: "RunContext", executor: "ToolExecutor") -> "ToolExecutor":
+    def wrap_executor(self, ctx: RunContext, executor: ToolExecutor) -> ToolExecutor:
         """The tool executor of a run, wrapped (approvals put their proxy here)."""
         return executor
 
     async def run_messages(
-        self, session_id: int, agent: "Agent", invocation: "Invocation | None"
+        self, session_id: int, agent: Agent, invocation: Invocation | None
     ) -> list[dict[str, Any]] | None:
         """The messages a run starts with; the first part that returns a list builds them."""
         return None
 
-    async def after_run(self, session_id: int, agent: "Agent") -> Any:
+    async def after_run(self, session_id: int, agent: Agent) -> Any:
         """After a run wrote its reply (automatic compaction); what it returns is ignored."""
         return None
 
     async def stop(self) -> None:
         """The server stops: end the part's own tasks."""
-        return None
+        return
 
 
 @dataclass
@@ -161,16 +162,16 @@ class SpawnContext:
 
     call_depth: int
     max_call_depth: int
-    parent_tools: "ScopedTools"
-    completion: "asyncio.Future[None] | None" = None
+    parent_tools: ScopedTools
+    completion: asyncio.Future[None] | None = None
     #: set for spawn_worker: the parent's own iteration budget, shared
-    budget: "IterationBudget | None" = None
+    budget: IterationBudget | None = None
     parent_session: int | None = None
     parent_run: int | None = None
     #: auto-approve patterns of every ancestor (a child can only be stricter)
     auto_approve: tuple[frozenset[str], ...] = ()
     #: the spawning run's tree budget: the child's runs draw on it too
-    tree: "TreeBudget | None" = None
+    tree: TreeBudget | None = None
 
 
 @dataclass
@@ -178,24 +179,24 @@ class RunContext:
     """The run a tool call belongs to (read by spawn_agent and other built-in tools)."""
 
     #: what the run's tools may use of the server (ports.py); never the Server itself
-    port: "ServerPort"
+    port: ServerPort
     session_id: int
     agent: Agent
     run_id: int
     call_depth: int
     max_call_depth: int
-    scope: "ScopedTools"
-    budget: "IterationBudget"
+    scope: ScopedTools
+    budget: IterationBudget
     unattended: bool = False  # no person to ask (a schedule fire)
     #: auto-approve patterns of this agent and of each ancestor; a tool is auto-approved
     #: only when every level allows it
     auto_approve: tuple[frozenset[str], ...] = ()
     #: spawns and model calls left to the whole run tree this run belongs to
-    tree: "TreeBudget | None" = None
+    tree: TreeBudget | None = None
     #: the cap above this run (before its agent's own tools and auto-approve list)
-    ceiling: "Ceiling | None" = None
+    ceiling: Ceiling | None = None
     #: waits until the run's ToolCall/ToolResult events are committed
-    flush_events: "Callable[[], Awaitable[None]] | None" = None
+    flush_events: Callable[[], Awaitable[None]] | None = None
 
 
 current_run: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(

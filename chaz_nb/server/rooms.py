@@ -41,7 +41,8 @@ import asyncio
 import re
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
 
 from .agents import Agent
 from ..core.entries import Entry, EntryType
@@ -106,7 +107,7 @@ class Rooms(Part):
 
     name = "rooms"
 
-    def __init__(self, port: "ServerPort") -> None:
+    def __init__(self, port: ServerPort) -> None:
         self.port = port
         self._cache: dict[int, Room | None] = {}
         self._turns: dict[int, deque[_Turn]] = {}
@@ -283,7 +284,7 @@ class Rooms(Part):
         *,
         directive: bool = False,
         payload: dict[str, Any] | None = None,
-    ) -> "RunHandle | None":
+    ) -> RunHandle | None:
         """Write a person's Message (or a Directive) to the room; the handle of its turns.
 
         ``explicit`` (a member) takes the turn alone; with no explicit name the room's order
@@ -473,7 +474,7 @@ def _all_done(loop: asyncio.AbstractEventLoop, futures: list[asyncio.Future]) ->
 
 
 # ===================================================================== tools
-def has_access(port: "ServerPort", agent: str, session_id: int) -> bool:
+def has_access(port: ServerPort, agent: str, session_id: int) -> bool:
     """Sessions an agent may write to: its own, their children, rooms it is a member of."""
     info = port.store.session(session_id)
     if info.kind == ROOM_KIND:

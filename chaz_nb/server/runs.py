@@ -20,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any
+from collections.abc import Awaitable, Callable
 
 from ..core.entries import CONTEXT_TYPES, Entry, EntryType, build_context
 from ..core.store import SessionStore
@@ -67,7 +68,7 @@ class Origin:
     ceiling: Ceiling
     tree: TreeBudget | None
 
-    def merge(self, other: "Origin | None") -> "Origin":
+    def merge(self, other: Origin | None) -> Origin:
         # One follow-up run answers several queued triggers: it gets the narrowest authority.
         if other is None:
             return self
@@ -86,7 +87,7 @@ class RunEngine:
         *,
         max_concurrent_calls: int,
         tool_timeout: float,
-        executor_for: "Callable[[RunContext], ToolExecutor] | None" = None,
+        executor_for: Callable[[RunContext], ToolExecutor] | None = None,
     ) -> None:
         self.store = store
         self.agents = agents  # the façade's dict: a definition there is seen here
@@ -167,14 +168,14 @@ class RunEngine:
         """The handle of the run a trigger entry started, while it is in flight."""
         return self._handles.get(trigger_id)
 
-    def track(self, trigger: Entry, future: "asyncio.Future[Entry | None]") -> RunHandle:
+    def track(self, trigger: Entry, future: asyncio.Future[Entry | None]) -> RunHandle:
         handle = self._handles[trigger.id] = RunHandle(trigger, future)
         future.add_done_callback(lambda _f, key=trigger.id: self._handles.pop(key, None))
         return handle
 
     def register_child_session(
         self, agent_name: str, kind: str, spawn: SpawnContext
-    ) -> tuple[int, "asyncio.Future[None]"]:
+    ) -> tuple[int, asyncio.Future[None]]:
         """Create a child session for a spawn; return its id and the completion future.
 
         The session keeps the spawning run's ceiling (its scope, its auto-approve chain, its
@@ -237,7 +238,7 @@ class RunEngine:
             return None
         return Origin(Ceiling.of_run(run), run.tree)
 
-    def start_run(self, session_id: int, invocation: Invocation) -> "asyncio.Future[Entry | None] | None":
+    def start_run(self, session_id: int, invocation: Invocation) -> asyncio.Future[Entry | None] | None:
         """Run with no trigger entry (a schedule fire); None when the session is busy or stopped."""
         if self._stopped or session_id in self._states:
             return None

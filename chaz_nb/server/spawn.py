@@ -60,7 +60,7 @@ class LateBound(Generic[T]):
         return self._value is not None
 
 
-def install(registry: ToolRegistry) -> LateBound["ServerPort"]:
+def install(registry: ToolRegistry) -> LateBound[ServerPort]:
     """Register spawn_agent and spawn_worker in ``registry``; return the handle to bind."""
     handle: LateBound[ServerPort] = LateBound("the spawn_agent tool's server handle")
 

@@ -193,7 +193,7 @@ class FakeModelServer:
         self._httpd.server_close()
         self._thread.join(5)
 
-    def __enter__(self) -> "FakeModelServer":
+    def __enter__(self) -> FakeModelServer:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -62,7 +62,7 @@ def _short(value: Any, n: int = 60) -> str:
 class ApprovalCommands:
     """Mixin of ChazMagics: ``_cmd_pending``, ``_cmd_approve``, ``_cmd_deny``."""
 
-    state: "ExtensionState"  # the host (ChazMagics) provides it
+    state: ExtensionState  # the host (ChazMagics) provides it
 
     def _cmd_pending(self, rest: str) -> None:
         if rest:

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from typing import NoReturn, Sequence
+from typing import NoReturn
+from collections.abc import Sequence
 
 from IPython.core.error import UsageError
 

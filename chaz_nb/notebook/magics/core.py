@@ -12,7 +12,8 @@ import re
 import sys
 import textwrap
 from dataclasses import fields
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
@@ -67,7 +68,7 @@ _TOOL_PATTERN = re.compile(r"[A-Za-z0-9_*?\[\]!-]{1,64}")
 _NAME = re.compile(r"@([A-Za-z][A-Za-z0-9_-]*)")
 
 
-def _state() -> "ExtensionState":
+def _state() -> ExtensionState:
     from ...errors import NotLoadedError
     from ..controller import current_state
 
@@ -166,7 +167,7 @@ def parse_message_line(line: str, where: str = "%chaz") -> tuple[str, str, bool]
     return name, rest.strip(), wait
 
 
-def parse_address(text: str, server: "Server | None" = None) -> tuple[str, str]:
+def parse_address(text: str, server: Server | None = None) -> tuple[str, str]:
     """``"@NAME text"`` -> (NAME, text), checked against the server's agents."""
     name, body, _ = parse_message_line(text, where="chaz_nb.ask")
     if server is not None:
@@ -210,7 +211,7 @@ def _agent_keys() -> set[str]:
     return {f.name for f in fields(Agent)} - {"name"}
 
 
-def resolve_tools(names: list[str] | str | None, shell: Any, server: "Server", where: str) -> list[str] | None:
+def resolve_tools(names: list[str] | str | None, shell: Any, server: Server, where: str) -> list[str] | None:
     """Tool names or globs -> names registered on the server (notebook tools get registered).
 
     A plain name must be a ``@chaz_nb.tool`` object in the notebook's namespace, or a tool the
@@ -252,7 +253,7 @@ def resolve_tools(names: list[str] | str | None, shell: Any, server: "Server", w
     return out
 
 
-def define_agent(state: "ExtensionState", name: str, spec: dict[str, Any], where: str) -> Any:
+def define_agent(state: ExtensionState, name: str, spec: dict[str, Any], where: str) -> Any:
     from ...server.agents import Agent, AgentError
 
     spec = dict(spec)
@@ -277,7 +278,7 @@ def _default_model() -> str:
     return default_model()
 
 
-def describe_agent(agent: "Agent", server: "Server") -> str:
+def describe_agent(agent: Agent, server: Server) -> str:
     """The confirmation line of an agent definition.
 
     An agent defined without ``tools`` may use every tool registered on the server, at the
@@ -306,12 +307,12 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
     multi-agent sub-commands live in their own modules as mixins.
     """
 
-    def __init__(self, shell: Any, state_getter: "Callable[[], ExtensionState] | None" = None) -> None:
+    def __init__(self, shell: Any, state_getter: Callable[[], ExtensionState] | None = None) -> None:
         super().__init__(shell)
         self._get_state = state_getter
 
     @property
-    def state(self) -> "ExtensionState":
+    def state(self) -> ExtensionState:
         return _state()
 
     @line_cell_magic
@@ -352,7 +353,7 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
         if head.startswith("@") or head.startswith("--"):
             name, extra, wait = parse_message_line(line, where="%%chaz")
             if extra:
-                raise UsageError(f"%%chaz: the message is the cell body; put only @NAME [--no-wait] on the line")
+                raise UsageError("%%chaz: the message is the cell body; put only @NAME [--no-wait] on the line")
             return self._turn(name, cell.rstrip("\n"), wait=wait, directive=False)
         if head == "directive":
             name, extra, wait = parse_message_line(rest, where="%%chaz directive")
@@ -376,11 +377,11 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
     def _turn(self, name: str, text: str, *, wait: bool, directive: bool) -> None:
         state = self.state
         if self._room_turn(name, text, wait=wait, directive=directive):
-            return None  # a room is current: NAME speaks there (magics_multi.py)
+            return  # a room is current: NAME speaks there (magics_multi.py)
         handle, view = send_turn(state, name, text, directive=directive)
         if wait:
             wait_session(state, view.session_id, handle, view)
-        return None
+        return
 
     def _cmd_directive(self, rest: str) -> None:
         return self._message(rest, directive=True)
@@ -398,7 +399,7 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
         try:
             args = _agent_parser().parse_args(split_words(rest))
         except HelpShown:
-            return None
+            return
         where = f"%chaz agent {args.name}" if body is None else f"%%chaz agent {args.name}"
         spec: dict[str, Any] = {} if body is None else parse_toml(body, where)
         for key in ("model", "system", "max_depth", "max_iterations", "approval_timeout", "max_spawns", "max_model_calls", "api_base",
@@ -507,13 +508,13 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
         print(HELP)
 
 
-def _agent_spec(agent: "Agent", **changes: Any) -> dict[str, Any]:
+def _agent_spec(agent: Agent, **changes: Any) -> dict[str, Any]:
     spec = {f.name: getattr(agent, f.name) for f in fields(agent) if f.name != "name"}
     spec.update(changes)
     return spec
 
 
-def _last_trigger_seq(server: "Server", session: int) -> int:
+def _last_trigger_seq(server: Server, session: int) -> int:
     """The seq just before the session's latest user Message or Directive (0 if none)."""
     from ...core.entries import EntryType
 

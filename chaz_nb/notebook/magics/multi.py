@@ -163,7 +163,7 @@ def _schedule_table(schedules: list[Any]) -> str:
 class MultiAgentCommands:
     """Mixin of ChazMagics: ``_cmd_schedule``, ``_cmd_room``, ``_cmd_compact``."""
 
-    state: "ExtensionState"
+    state: ExtensionState
 
     # ------------------------------------------------------------ schedules
     def _cmd_schedule(self, rest: str) -> None:
@@ -217,7 +217,7 @@ class MultiAgentCommands:
         except (ValueError, ServerError, StoreError) as exc:
             raise UsageError(f"%chaz schedule add: {_one_line(exc)}") from None
         print(f"added schedule {s.one_line()}")
-        return None
+        return
 
     # ---------------------------------------------------------------- rooms
     def _cmd_room(self, rest: str) -> None:
@@ -273,7 +273,7 @@ class MultiAgentCommands:
             raise UsageError(f"%chaz room {args.name}: {_one_line(exc)}") from None
         return self._enter_room(server.rooms.get(room_id), created=True)
 
-    def _enter_room(self, room: "Room", created: bool = False) -> None:
+    def _enter_room(self, room: Room, created: bool = False) -> None:
         state = self.state
         state.room = room.id
         state.last_session = room.id
@@ -283,14 +283,14 @@ class MultiAgentCommands:
             f"{verb} {room}{budget}. %chaz @NAME text now speaks in this room "
             f"(%chaz room --leave to leave it)"
         )
-        return None
+        return
 
     def _room_list(self) -> None:
         state = self.state
         rooms = state.server.rooms.list()
         if not rooms:
             print("no rooms yet; create one: %chaz room NAME @a @b")
-            return None
+            return
         current = getattr(state, "room", None)
         rows = [("session", "room", "members", "host", "budget", "")]
         for r in rooms:
@@ -301,7 +301,7 @@ class MultiAgentCommands:
         print(table(rows))
         if current is not None:
             print("%chaz @NAME text speaks in the current room; %chaz room --leave leaves it")
-        return None
+        return
 
     def _room_turn(self, name: str, text: str, *, wait: bool, directive: bool) -> bool:
         """Speak in the current room, if there is one (called by ChazMagics._turn).
@@ -380,4 +380,4 @@ class MultiAgentCommands:
             f"(older entries stay in the log)"
         )
         print(summary.content)
-        return None
+        return

@@ -96,7 +96,7 @@ class SqlTable:
         self.note = note
 
     @classmethod
-    def from_result(cls, result: Any, note: str = "") -> "SqlTable":
+    def from_result(cls, result: Any, note: str = "") -> SqlTable:
         return cls(result.columns, result.rows, result.total_rows, result.source, note)
 
     @property
@@ -186,7 +186,7 @@ def _fail(exc: BaseException) -> UsageError:
 class SqlCommands:
     """Mixin of ChazMagics: ``_cmd_sql``, ``_cmd_audit``, and ``_sql_cell`` (``%%chaz sql``)."""
 
-    state: "ExtensionState"  # the host (ChazMagics) provides it
+    state: ExtensionState  # the host (ChazMagics) provides it
 
     def _cmd_sql(self, rest: str) -> Any:
         options, query = _take_options(rest)
@@ -259,11 +259,11 @@ class SqlCommands:
         rest = rest.strip()
         if rest in ("-h", "--help"):
             print(AUDIT_USAGE)
-            return None
+            return
         if rest.startswith("-"):
             raise UsageError(f"%chaz audit: unknown option {rest.split()[0]}; {AUDIT_USAGE}")
         session = parse_session(server, rest, None, "audit") if rest else None
         view = AuditView(server.store, session, loop=state.loop)
         state.views.append(view)
         view.display()
-        return None
+        return

@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..controller import ExtensionState
 
 
-def check_agent(server: "Server", name: str) -> None:
+def check_agent(server: Server, name: str) -> None:
     if name not in server.agents:
         known = ", ".join("@" + n for n in sorted(server.agents)) or "none"
         raise UsageError(
@@ -24,7 +24,7 @@ def check_agent(server: "Server", name: str) -> None:
         )
 
 
-def parse_session(server: "Server", arg: str, last: int | None, what: str) -> int:
+def parse_session(server: Server, arg: str, last: int | None, what: str) -> int:
     arg = arg.strip()
     if not arg:
         if last is None:
@@ -46,7 +46,7 @@ def parse_session(server: "Server", arg: str, last: int | None, what: str) -> in
 
 
 def open_view(
-    state: "ExtensionState", session: int, *, after_seq: int = 0, follow: bool | None = None, title: str | None = None
+    state: ExtensionState, session: int, *, after_seq: int = 0, follow: bool | None = None, title: str | None = None
 ) -> Any:
     """A view of a session on the kernel loop; kept in ``state.views`` while it follows the log
     (so unloading the extension finishes it).
@@ -83,7 +83,7 @@ def open_view(
 
 
 def send_turn(
-    state: "ExtensionState", name: str, text: str, *, directive: bool = False, display: bool = True
+    state: ExtensionState, name: str, text: str, *, directive: bool = False, display: bool = True
 ) -> tuple[Any, Any]:
     """Write the Message (or Directive) from this cell; return (run handle, view or None)."""
     from ...core.entries import EntryType
@@ -112,7 +112,7 @@ def send_turn(
     return handle, view
 
 
-def wait_session(state: "ExtensionState", session: int, handle: Any, view: Any) -> None:
+def wait_session(state: ExtensionState, session: int, handle: Any, view: Any) -> None:
     """Wait for the run; raise WaitInterrupted on Ctrl-C.
 
     If it parks, the view says so (the tool row waits for approval, the card says what to do)

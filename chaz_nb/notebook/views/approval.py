@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from .display import StaticFallbackView
 from .display import esc as _esc
@@ -110,7 +111,7 @@ re-rendering its static bundle).
         *,
         decided_by: str = "user",
         widget: bool = True,
-        on_change: Callable[["ApprovalWidget"], None] | None = None,
+        on_change: Callable[[ApprovalWidget], None] | None = None,
     ) -> None:
         self.server = server
         self.info = request_info(request)

@@ -29,7 +29,8 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from .base import LiveView
 from .display import esc as _esc

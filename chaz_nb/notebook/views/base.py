@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from .display import StaticFallbackView
 

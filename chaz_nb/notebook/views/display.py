@@ -21,7 +21,8 @@ from __future__ import annotations
 import html
 import logging
 import time
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 

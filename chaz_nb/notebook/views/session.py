@@ -31,7 +31,8 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
+from collections.abc import Callable, Iterable
 
 from .base import LiveView
 from .display import OUTPUT_METADATA, WIDGET_MIME

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from ...core.store import utcnow
 from ...engine.tools import ToolError, ToolRegistry, tool
@@ -48,7 +49,7 @@ class Schedules(Part):
 
     name = "schedules"
 
-    def __init__(self, port: "ServerPort") -> None:
+    def __init__(self, port: ServerPort) -> None:
         self.port = port
         self.store = port.store
         self.table = ScheduleTable(port.store)

@@ -35,7 +35,7 @@ ONE_SHOT_RETRY = 5.0  # seconds before a one-shot whose session was busy tries a
 class Scheduler:
     """Fires due schedules on the server's loop."""
 
-    def __init__(self, port: "ServerPort", table: ScheduleTable) -> None:
+    def __init__(self, port: ServerPort, table: ScheduleTable) -> None:
         self.port = port
         self.table = table
         self.store = table.store
