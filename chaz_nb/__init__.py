@@ -35,7 +35,22 @@ _LAZY = {
     "tool": ("engine.tools", "tool"),
 }
 
-__all__ = [*_LAZY, "current", "ask", "load_ipython_extension", "unload_ipython_extension"]
+# Written out (not built from _LAZY) so that linters and type checkers see the public names.
+__all__ = [
+    "Agent",
+    "Entry",
+    "EntryType",
+    "Server",
+    "RunHandle",
+    "SessionStore",
+    "Tool",
+    "ToolRegistry",
+    "tool",
+    "current",
+    "ask",
+    "load_ipython_extension",
+    "unload_ipython_extension",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -12,6 +12,7 @@ from chaz_nb.notebook.views.session import SessionView
 from chaz_nb.server import Server
 from chaz_nb.engine.tools import ToolRegistry, tool
 
+from ipython_harness import ip, one_line_error
 from waiting import until
 
 EVIL = "<script>alert('x')</script>"
@@ -196,7 +197,6 @@ def test_widget_bundle_without_a_server_entry_is_static():
 
 
 # ------------------------------------------------------------------ magics
-from ipython_harness import ip, one_line_error
 
 TOOLS = """
 import chaz_nb

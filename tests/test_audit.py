@@ -75,7 +75,7 @@ async def scenario(store):
 
 def rows(store, query):
     rel = store.sql(query)
-    return [dict(zip(rel.columns, r)) for r in rel.fetchall()]
+    return [dict(zip(rel.columns, r, strict=True)) for r in rel.fetchall()]
 
 
 async def test_views_exist_in_every_store(store):

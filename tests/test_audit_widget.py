@@ -90,7 +90,7 @@ async def test_session_scope_covers_the_session_and_its_children(scenario, store
     assert len(AuditView(store, lead, follow=False, widget=False).rows) == 4
     only_child = AuditView(store, child, follow=False, widget=False)
     assert [r.tool for r in only_child.rows] == ["add", "explode"]
-    assert "session %d and the sessions it spawned" % child in only_child.text()
+    assert f"session {child} and the sessions it spawned" in only_child.text()
 
 
 async def test_filters_narrow_the_rows(scenario, store):

@@ -36,7 +36,7 @@ async def settled(server, schedule_id):
 
 def fire_rows(server, schedule_id=None):
     return [dict(zip(("id", "schedule_id", "session_id", "run_id", "status", "reason", "prompt_tokens",
-                      "completion_tokens", "cost_usd", "scheduled_for", "started_at", "finished_at"), r))
+                      "completion_tokens", "cost_usd", "scheduled_for", "started_at", "finished_at"), r, strict=True))
             for r in server.schedules.fires(schedule_id)]
 
 

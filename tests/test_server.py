@@ -25,7 +25,7 @@ def explode() -> str:
 
 @pytest.fixture
 def server(store):
-    srv = Server(
+    return Server(
         store,
         [
             Agent("assistant"),
@@ -34,7 +34,6 @@ def server(store):
         ],
         ToolRegistry([add, explode]),
     )
-    return srv
 
 
 def types(store, session_id):
@@ -141,7 +140,7 @@ async def test_every_message_of_a_burst_is_in_exactly_one_ack(store):
         assert ack.payload["trigger_id"] == ids[-1]  # the run answers on the newest of them
         by_run.update({i: ack.id for i in ids})
     # each Message's handle gets the reply of the run that lists it
-    for handle, outcome in zip(handles, outcomes):
+    for handle, outcome in zip(handles, outcomes, strict=True):
         assert outcome.payload["run_id"] == by_run[handle.trigger.id]
     assert len(acks) < 200  # a burst is answered together, not one reply per Message
 

@@ -33,7 +33,7 @@ def redact_record(record: logging.LogRecord, redact_text: Callable[[str], str] =
         return record
     try:
         message = record.getMessage()
-    except Exception:  # a bad format string: keep what there is, still redacted
+    except Exception:  # noqa: BLE001 - a bad format string or a raising __str__ in args: keep what there is, redacted
         message = f"{record.msg!s} {record.args!r}"
     record.msg, record.args = redact_text(message), None
     if record.exc_info and not record.exc_text:

@@ -22,7 +22,7 @@ import logging
 import os
 import threading
 from collections import OrderedDict, deque
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -100,10 +100,9 @@ def read_only_transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.Duc
     try:
         yield con
     finally:
-        try:
-            con.execute("ROLLBACK")  # nothing to undo: ends the snapshot
-        except duckdb.TransactionException:
-            pass  # the block ended the transaction itself
+        # nothing to undo: ends the snapshot; TransactionException: the block ended it itself
+        with suppress(duckdb.TransactionException):
+            con.execute("ROLLBACK")
 
 
 def _connect(path: str, read_only: bool) -> duckdb.DuckDBPyConnection:
@@ -466,12 +465,12 @@ class SessionStore:
             return
         try:
             written = self.append_many([item for items, _ in batch for item in items])
-        except Exception:
+        except Exception:  # noqa: BLE001 - any failure: retry each request on its own, below
             # One bad request must not sink the others: write each on its own.
             for items, future in batch:
                 try:
                     result = self.append_many(items)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - handed to that request's future
                     if not future.done():
                         future.set_exception(exc)
                 else:
@@ -598,10 +597,8 @@ class SessionStore:
         self._subscribers.append(callback)
 
         def unsubscribe() -> None:
-            try:
+            with suppress(ValueError):
                 self._subscribers.remove(callback)
-            except ValueError:
-                pass
 
         return unsubscribe
 

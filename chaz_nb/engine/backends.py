@@ -190,7 +190,7 @@ def start_import() -> concurrent.futures.Future[Any]:
             def run() -> None:
                 try:
                     future.set_result(_import_litellm())
-                except BaseException as exc:  # handed to whoever awaits the import
+                except BaseException as exc:  # noqa: BLE001 - handed to whoever awaits the import
                     future.set_exception(exc)
 
             threading.Thread(target=run, name="chaz-import-litellm", daemon=True).start()
@@ -295,7 +295,7 @@ def _reply_from_response(litellm: Any, model: str, response: Any) -> ModelReply:
 def _cost(litellm: Any, model: str, response: Any) -> float | None:
     try:
         return float(litellm.completion_cost(completion_response=response, model=model))
-    except Exception:
+    except Exception:  # noqa: BLE001 - litellm raises a bare Exception for an unpriced model
         # Models missing from litellm's price map: NULL cost, not a guess.
         return None
 
@@ -432,14 +432,14 @@ def _offline_handler_class() -> type:
 
         def completion(self, model, messages, api_base, custom_prompt_dict, model_response,
                        print_verbose, encoding, api_key, logging_obj, optional_params,
-                       acompletion=None, litellm_params=None, logger_fn=None, headers={},
-                       timeout=None, client=None):  # noqa: B006 - litellm's signature
+                       acompletion=None, litellm_params=None, logger_fn=None, headers=None,
+                       timeout=None, client=None):
             return self._respond(model, messages, optional_params, litellm_params)
 
         async def acompletion(self, model, messages, api_base, custom_prompt_dict, model_response,
                               print_verbose, encoding, api_key, logging_obj, optional_params,
-                              acompletion=None, litellm_params=None, logger_fn=None, headers={},
-                              timeout=None, client=None):  # noqa: B006 - litellm's signature
+                              acompletion=None, litellm_params=None, logger_fn=None, headers=None,
+                              timeout=None, client=None):
             delay = ((litellm_params or {}).get("metadata") or {}).get(DELAY_KEY)
             if delay:
                 await asyncio.sleep(float(delay))

@@ -143,7 +143,7 @@ def provider_error(exc: BaseException, model: str, api_base: str | None, attempt
     if not provider and litellm is not None:
         try:
             provider = litellm.get_llm_provider(model)[1]
-        except Exception:
+        except Exception:  # noqa: BLE001 - describing a failure must not fail itself
             provider = ""
     provider = provider or "unknown"
     where = _where(api_base)

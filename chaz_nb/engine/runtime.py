@@ -88,13 +88,13 @@ class ScopedToolExecutor:
             return ToolOutcome(safe_text(exc), is_error=True)
         except asyncio.TimeoutError:
             return ToolOutcome(f"{name} timed out after {self.timeout:g} s", is_error=True)
-        except Exception as exc:  # the tool's own failure is data for the model
+        except Exception as exc:  # noqa: BLE001 - the tool's own failure is data for the model
             return ToolOutcome(describe_exception(exc), is_error=True)
         # Turning the value into text runs the tool's own __str__/__repr__ (or a default=
         # hook): a failure there is this tool's error, never the whole step's.
         try:
             output = format_output(result)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - runs the tool's own __str__/default hook
             return ToolOutcome(
                 f"{name} returned a {type(result).__name__} that cannot be shown as text "
                 f"({describe_exception(exc)})",
@@ -116,11 +116,11 @@ def format_output(value: Any) -> str:
         return ""
     try:
         return json.dumps(value, default=str, ensure_ascii=False)
-    except Exception:
+    except Exception:  # noqa: BLE001 - default=str runs the value's own __str__
         pass
     try:
         return str(value)
-    except Exception:
+    except Exception:  # noqa: BLE001 - the value's own __str__ may raise anything
         return repr(value)
 
 
@@ -128,7 +128,7 @@ def safe_text(value: object) -> str:
     """``str(value)``, or a placeholder naming its type when its ``__str__`` raises."""
     try:
         return str(value)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - the value's own __str__ may raise anything
         return f"<{type(value).__name__}: str() raised {type(exc).__name__}>"
 
 
@@ -241,7 +241,13 @@ async def execute(
             if events is not None:
                 await events.put(ToolCallEvent(call.id, call.name, args if args is not None else call.arguments))
 
-        async def run_one(call: ToolCallRequest, args: dict[str, Any] | None, problem: str | None) -> ToolOutcome:
+        # the calls whose ToolResult event went out: this step's own set, passed in (not closed
+        # over) so each step's run_one writes to the set of its step
+        answered: set[str] = set()
+
+        async def run_one(
+            call: ToolCallRequest, args: dict[str, Any] | None, problem: str | None, answered: set[str]
+        ) -> ToolOutcome:
             # Every ToolCall event gets exactly one ToolResult event, whatever happens here.
             started = time.perf_counter()
             try:
@@ -251,7 +257,7 @@ async def execute(
                     outcome = await tools.call(call.id, call.name, args or {})
                     if not isinstance(outcome.output, str):
                         outcome.output = safe_text(outcome.output)
-            except Exception as exc:  # an executor's own failure is still this call's result
+            except Exception as exc:  # noqa: BLE001 - an executor's own failure is still this call's result
                 outcome = ToolOutcome(f"{call.name} failed: {describe_exception(exc)}", True)
             if events is not None:
                 await events.put(
@@ -267,9 +273,8 @@ async def execute(
                 answered.add(call.id)
             return outcome
 
-        answered: set[str] = set()
         try:
-            outcomes = await asyncio.gather(*(run_one(*p) for p in planned))
+            outcomes = await asyncio.gather(*(run_one(*p, answered) for p in planned))
         except asyncio.CancelledError:
             # A cancelled run still closes each call it announced (some never started: a
             # task cancelled before its first step runs none of its code).
@@ -281,7 +286,7 @@ async def execute(
                                 ToolResultEvent(call.id, call.name, "cancelled: the run was stopped", True)
                             )
             raise
-        for (call, _, _), outcome in zip(planned, outcomes):
+        for (call, _, _), outcome in zip(planned, outcomes, strict=True):
             history.append({"role": "tool", "tool_call_id": call.id, "content": outcome.output})
         if looped:
             return await final(LOOP_NOTE, "loop_detected")

@@ -31,7 +31,7 @@ import time
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, Literal
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from ..errors import ToolError
 
@@ -173,7 +173,7 @@ def _timed_steps(coro: Any, on_step: Callable[[float], None]) -> Any:
         except GeneratorExit:
             coro.close()
             raise
-        except BaseException as exc:  # cancellation included: passed on to the tool
+        except BaseException as exc:  # noqa: BLE001 - cancellation included: passed on to the tool
             value, error = None, exc
 
 
@@ -222,7 +222,7 @@ def function_tool(
     summary, param_docs = _parse_docstring(inspect.getdoc(fn) or "")
     try:
         hints = typing.get_type_hints(fn)
-    except Exception:
+    except Exception:  # noqa: BLE001 - evaluating string annotations runs the user's code
         hints = {}
     properties: dict[str, Any] = {}
     required: list[str] = []
@@ -309,7 +309,7 @@ class ToolRegistry:
         return ScopedTools(self, allowed)
 
 
-ToolsLike = Union[ToolRegistry, Iterable[Tool | Callable[..., Any]], None]
+ToolsLike = ToolRegistry | Iterable[Tool | Callable[..., Any]] | None
 
 
 def as_registry(tools: ToolsLike, where: str = "Server(tools=...)") -> ToolRegistry:

@@ -99,7 +99,7 @@ def origin(shell: Any = None) -> dict[str, Any]:
     if kernel is not None:
         try:
             parent = kernel.get_parent("shell") or {}
-        except Exception:
+        except Exception:  # noqa: BLE001 - origin metadata is best effort; never fail a magic
             parent = {}
         meta = parent.get("metadata") or {}
         out["cell_id"] = meta.get("cellId") or (parent.get("content") or {}).get("cell_id")
@@ -108,6 +108,6 @@ def origin(shell: Any = None) -> dict[str, Any]:
 
             name = os.path.splitext(os.path.basename(get_connection_file()))[0]
             out["kernel_id"] = name[len("kernel-") :] if name.startswith("kernel-") else name
-        except Exception:
+        except Exception:  # noqa: BLE001 - origin metadata is best effort; never fail a magic
             pass
     return out

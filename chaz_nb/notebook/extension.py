@@ -13,6 +13,7 @@ that thread without blocking the kernel's loop (``backends.start_import``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from typing import Any
@@ -154,7 +155,7 @@ def _start_schedules(state: ExtensionState) -> None:
     """Start the scheduler on the kernel loop: schedules kept from an earlier kernel fire again."""
     try:
         state.server.schedules.start()
-    except Exception as exc:  # never fail the load for it; say so in one line
+    except Exception as exc:  # noqa: BLE001 - never fail the load for it; say so in one line
         print(f"chaz_nb: schedules are not running: {str(exc).splitlines()[0] if str(exc) else exc!r}")
 
 
@@ -164,16 +165,15 @@ def _connect_sidebar(state: ExtensionState) -> None:
         from . import labcomm
 
         state.unregister_comm = labcomm.register_comm_target(state.shell, state.server)
-    except Exception:  # the sidebar is optional; never fail the load for it
+    except Exception:  # noqa: BLE001 - the sidebar is optional; never fail the load for it
         state.unregister_comm = None
 
 
 def _disconnect_sidebar(state: ExtensionState) -> None:
     if state.unregister_comm is not None:
-        try:
+        # unloading: a comm manager already gone must not stop the unload
+        with contextlib.suppress(Exception):
             state.unregister_comm()
-        except Exception:
-            pass
         state.unregister_comm = None
 
 
@@ -181,10 +181,9 @@ def _stop_server(state: ExtensionState) -> None:
     from .kernel_loop import run_sync
 
     for view in state.views:
-        try:
+        # unloading: a view failing to finish must not stop the unload
+        with contextlib.suppress(Exception):
             view.finish()
-        except Exception:
-            pass
     state.views.clear()
     try:
         run_sync(state.server.stop(), state.loop)
@@ -217,10 +216,9 @@ def reopen(path: str) -> str:
     old = state.server
     store, note = open_store(path)
     _disconnect_sidebar(state)
-    try:
+    # the old server is replaced whatever its stop() says
+    with contextlib.suppress(Exception):
         _stop_server(state)
-    except Exception:
-        pass
     state.server = build_server(store, state.loop, agents=old.agents, tools=old.tools)
     state.last_session = None
     state.room = None

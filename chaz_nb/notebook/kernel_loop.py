@@ -50,7 +50,7 @@ def get_loop() -> asyncio.AbstractEventLoop:
         from IPython.core.async_helpers import get_asyncio_loop
 
         return get_asyncio_loop()
-    except Exception:  # pragma: no cover - IPython always has it (>= 8)
+    except ImportError:  # pragma: no cover - IPython always has it (>= 8)
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         return loop

@@ -23,6 +23,7 @@ so Python's last-resort handler never writes them into a cell's stderr).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as _dt
 import enum
 import inspect
@@ -358,10 +359,9 @@ class LabBridge:
             self._closed = True
             handle, self._scheduled = self._scheduled, None
         if handle is not None and hasattr(handle, "cancel"):
-            try:
+            # teardown: a loop already closed must not stop the rest of close()
+            with contextlib.suppress(Exception):
                 handle.cancel()
-            except Exception:  # noqa: BLE001
-                pass
         if self._unsubscribe is not None:
             try:
                 self._unsubscribe()
@@ -369,10 +369,9 @@ class LabBridge:
                 log.debug("unsubscribe failed", exc_info=True)
             self._unsubscribe = None
         for comm in list(self.comms.values()):
-            try:
+            # a comm whose kernel side is gone may raise on close; the others still close
+            with contextlib.suppress(Exception):
                 comm.close()
-            except Exception:  # noqa: BLE001
-                pass
         self.comms.clear()
 
 
@@ -420,10 +419,9 @@ def register_comm_target(ipython: Any, server: Any) -> Callable[[], None]:
             if targets.get(TARGET_NAME) is target:
                 targets.pop(TARGET_NAME, None)
         else:
-            try:
+            # managers differ across ipykernel/comm versions; unregistering is best effort
+            with contextlib.suppress(Exception):
                 manager.unregister_target(TARGET_NAME, target)
-            except Exception:  # noqa: BLE001
-                pass
         bridge.close()
 
     unregister.bridge = bridge  # type: ignore[attr-defined]

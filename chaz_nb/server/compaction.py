@@ -120,7 +120,7 @@ class Compaction(Part):
                 reply = await self.port.backend.complete(
                     agent.model, messages, None, script=agent.script, options=options
                 )
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any backend failure becomes one CompactionError
             raise CompactionError(f"compaction of session {session_id} failed: {one_line_reason(exc)}") from None
         summary = reply.content.strip()
         if not summary:

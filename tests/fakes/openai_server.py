@@ -24,6 +24,7 @@ sets, so closing never waits for a sleeping handler.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import socket
 import threading
@@ -31,7 +32,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Union
+from typing import Any
 
 
 # ------------------------------------------------------------- the script
@@ -103,7 +104,7 @@ class Slow:
     reply: Reply = field(default_factory=lambda: Reply("too late"))
 
 
-Item = Union[Reply, RateLimit, ServerError, DropMidStream, Slow]
+Item = Reply | RateLimit | ServerError | DropMidStream | Slow
 
 
 @dataclass
@@ -344,10 +345,9 @@ def _handler_for(server: FakeModelServer) -> type[BaseHTTPRequestHandler]:
                 self._error(500, f"fake model server: nothing scripted for model {model!r}", dialect)
                 return
             stream = bool(body.get("stream"))
-            try:
+            # the client gave up (a timeout test): nothing more to send
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 self._serve(item, dialect, model, stream, body)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the client gave up (a timeout test): nothing more to send
 
         # -- one scripted item
         def _serve(self, item: Item, dialect: str, model: str, stream: bool, body: dict[str, Any]) -> None:
@@ -406,10 +406,8 @@ def _handler_for(server: FakeModelServer) -> type[BaseHTTPRequestHandler]:
         def _hang_up(self) -> None:
             # a hard close (no chunked terminator, body short of content-length)
             self.close_connection = True
-            try:
+            with contextlib.suppress(OSError):
                 self.connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
         # -- writers
         def _record(self, raw: bytes) -> Recorded:
@@ -456,7 +454,8 @@ def _handler_for(server: FakeModelServer) -> type[BaseHTTPRequestHandler]:
             for event in events:
                 self._chunk(f"data: {json.dumps(event)}\n\n".encode())
                 if delay and server._closing.wait(delay):
-                    return self._hang_up()
+                    self._hang_up()
+                    return
             self._chunk(b"data: [DONE]\n\n")
             self.wfile.write(b"0\r\n\r\n")
 
@@ -465,7 +464,8 @@ def _handler_for(server: FakeModelServer) -> type[BaseHTTPRequestHandler]:
             for line in lines:
                 self._chunk((json.dumps(line) + "\n").encode())
                 if delay and server._closing.wait(delay):
-                    return self._hang_up()
+                    self._hang_up()
+                    return
             self.wfile.write(b"0\r\n\r\n")
 
     return Handler

@@ -84,7 +84,7 @@ class ApprovalCommands:
                 )
             )
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        print("\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows))
+        print("\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows))
         print("decide: %chaz approve ID|last|all  ·  %chaz deny ID|last [--reason R]")
 
     def _cmd_approve(self, rest: str) -> None:

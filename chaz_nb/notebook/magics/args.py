@@ -78,4 +78,4 @@ def usage_of(parser: argparse.ArgumentParser) -> str:
 def table(rows: Sequence[tuple[str, ...]]) -> str:
     """Rows as left-aligned text columns (the first row is the header)."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)

@@ -496,7 +496,7 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
                     raise UsageError("%chaz config db=PATH: run %load_ext chaz_nb first")
                 try:
                     print(state.reopen(value))
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - any failure to open is one UsageError line
                     raise UsageError(f"%chaz config db={value}: {str(exc).splitlines()[0]}") from None
             elif key == "model":
                 define_agent(state, DEFAULT_AGENT, _agent_spec(state.server.agents[DEFAULT_AGENT], model=value), "%chaz config")

@@ -125,7 +125,7 @@ class SqlTable:
         lines = []
         if self.columns:
             widths = [max(len(r[i]) for r in grid) for i in range(len(self.columns))]
-            lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in grid]
+            lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in grid]
         lines.append(f"({self.footer()})")
         return "\n".join(lines)
 
@@ -243,7 +243,7 @@ class SqlCommands:
                         value = result.df()
                 except ImportError as exc:
                     raise _fail(exc) from None
-                except Exception as exc:  # duckdb error while fetching everything
+                except Exception as exc:  # noqa: BLE001 - duckdb/pandas error while fetching: one line
                     raise _fail(exc) from None
                 kind = "DataFrame"
             self.shell.user_ns[args.out] = value

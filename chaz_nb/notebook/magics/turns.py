@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
+from ...errors import StoreError
+
 if TYPE_CHECKING:  # pragma: no cover
     from ...server.facade import Server
     from ..controller import ExtensionState
@@ -40,7 +42,7 @@ def parse_session(server: Server, arg: str, last: int | None, what: str) -> int:
         raise UsageError(f"%chaz {what}: SESSION is a session id or @NAME, not {arg!r}") from None
     try:
         server.store.session(sid)
-    except Exception:
+    except StoreError:
         raise UsageError(f"%chaz {what}: there is no session {sid}; see %chaz sessions") from None
     return sid
 

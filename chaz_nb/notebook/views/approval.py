@@ -14,6 +14,7 @@ prints: a click is handled from the kernel's comm handler, output goes through t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -63,7 +64,7 @@ def pretty_arguments(arguments: Any) -> str:
             return arguments
     try:
         text = json.dumps(arguments, indent=2, ensure_ascii=False, sort_keys=False, default=str)
-    except Exception:  # pragma: no cover - payloads are JSON already
+    except (TypeError, ValueError):  # pragma: no cover - payloads are JSON already
         text = str(arguments)
     return text if len(text) <= MAX_ARGS_CHARS else text[: MAX_ARGS_CHARS - 1] + "…"
 
@@ -143,7 +144,7 @@ re-rendering its static bundle).
     def _lookup_decision(self) -> Any:
         try:
             return self.server.approvals.decision_of(self.request_id)
-        except Exception:  # a fake server, or the store is closed
+        except Exception:  # noqa: BLE001 - a fake server, or the store is closed: render undecided
             return None
 
     def _on_write(self, entry: Any) -> None:
@@ -201,7 +202,7 @@ re-rendering its static bundle).
     def _build(self) -> None:
         try:
             import ipywidgets as w
-        except Exception:  # pragma: no cover - ipywidgets is a dependency
+        except ImportError:  # pragma: no cover - ipywidgets is a dependency
             return
         self._head = w.HTML(self._card_html(buttons_hint=False))
         self.buttons = {
@@ -258,10 +259,9 @@ re-rendering its static bundle).
         if box is None:
             return
         for wdg in [*self.buttons.values(), self.reason, self._status, self._head, self._row, box]:
-            try:
+            # teardown: a widget whose comm is gone may raise; close the rest
+            with contextlib.suppress(Exception):
                 wdg.close()
-            except Exception:
-                pass
 
     # ---------------------------------------------------------- text / html
     def outcome(self) -> str:

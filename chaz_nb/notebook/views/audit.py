@@ -23,6 +23,7 @@ through ``html.escape``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import threading
@@ -357,7 +358,7 @@ class AuditView(LiveView):
                          fmt_ms(r.duration_ms)))
         widths = [max(len(g[i]) for g in grid) for i in range(len(grid[0]) - 1)]
         for g in grid:
-            lines.append("  ".join([c.ljust(w) for c, w in zip(g, widths)] + [g[-1]]).rstrip())
+            lines.append("  ".join([c.ljust(w) for c, w in zip(g[:-1], widths, strict=True)] + [g[-1]]).rstrip())
         if len(rows) > len(shown):
             lines.append(f"(showing {len(shown):,} of {len(rows):,} calls)")
         return "\n".join(lines)
@@ -478,16 +479,15 @@ class AuditView(LiveView):
         box, self._box = self._box, None
         if box is not None:
             for w in [*self._widgets, box]:
-                try:
+                # teardown: a widget whose comm is gone may raise; close the rest
+                with contextlib.suppress(Exception):
                     w.close()
-                except Exception:
-                    pass
 
     # ------------------------------------------------------------ widget
     def _build_widget(self) -> None:
         try:
             import ipywidgets as w
-        except Exception:  # pragma: no cover - ipywidgets is a dependency
+        except ImportError:  # pragma: no cover - ipywidgets is a dependency
             return
         self._w = w
         self._agent_dd = w.Dropdown(description="agent", options=[ALL, *self.agents()], value=ALL,
@@ -514,10 +514,9 @@ class AuditView(LiveView):
         self._render()
         comm = getattr(self._box, "comm", None)
         if comm is not None and hasattr(comm, "on_close"):
-            try:
+            # a frontend without comm close events: the view closes on finish() instead
+            with contextlib.suppress(Exception):
                 comm.on_close(lambda _msg: self.close())
-            except Exception:
-                pass
 
     @property
     def widget(self) -> Any:

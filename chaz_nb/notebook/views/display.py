@@ -18,6 +18,7 @@ was shut down) shows "Error displaying widget: model not found". So:
 
 from __future__ import annotations
 
+import contextlib
 import html
 import logging
 import time
@@ -90,10 +91,8 @@ class StaticFallbackView:
         listeners.append(callback)
 
         def unsubscribe() -> None:
-            try:
+            with contextlib.suppress(ValueError):
                 listeners.remove(callback)
-            except ValueError:
-                pass
 
         return unsubscribe
 

@@ -25,6 +25,7 @@ Every string that comes from an agent, a tool or a user passes through ``html.es
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import threading
@@ -89,7 +90,7 @@ def _json(value: Any) -> str:
         return value
     try:
         return json.dumps(value, ensure_ascii=False, default=str)
-    except Exception:  # pragma: no cover - payloads are JSON already
+    except (TypeError, ValueError):  # pragma: no cover - payloads are JSON already
         return str(value)
 
 
@@ -510,7 +511,7 @@ class SessionView(LiveView):
             return "idle"
         try:
             return self._status(self.session_id)
-        except Exception:  # the server may be gone (unload)
+        except Exception:  # noqa: BLE001 - the server may be gone (unload): show idle
             return "idle"
 
     def header(self) -> str:
@@ -657,22 +658,20 @@ class SessionView(LiveView):
                   *[c.widget for c in self._chunks], box]:
             if w is None:
                 continue
-            try:
+            # teardown: a widget whose comm is gone may raise; close the rest
+            with contextlib.suppress(Exception):
                 w.close()
-            except Exception:
-                pass
         for aw in self._approval_widgets.values():
-            try:
+            # teardown: one card failing to close must not keep the others open
+            with contextlib.suppress(Exception):
                 aw.close()
-            except Exception:
-                pass
 
 
     # ---------------------------------------------------------- widget
     def _build_widget(self) -> None:
         try:
             import ipywidgets as w
-        except Exception:  # pragma: no cover - ipywidgets is a dependency
+        except ImportError:  # pragma: no cover - ipywidgets is a dependency
             return
         self._w = w
         self._header_widget = w.HTML(self._header_html())
@@ -687,10 +686,9 @@ class SessionView(LiveView):
         self._set_status_widget()
         comm = getattr(self._box, "comm", None)
         if comm is not None and hasattr(comm, "on_close"):
-            try:
+            # a frontend without comm close events: the view closes on finish() instead
+            with contextlib.suppress(Exception):
                 comm.on_close(lambda _msg: self.close())
-            except Exception:
-                pass
 
     def _header_html(self) -> str:
         return f"{_CSS}<div class='chaz-s'><div class='chaz-h'>{_esc(self.header())}</div></div>"

@@ -8,6 +8,7 @@ after each change of a schedule or of one of its fire records.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 from datetime import datetime
@@ -129,10 +130,8 @@ class ScheduleTable:
         self._listeners.append(callback)
 
         def unsubscribe() -> None:
-            try:
+            with contextlib.suppress(ValueError):
                 self._listeners.remove(callback)
-            except ValueError:
-                pass
 
         return unsubscribe
 
