@@ -26,10 +26,14 @@ QUERIES = {
                                 "ORDER BY finished_at DESC LIMIT 50",
     "what each child agent did": "SELECT r.agent, count(*) AS runs, sum(r.tool_calls) AS tool_calls "
                                  "FROM runs r WHERE r.parent_run IS NOT NULL GROUP BY r.agent ORDER BY runs DESC",
-    "approvals and their wait": "SELECT decision, count(*) AS n, avg(wait_ms) AS avg_wait_ms FROM approvals GROUP BY decision",
+    "approvals and their wait": (
+        "SELECT decision, count(*) AS n, avg(wait_ms) AS avg_wait_ms FROM approvals GROUP BY decision"
+    ),
     "cost per agent": "SELECT agent, sum(prompt_tokens) AS prompt, sum(completion_tokens) AS completion, "
                       "sum(cost_usd) AS cost FROM runs GROUP BY agent ORDER BY cost DESC NULLS LAST",
-    "one session's transcript": "SELECT seq, entry_type, sender, content FROM messages WHERE session_id = 4242 ORDER BY seq",
+    "one session's transcript": (
+        "SELECT seq, entry_type, sender, content FROM messages WHERE session_id = 4242 ORDER BY seq"
+    ),
     "runs of one session": "SELECT * FROM runs WHERE session_id = 4242",
 }
 
@@ -69,7 +73,8 @@ SELECT
                               'decision', CASE WHEN run_no % 5 = 0 THEN 'deny' ELSE 'approve' END,
                               'decided_by', 'user', 'run_id', run_no * 10 + 2)
       WHEN 7 THEN json_object('run_id', run_no * 10 + 2, 'output', 'ok', 'is_error', run_no % 5 = 0,
-                              'duration_ms', 12.5, 'approval', CASE WHEN run_no % 5 = 0 THEN 'denied' ELSE 'approved' END,
+                              'duration_ms', 12.5,
+                              'approval', CASE WHEN run_no % 5 = 0 THEN 'denied' ELSE 'approved' END,
                               'decided_by', 'user', 'approval_wait_ms', 2000)
       WHEN 8 THEN json_object('run_id', run_no * 10 + 2, 'prompt_tokens', 120 + run_no % 50, 'completion_tokens', 30,
                               'cost_usd', 0.0001, 'steps', 3, 'stop_reason', 'final')

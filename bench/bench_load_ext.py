@@ -85,7 +85,8 @@ def main() -> int:
     added_wall = med("load_ext", 0) - med("pass", 0)
     added_inner = med("load_ext", 1) - med("pass", 1)
     print()
-    print(f"%load_ext chaz_nb adds {added_inner:.1f} ms in the kernel ({added_wall:.1f} ms wall over a bare first cell)")
+    print(f"%load_ext chaz_nb adds {added_inner:.1f} ms in the kernel "
+          f"({added_wall:.1f} ms wall over a bare first cell)")
     print(f"import litellm alone takes {med('import litellm', 1):.1f} ms in the kernel")
     print(f"after %load_ext: {extras['load_ext']}")
     ok = added_inner < TARGET_MS and extras["load_ext"].endswith("False")

@@ -110,7 +110,8 @@ async def run(sessions: int, turns: int, path: str) -> None:
           f"{n / bare_wall:.1f} turns/s (wall {bare_wall:.1f} s)")
     print(f"latency Message -> reply: p50 {pct(ms, 50):.0f} ms, p99 {pct(ms, 99):.0f} ms "
           f"({sessions} sessions share one loop, so a turn waits for the others)")
-    print(f"server's own time per turn: {overhead_ms:.2f} ms (target < 2 ms: {'met' if overhead_ms < 2 else 'NOT met'})")
+    verdict = "met" if overhead_ms < 2 else "NOT met"
+    print(f"server's own time per turn: {overhead_ms:.2f} ms (target < 2 ms: {verdict})")
     third = max(1, len(memory) // 3)
     print(f"RSS over the run: first third avg {statistics.mean(memory[:third]):.0f} MB, last third avg "
           f"{statistics.mean(memory[-third:]):.0f} MB, peak {max(memory):.0f} MB")

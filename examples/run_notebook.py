@@ -40,7 +40,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebook")
     where = parser.add_mutually_exclusive_group()
-    where.add_argument("--save", metavar="OUT", help=f"write the executed notebook here (default: NAME{OUT_SUFFIX} beside it)")
+    where.add_argument(
+        "--save", metavar="OUT", help=f"write the executed notebook here (default: NAME{OUT_SUFFIX} beside it)"
+    )
     where.add_argument("--no-save", action="store_true", help="do not write the executed notebook")
     args = parser.parse_args()
     out_path = None if args.no_save else (args.save or default_output(args.notebook))

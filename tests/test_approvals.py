@@ -105,7 +105,9 @@ async def test_agent_cannot_decide_and_its_decision_is_ignored_with_an_error(sto
     [req] = await parked(server)
     ok, message = server.decide(req["request_id"], "approve", decided_by="sneaky")
     assert not ok and "only a person" in message
-    store.append(s, T.APPROVAL_DECISION, "sneaky", "approve", payload={"request_id": req["request_id"], "decision": "approve"})
+    store.append(
+        s, T.APPROVAL_DECISION, "sneaky", "approve", payload={"request_id": req["request_id"], "decision": "approve"}
+    )
     assert store.latest(s).entry_type is T.ERROR and "only a person can decide" in store.latest(s).content
     assert server.pending_approvals() and not handle.done()
     server.decide(req["request_id"], "deny")
@@ -124,7 +126,9 @@ async def test_second_decision_is_a_no_op_naming_the_first(store):
     decisions = [e for e in store.entries(s) if e.entry_type is T.APPROVAL_DECISION]
     assert len(decisions) == 1
     # a raw second decision entry is flagged, and the first still stands
-    store.append(s, T.APPROVAL_DECISION, "user", "approve", payload={"request_id": req["request_id"], "decision": "approve"})
+    store.append(
+        s, T.APPROVAL_DECISION, "user", "approve", payload={"request_id": req["request_id"], "decision": "approve"}
+    )
     assert "already decided (deny by user)" in store.latest(s).content
     assert server.approvals.decision_of(req["request_id"]).payload["decision"] == "deny"
 
@@ -141,7 +145,11 @@ async def test_approve_all_covers_the_rest_of_the_run(store):
 
 
 async def test_auto_approve_skips_the_question_but_never_waives_always(store):
-    script = [{"tool": "search", "args": {"query": "x"}}, {"tool": "deploy", "args": {"target": "t", "token": "k"}}, "{result}"]
+    script = [
+        {"tool": "search", "args": {"query": "x"}},
+        {"tool": "deploy", "args": {"target": "t", "token": "k"}},
+        "{result}",
+    ]
     server = make(store, deployer("auto", script=script, auto_approve=["search", "deploy"]))
     handle = await server.send(server.current_session("auto"), "go")
     [req] = await parked(server)
@@ -154,8 +162,18 @@ async def test_auto_approve_skips_the_question_but_never_waives_always(store):
 async def test_child_policy_is_never_looser_than_its_parent(store):
     server = make(
         store,
-        Agent("parent", model="chaz/script", auto_approve=[], script=[{"tool": "spawn_agent", "args": {"agent": "child", "task": "look"}}, "{result}"]),
-        Agent("child", model="chaz/script", auto_approve=["search"], script=[{"tool": "search", "args": {"query": "q"}}, "child: {result}"]),
+        Agent(
+            "parent",
+            model="chaz/script",
+            auto_approve=[],
+            script=[{"tool": "spawn_agent", "args": {"agent": "child", "task": "look"}}, "{result}"],
+        ),
+        Agent(
+            "child",
+            model="chaz/script",
+            auto_approve=["search"],
+            script=[{"tool": "search", "args": {"query": "q"}}, "child: {result}"],
+        ),
     )
     handle = await server.send(server.current_session("parent"), "go")
     [req] = await parked(server)
@@ -170,8 +188,18 @@ async def test_child_policy_is_never_looser_than_its_parent(store):
 async def test_child_inherits_auto_approval_only_where_both_allow(store):
     server = make(
         store,
-        Agent("parent", model="chaz/script", auto_approve=["search"], script=[{"tool": "spawn_agent", "args": {"agent": "child", "task": "look"}}, "{result}"]),
-        Agent("child", model="chaz/script", auto_approve=["search"], script=[{"tool": "search", "args": {"query": "q"}}, "child: {result}"]),
+        Agent(
+            "parent",
+            model="chaz/script",
+            auto_approve=["search"],
+            script=[{"tool": "spawn_agent", "args": {"agent": "child", "task": "look"}}, "{result}"],
+        ),
+        Agent(
+            "child",
+            model="chaz/script",
+            auto_approve=["search"],
+            script=[{"tool": "search", "args": {"query": "q"}}, "child: {result}"],
+        ),
     )
     reply = await (await server.send(server.current_session("parent"), "go")).wait()
     assert reply.content == "child: hits for q" and server.pending_approvals() == []
@@ -180,9 +208,19 @@ async def test_child_inherits_auto_approval_only_where_both_allow(store):
 async def test_finished_child_session_still_asks_where_its_parent_would_have(store):
     server = make(
         store,
-        Agent("parent", model="chaz/script", tools=["spawn_agent", "search"], auto_approve=[],
-              script=[{"tool": "spawn_agent", "args": {"agent": "child", "task": "look"}}, "{result}"]),
-        Agent("child", model="chaz/script", auto_approve=["search"], script=[{"tool": "search", "args": {"query": "q"}}, "child: {result}"]),
+        Agent(
+            "parent",
+            model="chaz/script",
+            tools=["spawn_agent", "search"],
+            auto_approve=[],
+            script=[{"tool": "spawn_agent", "args": {"agent": "child", "task": "look"}}, "{result}"],
+        ),
+        Agent(
+            "child",
+            model="chaz/script",
+            auto_approve=["search"],
+            script=[{"tool": "search", "args": {"query": "q"}}, "child: {result}"],
+        ),
     )
     first = await server.send(server.current_session("parent"), "go")
     [req] = await parked(server)
@@ -217,7 +255,13 @@ async def test_unattended_run_is_denied_at_once(store):
 
 
 async def test_several_parked_runs_decided_out_of_order(store):
-    server = make(store, *(deployer(f"ops{i}", script=[{"tool": "deploy", "args": {"target": f"t{i}", "token": "k"}}, "{result}"]) for i in range(3)))
+    server = make(
+        store,
+        *(
+            deployer(f"ops{i}", script=[{"tool": "deploy", "args": {"target": f"t{i}", "token": "k"}}, "{result}"])
+            for i in range(3)
+        ),
+    )
     handles = [await server.send(server.current_session(f"ops{i}"), "go") for i in range(3)]
     requests = await parked(server, 3)
     by_target = {r["arguments_display"]["target"]: r["request_id"] for r in requests}
@@ -252,7 +296,10 @@ async def test_request_left_open_by_a_dead_kernel_is_closed_as_timed_out(db_path
 
 async def test_bad_references_and_decisions_say_what_to_do(store):
     server = make(store, deployer())
-    assert server.decide("nope", "approve") == (False, "no approval request 'nope'; `%chaz pending` lists the open ones")
+    assert server.decide("nope", "approve") == (
+        False,
+        "no approval request 'nope'; `%chaz pending` lists the open ones",
+    )
     assert not server.decide("last", "approve")[0]
     assert "must be approve, deny or approve_all" in server.decide("x", "maybe")[1]
 
@@ -304,4 +351,6 @@ async def test_sensitive_arguments_are_masked_in_the_log_but_reach_the_tool(stor
     call = [e for e in store.entries(handle.session_id) if e.entry_type is T.TOOL_CALL][0]
     assert call.payload["arguments"] == {"target": "prod", "token": "••••••"}
     assert "s3cret" not in call.content
-    assert store.sql("SELECT count(*) FROM entries WHERE content LIKE '%s3cret%' OR CAST(payload AS VARCHAR) LIKE '%s3cret%'").fetchall() == [(0,)]
+    assert store.sql(
+        "SELECT count(*) FROM entries WHERE content LIKE '%s3cret%' OR CAST(payload AS VARCHAR) LIKE '%s3cret%'"
+    ).fetchall() == [(0,)]

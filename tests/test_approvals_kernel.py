@@ -53,7 +53,10 @@ def test_waiting_cell_stops_at_the_park_and_a_later_cell_decides(kernel):
     assert r.status == "ok" and r.stdout.strip() == "deploy: approve by user"
     r = kernel.run("%chaz wait")  # the run may have finished already while the kernel idled
     assert r.status == "ok", r.outputs
-    r = kernel.run("s = chaz_nb.current(); sid = s.current_session('ops'); print(s.session_status(sid), '|', s.store.latest(sid).content)")
+    r = kernel.run(
+        "s = chaz_nb.current(); sid = s.current_session('ops'); "
+        "print(s.session_status(sid), '|', s.store.latest(sid).content)"
+    )
     assert r.stdout.strip() == "idle | done: deployed prod"
 
 
@@ -63,11 +66,15 @@ def test_a_button_click_after_the_cell_resumes_the_run(kernel):
     approve = [m for m in r.of("comm_open") if m["content"]["data"]["state"].get("description") == "Approve"]
     comm_id = approve[-1]["content"]["comm_id"]
     # what the frontend sends when the button is clicked
-    msg = kernel.kc.session.msg("comm_msg", {"comm_id": comm_id, "data": {"method": "custom", "content": {"event": "click"}}})
+    msg = kernel.kc.session.msg(
+        "comm_msg", {"comm_id": comm_id, "data": {"method": "custom", "content": {"event": "click"}}}
+    )
     kernel.kc.shell_channel.send(msg)
     # the click is handled before the next cell (one shell channel); this cell waits for the run
     assert kernel.run("%chaz wait").status == "ok"
     r = kernel.run("print(s.session_status(sid), '|', s.store.latest(sid).content)")
     assert r.stdout.strip() == "idle | done: deployed prod"
-    r = kernel.run("print([e.payload['decided_by'] for e in s.store.entries(sid) if e.entry_type.value == 'ApprovalDecision'])")
+    r = kernel.run(
+        "print([e.payload['decided_by'] for e in s.store.entries(sid) if e.entry_type.value == 'ApprovalDecision'])"
+    )
     assert r.stdout.strip() == "['user', 'user']"

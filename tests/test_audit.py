@@ -110,9 +110,18 @@ async def test_runs_view(scenario, store):
     runs = {r["agent"]: r for r in rows(store, "SELECT * FROM runs")}
     assert set(runs) == {"lead", "helper", "broken"}
     lead_run, helper_run, broken_run = runs["lead"], runs["helper"], runs["broken"]
-    assert (lead_run["status"], lead_run["trigger_type"], lead_run["steps"], lead_run["tool_calls"]) == ("ok", "Message", 4, 3)
+    assert (lead_run["status"], lead_run["trigger_type"], lead_run["steps"], lead_run["tool_calls"]) == (
+        "ok",
+        "Message",
+        4,
+        3,
+    )
     assert lead_run["prompt_tokens"] > 0 and lead_run["completion_tokens"] > 0 and lead_run["cost_usd"] == 0.0
-    assert (helper_run["trigger_type"], helper_run["parent_run"], helper_run["status"]) == ("Directive", lead_run["run_id"], "ok")
+    assert (helper_run["trigger_type"], helper_run["parent_run"], helper_run["status"]) == (
+        "Directive",
+        lead_run["run_id"],
+        "ok",
+    )
     assert lead_run["parent_run"] is None
     assert broken_run["status"] == "error" and broken_run["steps"] == 0 and broken_run["cost_usd"] == 0.0
     assert lead_run["latency_ms"] >= helper_run["latency_ms"] > 0
@@ -133,8 +142,11 @@ async def test_runs_view_counts_the_messages_each_run_answers(store):
 
 
 async def test_runs_view_shows_parked_and_running(store):
-    server = Server(store, [Agent("ops", model="chaz/script", script=[{"tool": "deploy", "args": {"target": "x"}}, "ok"])],
-                    ToolRegistry([deploy]))
+    server = Server(
+        store,
+        [Agent("ops", model="chaz/script", script=[{"tool": "deploy", "args": {"target": "x"}}, "ok"])],
+        ToolRegistry([deploy]),
+    )
     handle = await server.send(server.current_session("ops"), "go")
     await wait_pending(server)
     assert rows(store, "SELECT status FROM runs") == [{"status": "parked"}]
@@ -179,15 +191,20 @@ async def test_interrupted_run_shows_as_interrupted(db_path):
     from chaz_nb.core.store import SessionStore
 
     store = SessionStore(db_path)
-    server = Server(store, [Agent("ops", model="chaz/script", script=[{"tool": "deploy", "args": {"target": "x"}}, "ok"])],
-                    ToolRegistry([deploy]))
+    server = Server(
+        store,
+        [Agent("ops", model="chaz/script", script=[{"tool": "deploy", "args": {"target": "x"}}, "ok"])],
+        ToolRegistry([deploy]),
+    )
     await server.send(server.current_session("ops"), "go")
     await wait_pending(server)
     store._con.close()  # the kernel dies
     reopened = SessionStore(db_path)
     Server(reopened, [], ToolRegistry([deploy]))
     assert rows(reopened, "SELECT status FROM runs") == [{"status": "interrupted"}]
-    assert rows(reopened, "SELECT decision, decided_by FROM approvals") == [{"decision": "timed_out", "decided_by": "system"}]
+    assert rows(reopened, "SELECT decision, decided_by FROM approvals") == [
+        {"decision": "timed_out", "decided_by": "system"}
+    ]
     reopened.close()
 
 

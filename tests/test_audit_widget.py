@@ -142,7 +142,10 @@ async def test_totals_line(scenario, store):
 def test_unpriced_runs_make_the_cost_unknown():
     assert Totals(tokens=7, cost=None).text().endswith("7 tokens · cost unknown")
     assert Totals(cost=0.5, unpriced=2).text().endswith("cost $0.5000 (+2 runs without a price)")
-    assert Totals(calls=1, tool_ms=12_345.0, cost=0.0).text() == "1 call · 0 errors · tool time 12.3 s · 0 tokens · cost $0.0000"
+    assert (
+        Totals(calls=1, tool_ms=12_345.0, cost=0.0).text()
+        == "1 call · 0 errors · tool time 12.3 s · 0 tokens · cost $0.0000"
+    )
 
 
 async def test_a_new_tool_call_appears_live_after_the_throttle(store):

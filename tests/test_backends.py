@@ -13,22 +13,35 @@ def backend():
 
 
 async def test_echo_model_echoes_the_last_user_message(backend):
-    reply = await backend.complete("chaz/echo", [{"role": "user", "content": "a"}, {"role": "assistant", "content": "x"}, {"role": "user", "content": "hello"}])
+    reply = await backend.complete(
+        "chaz/echo",
+        [{"role": "user", "content": "a"}, {"role": "assistant", "content": "x"}, {"role": "user", "content": "hello"}],
+    )
     assert reply.content == "echo: hello"
     assert reply.tool_calls == []
     assert reply.usage.prompt_tokens > 0 and reply.usage.cost_usd == 0.0
 
 
 async def test_script_model_plays_tool_calls_then_text(backend):
-    script = [{"tool": "add", "args": {"a": 1}}, [{"tool": "x", "args": {}}, {"tool": "y", "args": {"k": 2}}], "done: {result}"]
+    script = [
+        {"tool": "add", "args": {"a": 1}},
+        [{"tool": "x", "args": {}}, {"tool": "y", "args": {"k": 2}}],
+        "done: {result}",
+    ]
     tools = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
     msgs = [{"role": "user", "content": "go"}]
     first = await backend.complete("chaz/script", msgs, tools, script=script)
     assert [(c.name, json.loads(c.arguments)) for c in first.tool_calls] == [("add", {"a": 1})]
-    msgs += [{"role": "assistant", "content": None, "tool_calls": []}, {"role": "tool", "tool_call_id": "1", "content": "r1"}]
+    msgs += [
+        {"role": "assistant", "content": None, "tool_calls": []},
+        {"role": "tool", "tool_call_id": "1", "content": "r1"},
+    ]
     second = await backend.complete("chaz/script", msgs, tools, script=script)
     assert [c.name for c in second.tool_calls] == ["x", "y"]
-    msgs += [{"role": "assistant", "content": None, "tool_calls": []}, {"role": "tool", "tool_call_id": "2", "content": "r2"}]
+    msgs += [
+        {"role": "assistant", "content": None, "tool_calls": []},
+        {"role": "tool", "tool_call_id": "2", "content": "r2"},
+    ]
     third = await backend.complete("chaz/script", msgs, tools, script=script)
     assert third.content == "done: r2"
 
@@ -36,7 +49,11 @@ async def test_script_model_plays_tool_calls_then_text(backend):
 def test_script_restarts_at_each_user_message():
     script = ["first", "second"]
     assert script_step(script, [{"role": "user", "content": "a"}], True) == "first"
-    msgs = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "first"}, {"role": "user", "content": "b"}]
+    msgs = [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "first"},
+        {"role": "user", "content": "b"},
+    ]
     assert script_step(script, msgs, True) == "first"
 
 

@@ -48,7 +48,9 @@ def test_stored_ceiling_round_trips_and_garbage_is_refused():
 async def test_session_with_an_unreadable_ceiling_does_not_run_open(store):
     server = Server(store, [Agent("a", model="chaz/script", script=[{"tool": "wipe", "args": {}}, "{result}"])],
                     ToolRegistry([add, wipe]))
-    sid = store.create_session("a", "child", ceiling='{"tools": "wipe", "auto_approve": [], "call_depth": 1, "max_call_depth": 1}')
+    sid = store.create_session(
+        "a", "child", ceiling='{"tools": "wipe", "auto_approve": [], "call_depth": 1, "max_call_depth": 1}'
+    )
     reply = await server.post(sid, T.DIRECTIVE, "go", sender="user").wait()
     assert reply.entry_type is T.ERROR
     assert reply.content.startswith("the session's stored ceiling is unreadable")

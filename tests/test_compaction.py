@@ -123,5 +123,8 @@ async def test_server_budget_and_automatic_compaction(store):
     assert summaries[0].content.endswith("- user: d\n- assistant: echo: d")
     await chat(server, s, "e")
     context, _ = backend.calls[-1]
-    assert context == [{"role": "user", "content": SUMMARY_PREFIX + summaries[0].content}, {"role": "user", "content": "e"}]
+    assert context == [
+        {"role": "user", "content": SUMMARY_PREFIX + summaries[0].content},
+        {"role": "user", "content": "e"},
+    ]
     assert len([e for e in store.entries(s) if e.entry_type is T.SUMMARY]) == 1  # small again: no new Summary

@@ -56,7 +56,9 @@ def entry_ids(server):
     return [r[0] for r in server.store.execute("SELECT id FROM entries ORDER BY id")]
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(line=lines)
 def test_any_magic_line_is_handled_or_refused_in_one_line(line):
     server = chaz()
@@ -79,7 +81,9 @@ bodies = st.lists(st.tuples(toml_keys, toml_values), max_size=4).map(
     lambda kv: "\n".join(f"{k} = {v}" for k, v in kv)) | words
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(body=bodies)
 @example(body='tools = """multi\nline"""')  # found by this test: a newline in a tool name
 @example(body="auto_approve = 3")  # found by this test: a TypeError deep in describe_agent
@@ -99,7 +103,9 @@ sql_text = st.sampled_from(["SELECT", "FROM", "entries", "runs", "tool_calls", "
 queries = st.lists(sql_text, min_size=1, max_size=8).map(" ".join)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(query=queries)
 def test_any_sql_text_reads_or_is_refused_in_one_line(query):
     server = chaz()

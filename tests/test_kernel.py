@@ -81,7 +81,10 @@ def test_server_runs_on_the_kernel_loop_and_keeps_working_between_cells(kernel):
 
 def test_no_wait_run_finishes_while_the_kernel_is_idle(kernel):
     assert kernel.run(SLEEPER.replace("SECONDS", "0.5")).status == "ok"
-    r = kernel.run("%chaz --no-wait @sleeper nap please\ns = chaz_nb.current(); sid = s.current_session('sleeper')\nprint(s.session_status(sid))")
+    r = kernel.run(
+        "%chaz --no-wait @sleeper nap please\n"
+        "s = chaz_nb.current(); sid = s.current_session('sleeper')\nprint(s.session_status(sid))"
+    )
     assert r.stdout == "running\n"
     # the kernel is idle (no cell runs) until the view's final update says the run is over
     kernel.wait_for(final_update(r.of("display_data")[0]["content"]["transient"]["display_id"]))
@@ -103,7 +106,9 @@ def test_widget_updates_reach_iopub_as_comm_messages(kernel):
     first = displays[0]["content"]
     assert "application/vnd.jupyter.widget-view+json" in first["data"]
     display_id = first["transient"]["display_id"]
-    final = [m["content"] for m in r.of("update_display_data") if m["content"]["transient"]["display_id"] == display_id][-1]
+    final = [
+        m["content"] for m in r.of("update_display_data") if m["content"]["transient"]["display_id"] == display_id
+    ][-1]
     # the final state is static: transcript, html, session data; no widget left behind
     assert "application/vnd.jupyter.widget-view+json" not in final["data"]
     assert final["data"]["text/plain"].splitlines()[-2] == "sleeper: woke: slept 0.3"  # then the footer
@@ -140,7 +145,10 @@ def test_interrupt_stops_waiting_but_not_the_run(kernel):
     assert "keeps running and every entry is kept" in r.error["evalue"]
     assert len(r.error["traceback"]) == 1  # one line, no traceback
     assert kernel.run("%chaz wait").status == "ok"  # waits for the run that kept going
-    r = kernel.run("sid = s.current_session('sleeper'); print(s.session_status(sid)); print([e.entry_type.value for e in s.store.entries(sid)][-4:]); print(s.store.latest(sid).content)")
+    r = kernel.run(
+        "sid = s.current_session('sleeper'); print(s.session_status(sid)); "
+        "print([e.entry_type.value for e in s.store.entries(sid)][-4:]); print(s.store.latest(sid).content)"
+    )
     assert r.stdout == "idle\n['Ack', 'ToolCall', 'ToolResult', 'Message']\nwoke: slept 2.0\n"
 
 
@@ -148,7 +156,8 @@ def test_origin_records_cell_id_execution_count_and_kernel(kernel):
     r = kernel.run("%chaz @assistant where am I", metadata={"cellId": "cell-1234"})
     assert r.status == "ok"
     r = kernel.run(
-        "import json; e = [x for x in s.store.entries(s.current_session('assistant')) if x.content == 'where am I'][0]\n"
+        "import json; "
+        "e = [x for x in s.store.entries(s.current_session('assistant')) if x.content == 'where am I'][0]\n"
         "print(json.dumps(e.payload['origin']))"
     )
     origin = json.loads(r.stdout)
@@ -184,7 +193,10 @@ def test_plain_function_is_not_a_tool(kernel):
     assert kernel.run("def plain(x: int) -> int:\n    return x").status == "ok"
     r = kernel.run("%chaz agent x --tools plain")
     assert r.status == "error"
-    assert r.stderr == "UsageError: %chaz agent x: plain is a plain function, not a chaz_nb tool; decorate it with @chaz_nb.tool\n"
+    assert (
+        r.stderr
+        == "UsageError: %chaz agent x: plain is a plain function, not a chaz_nb tool; decorate it with @chaz_nb.tool\n"
+    )
 
 
 def test_second_kernel_on_the_same_file_falls_back(kernel):
@@ -206,9 +218,15 @@ def test_second_kernel_on_the_same_file_falls_back(kernel):
 
 def test_unload_stops_runs_and_reload_works(kernel):
     assert kernel.run(SLEEPER.replace("SECONDS", "5")).status == "ok"
-    r = kernel.run("%chaz --no-wait @sleeper forever\nsid = s.current_session('sleeper')\n%unload_ext chaz_nb\nprint(s.store.closed, s.is_busy(sid))")
+    r = kernel.run(
+        "%chaz --no-wait @sleeper forever\nsid = s.current_session('sleeper')\n"
+        "%unload_ext chaz_nb\nprint(s.store.closed, s.is_busy(sid))"
+    )
     assert r.status == "ok", r.outputs
     assert r.stdout.endswith("True False\n")
-    r = kernel.run("%load_ext chaz_nb\ns = chaz_nb.current()\nprint(s.store.latest(sid).entry_type.value, s.store.latest(sid).content)")
+    r = kernel.run(
+        "%load_ext chaz_nb\ns = chaz_nb.current()\n"
+        "print(s.store.latest(sid).entry_type.value, s.store.latest(sid).content)"
+    )
     kind, _, text = r.stdout.splitlines()[-1].partition(" ")
     assert kind == "Error" and text.startswith("interrupted"), r.stdout  # the run's trail is closed

@@ -109,7 +109,9 @@ def test_schedule_errors_are_one_line(chaz, capsys):
     one_line_error(capsys, '%chaz schedule add @assistant "every 1h" hi --fresh --session 1', "not both")
     one_line_error(capsys, '%chaz schedule add @assistant "every 1h" hi --session 99', "no session 99")
     one_line_error(capsys, '%chaz schedule add @assistant "every 1h" hi --max-fires 0', "--max-fires takes a positive")
-    one_line_error(capsys, '%chaz schedule add --every @assistant "every 1h" hi', "unknown or incomplete option --every")
+    one_line_error(
+        capsys, '%chaz schedule add --every @assistant "every 1h" hi', "unknown or incomplete option --every"
+    )
     one_line_error(capsys, "%chaz schedule pause 7", "no schedule #7; schedules: none")
     one_line_error(capsys, "%chaz schedule pause seven", "ID is a schedule number")
     one_line_error(capsys, "%chaz schedule remove", "usage: %chaz schedule remove ID")
@@ -241,7 +243,11 @@ def test_room_host_and_errors_are_one_line(chaz, capsys):
 # ------------------------------------------------------------------ compact
 def test_compact_writes_a_summary_boundary(chaz, capsys):
     run("%chaz @assistant first question", capsys)
-    one_line_error(capsys, "%chaz compact", "nothing to compact in session 1: 2 message(s) since the last Summary; compaction needs at least 3")
+    one_line_error(
+        capsys,
+        "%chaz compact",
+        "nothing to compact in session 1: 2 message(s) since the last Summary; compaction needs at least 3",
+    )
     run("%chaz @assistant second question", capsys)
     out = run("%chaz compact @assistant", capsys)
     assert out.splitlines()[0] == (

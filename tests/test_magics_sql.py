@@ -34,7 +34,11 @@ def count_entries(server) -> int:
     [
         ("SELECT 1", [], "SELECT 1"),
         ("-o df SELECT 1", ["-o", "df"], "SELECT 1"),
-        ("--db 'my file.duckdb' --max-rows 5 SELECT '-o'", ["--db", "my file.duckdb", "--max-rows", "5"], "SELECT '-o'"),
+        (
+            "--db 'my file.duckdb' --max-rows 5 SELECT '-o'",
+            ["--db", "my file.duckdb", "--max-rows", "5"],
+            "SELECT '-o'",
+        ),
         ("-o rel --relation  select  'a  b'", ["-o", "rel", "--relation"], "select  'a  b'"),
         ("-- a comment\nSELECT 1", [], "-- a comment\nSELECT 1"),
     ],
@@ -244,7 +248,10 @@ def test_audit_magic_shows_the_tool_calls_and_unload_unsubscribes(chaz, capsys):
         "import chaz_nb\n@chaz_nb.tool\ndef add(a: int, b: int) -> int:\n    '''Add.'''\n    return a + b\n"
     ).raise_error()
     ip.run_line_magic(
-        "chaz", """agent calc --model chaz/script --tools add --script '[{"tool": "add", "args": {"a": 2, "b": 3}}, "{result}"]'""")
+        "chaz",
+        "agent calc --model chaz/script --tools add "
+        """--script '[{"tool": "add", "args": {"a": 2, "b": 3}}, "{result}"]'""",
+    )
     ip.run_line_magic("chaz", "@calc add")
     capsys.readouterr()
     subscribers = len(chaz.store._subscribers)

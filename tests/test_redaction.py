@@ -22,7 +22,13 @@ KEY = "sk-test-4f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c"
 def test_known_secret_shapes_are_masked(text):
     out = redact(text, environ={})
     assert REDACTED in out
-    for secret in (KEY, "abcdefghijklmnopqrstuvwxyz012345", "dXNlcjpwYXNzd29yZA==", "ghp_abcdefghij", "AKIAIOSFODNN7EXAMPLE"):
+    for secret in (
+        KEY,
+        "abcdefghijklmnopqrstuvwxyz012345",
+        "dXNlcjpwYXNzd29yZA==",
+        "ghp_abcdefghij",
+        "AKIAIOSFODNN7EXAMPLE",
+    ):
         assert secret not in out
 
 
@@ -46,7 +52,9 @@ def test_planted_key_never_reaches_the_database_file(tmp_path, monkeypatch):
     store.append(s, EntryType.TOOL_RESULT, "a", "env dump", payload={"output": f"OPENAI_API_KEY={KEY}"})
     assert all(KEY not in e.content and KEY not in str(e.payload) for e in store.entries(s))
     store.close()
-    data = path.read_bytes() + (path.with_suffix(".duckdb.wal").read_bytes() if path.with_suffix(".duckdb.wal").exists() else b"")
+    data = path.read_bytes() + (
+        path.with_suffix(".duckdb.wal").read_bytes() if path.with_suffix(".duckdb.wal").exists() else b""
+    )
     assert KEY.encode() not in data
     assert b"[REDACTED]" in data
 

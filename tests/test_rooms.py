@@ -141,7 +141,9 @@ async def test_loop_guard_stops_agent_to_agent_wakes_at_the_burst_budget(store):
     assert [e[1] for e in agent_messages] == ["ping", "pong", "ping", "pong"]
     note = log[-1]
     assert note[0:2] == ("Error", "system")
-    assert note[2].startswith("loop guard: 4 agent messages in a row reached this room's burst budget (4); @ping not woken")
+    assert note[2].startswith(
+        "loop guard: 4 agent messages in a row reached this room's burst budget (4); @ping not woken"
+    )
     assert store.latest(room).payload["note"] == "loop_guard"
     # a person's message resets the count
     await server.send(room, "@pong go on")
@@ -186,7 +188,9 @@ async def test_unknown_mentions_are_shown_not_dropped(store):
     handle = await server.send(room, "@zed and @outsider, meet @alice")
     await handle.wait()
     note = [e for e in store.entries(room) if e.entry_type is T.ERROR][0]
-    assert note.sender == "system" and note.content.startswith("@zed, @outsider are not in this room (members: @alice, @bob)")
+    assert note.sender == "system" and note.content.startswith(
+        "@zed, @outsider are not in this room (members: @alice, @bob)"
+    )
     assert note.payload == {"note": "unknown_mention", "names": ["zed", "outsider"], "entry_id": handle.trigger.id}
     assert [e.sender for e in store.entries(room) if e.entry_type is T.ACK] == ["alice"]
 
@@ -251,7 +255,10 @@ async def test_send_message_reaches_sessions_the_agent_has_access_to(store):
     reply = await (await server.send(first, "delegate")).wait()
     assert reply.content == f"sent a directive to session {second}; it started a run"
     await server.wait_idle(5)
-    assert [(e.entry_type.value, e.sender) for e in store.entries(second)][:2] == [("Directive", "dora"), ("Ack", "dora")]
+    assert [(e.entry_type.value, e.sender) for e in store.entries(second)][:2] == [
+        ("Directive", "dora"),
+        ("Ack", "dora"),
+    ]
     # in its own session the same call is refused: that is the session it is talking in
     assert store.latest(second).content == f"session {second} is this session; say it in your reply instead"
 

@@ -68,7 +68,9 @@ async def test_tool_loop_feeds_results_back(executor):
 
 
 async def test_parallel_tool_calls_all_run(executor):
-    result, events = await run([[{"tool": "add", "args": {"a": 1, "b": 1}}, {"tool": "add", "args": {"a": 2, "b": 2}}], "ok"], executor)
+    result, events = await run(
+        [[{"tool": "add", "args": {"a": 1, "b": 1}}, {"tool": "add", "args": {"a": 2, "b": 2}}], "ok"], executor
+    )
     outputs = sorted(e.output for e in events if isinstance(e, ToolResultEvent))
     assert outputs == ["2", "4"] and result.steps == 2
 
@@ -257,7 +259,9 @@ async def test_a_failing_executor_still_gives_every_call_a_result():
             raise KeyError("executor bug")
 
     events = asyncio.Queue()
-    result = await execute(model="m", messages=[], backend=ParallelCalls(["ok", "fails"]), tools=Broken(), events=events)
+    result = await execute(
+        model="m", messages=[], backend=ParallelCalls(["ok", "fails"]), tools=Broken(), events=events
+    )
     results = [e for e in events._queue if isinstance(e, ToolResultEvent)]
     assert sorted(r.id for r in results) == ["c0", "c1"]
     assert all(r.is_error and r.output.startswith(r.name) for r in results)

@@ -63,7 +63,9 @@ def test_interval_and_one_shot_triggers():
     # no back-fill: the tick after a long gap is one interval from now
     assert every.next_fire(now - timedelta(hours=2), now) == now + timedelta(seconds=30)
     once = parse_trigger("in 10m", now)
-    assert once.kind == "once" and once.at == now + timedelta(minutes=10) and once.text.startswith("at 2026-12-02T10:10")
+    assert (
+        once.kind == "once" and once.at == now + timedelta(minutes=10) and once.text.startswith("at 2026-12-02T10:10")
+    )
     assert parse_trigger("at 2026-12-24T18:00+01:00").at == datetime(2026, 12, 24, 17, 0)
     assert once.next_fire(once.at, now) is None
 
@@ -126,7 +128,9 @@ async def test_fresh_target_gets_a_new_session_per_fire_and_pinned_keeps_one(sto
 
 
 async def test_unattended_fire_denies_tools_that_need_approval(store):
-    agent = Agent("ops", model="chaz/script", tools=["launch"], script=[{"tool": "launch", "args": {}}, "result: {result}"])
+    agent = Agent(
+        "ops", model="chaz/script", tools=["launch"], script=[{"tool": "launch", "args": {}}, "result: {result}"]
+    )
     server = make(store, agent, approval_timeout=30)
     s = server.schedules.add("ops", "every 1h", "launch it")
     fire = await asyncio.wait_for(server.fire_agent_schedule(s), 5)
@@ -221,9 +225,14 @@ async def test_restart_keeps_schedules_catches_up_one_shot_and_does_not_backfill
     # the one-shot came due while the kernel was down
     store.execute("UPDATE schedules SET next_fire_at = ? WHERE id = ?", [utcnow() - timedelta(seconds=1), once.id])
     # pretend the kernel was down for a day: both recurring schedules missed ticks
-    store.execute("UPDATE schedules SET next_fire_at = ? WHERE id IN (?, ?)", [utcnow() - timedelta(days=1), cron.id, hourly.id])
+    store.execute(
+        "UPDATE schedules SET next_fire_at = ? WHERE id IN (?, ?)", [utcnow() - timedelta(days=1), cron.id, hourly.id]
+    )
     # and a fire was cut off mid-run
-    store.execute("INSERT INTO schedule_fires (id, schedule_id, status, started_at) VALUES (50, ?, 'running', ?)", [hourly.id, utcnow()])
+    store.execute(
+        "INSERT INTO schedule_fires (id, schedule_id, status, started_at) VALUES (50, ?, 'running', ?)",
+        [hourly.id, utcnow()],
+    )
     server = make(store)
     assert fire_rows(server)[0]["status"] == "error" and fire_rows(server)[0]["reason"] == "interrupted: kernel stopped"
     assert [s.id for s in server.schedules.list()] == [cron.id, hourly.id, once.id]

@@ -29,7 +29,12 @@ def server(store):
         store,
         [
             Agent("assistant"),
-            Agent("calc", model="chaz/script", tools=["add"], script=[{"tool": "add", "args": {"a": 2, "b": 3}}, "sum is {result}"]),
+            Agent(
+                "calc",
+                model="chaz/script",
+                tools=["add"],
+                script=[{"tool": "add", "args": {"a": 2, "b": 3}}, "sum is {result}"],
+            ),
             Agent("quiet", model="chaz/script", script=[""]),
         ],
         ToolRegistry([add, explode]),
@@ -154,7 +159,9 @@ async def test_silent_turn_writes_no_message(server, store):
 
 
 async def test_model_error_writes_one_line_error_entry(store):
-    server = Server(store, [Agent("flaky", model="gpt-4o-mini", model_options={"mock_response": "litellm.InternalServerError"})])
+    server = Server(
+        store, [Agent("flaky", model="gpt-4o-mini", model_options={"mock_response": "litellm.InternalServerError"})]
+    )
     s = server.current_session("flaky")
     outcome = await (await server.send(s, "hi")).wait()
     assert outcome.entry_type is T.ERROR and outcome.sender == "flaky"
@@ -169,8 +176,11 @@ async def test_litellm_model_string_takes_the_same_path(store):
 
 
 async def test_raising_tool_is_an_error_result_not_a_crash(store):
-    server = Server(store, [Agent("x", model="chaz/script", script=[{"tool": "explode", "args": {}}, "after: {result}"])],
-                    ToolRegistry([explode]))
+    server = Server(
+        store,
+        [Agent("x", model="chaz/script", script=[{"tool": "explode", "args": {}}, "after: {result}"])],
+        ToolRegistry([explode]),
+    )
     reply = await (await server.send(server.current_session("x"), "go")).wait()
     assert reply.content == "after: ValueError: no such file"
     result = [e for e in store.entries(reply.session_id) if e.entry_type is T.TOOL_RESULT][0]
@@ -178,8 +188,11 @@ async def test_raising_tool_is_an_error_result_not_a_crash(store):
 
 
 async def test_tool_outside_the_agents_scope_is_refused(store):
-    server = Server(store, [Agent("x", model="chaz/script", tools=["add"], script=[{"tool": "explode", "args": {}}, "{result}"])],
-                    ToolRegistry([add, explode]))
+    server = Server(
+        store,
+        [Agent("x", model="chaz/script", tools=["add"], script=[{"tool": "explode", "args": {}}, "{result}"])],
+        ToolRegistry([add, explode]),
+    )
     reply = await (await server.send(server.current_session("x"), "go")).wait()
     assert reply.content == "unknown tool 'explode'; tools available: add"
 

@@ -55,9 +55,18 @@ DELETER = [{"tool": "delete_all", "args": {}}, "{result}"]
 async def test_spawn_agent_sequence_entry_by_entry(store):
     server = make_server(
         store,
-        Agent("parent", model="chaz/script", tools=["spawn_agent", "add"],
-              script=[spawn("child", "add 2 and 3", context="use the add tool"), "child said: {result}"]),
-        Agent("child", model="chaz/script", tools=["add"], script=[{"tool": "add", "args": {"a": 2, "b": 3}}, "the sum is {result}"]),
+        Agent(
+            "parent",
+            model="chaz/script",
+            tools=["spawn_agent", "add"],
+            script=[spawn("child", "add 2 and 3", context="use the add tool"), "child said: {result}"],
+        ),
+        Agent(
+            "child",
+            model="chaz/script",
+            tools=["add"],
+            script=[{"tool": "add", "args": {"a": 2, "b": 3}}, "the sum is {result}"],
+        ),
     )
     p = server.current_session("parent")
     reply = await (await server.send(p, "delegate")).wait()
@@ -161,8 +170,16 @@ async def test_async_spawn_returns_at_once_and_child_finishes(store):
 async def test_spawn_worker_runs_as_parent_with_narrowed_tools_and_shared_budget(store):
     server = make_server(
         store,
-        Agent("boss", model="chaz/script", tools=["spawn_worker", "add", "delete_all"], max_iterations=4,
-              script=[{"tool": "spawn_worker", "args": {"task": "helper task", "tools": ["add"]}}, "worker said: {result}"]),
+        Agent(
+            "boss",
+            model="chaz/script",
+            tools=["spawn_worker", "add", "delete_all"],
+            max_iterations=4,
+            script=[
+                {"tool": "spawn_worker", "args": {"task": "helper task", "tools": ["add"]}},
+                "worker said: {result}",
+            ],
+        ),
     )
     reply = await (await server.send(server.current_session("boss"), "go")).wait()
     worker = [s for s in store.sessions() if s.kind == "worker"][0]
@@ -359,7 +376,9 @@ async def test_model_call_budget_covers_children_and_the_parent_gets_a_tool_erro
 async def test_budget_follows_a_run_that_another_run_of_the_tree_triggered(store):
     # No spawn at all: session 1's run writes a Directive into session 2 (same agent), whose
     # run writes one back. Four model calls at the least; the tree has three.
-    ping = [{"tool": "send_message", "args": {"session_id": sid, "text": "ping", "kind": "directive"}} for sid in (1, 2)]
+    ping = [
+        {"tool": "send_message", "args": {"session_id": sid, "text": "ping", "kind": "directive"}} for sid in (1, 2)
+    ]
     server = make_server(store, Agent("pinger", model="chaz/script", max_model_calls=3, script=[ping, "{result}"]))
     first, second = server.new_session("pinger"), server.new_session("pinger")
     assert (first, second) == (1, 2)
@@ -404,10 +423,24 @@ async def test_room_member_writing_to_a_child_session_of_the_room_gets_its_ceili
 async def test_narrowed_child_cannot_schedule_itself_out_of_its_ceiling(store):
     server = make_server(
         store,
-        Agent("parent", model="chaz/script", tools=["spawn_agent", "schedule_create"], script=[spawn("child", "go"), "{result}"]),
-        Agent("child", model="chaz/script", tools=None, script=[
-            {"tool": "schedule_create", "args": {"trigger": "every 1h", "prompt": "delete everything", "session": "fresh"}},
-            "{result}"]),
+        Agent(
+            "parent",
+            model="chaz/script",
+            tools=["spawn_agent", "schedule_create"],
+            script=[spawn("child", "go"), "{result}"],
+        ),
+        Agent(
+            "child",
+            model="chaz/script",
+            tools=None,
+            script=[
+                {
+                    "tool": "schedule_create",
+                    "args": {"trigger": "every 1h", "prompt": "delete everything", "session": "fresh"},
+                },
+                "{result}",
+            ],
+        ),
     )
     await (await server.send(server.current_session("parent"), "go")).wait()
     (schedule,) = server.schedules.list("child")

@@ -153,7 +153,8 @@ WRITES = {
     ],
     "DROP": ["DROP VIEW runs", "DROP TABLE entries CASCADE"],
     "EXPORT": ["EXPORT DATABASE '{out}/export'"],
-    "PRAGMA": ["PRAGMA force_checkpoint", "PRAGMA enable_profiling", "COPY FROM DATABASE memory TO other", "IMPORT DATABASE '{out}'"],
+    "PRAGMA": ["PRAGMA force_checkpoint", "PRAGMA enable_profiling", "COPY FROM DATABASE memory TO other",
+               "IMPORT DATABASE '{out}'"],
     "VACUUM": ["VACUUM entries"],
     "CALL": ["CHECKPOINT", "CALL force_checkpoint()"],
     "SET": ["SET threads = 1", "SET memory_limit = '1MB'", "SET VARIABLE x = 1",
@@ -295,5 +296,6 @@ def test_a_relation_handed_back_reads_the_current_store(filled):
 
 def test_reading_a_file_is_refused_in_one_line(filled, tmp_path):
     (tmp_path / "x.csv").write_text("a\n1\n")
-    with pytest.raises(SQLRefused, match=r"^%chaz sql is read-only: file access is refused \(it queries the session store"):
+    refused = r"^%chaz sql is read-only: file access is refused \(it queries the session store"
+    with pytest.raises(SQLRefused, match=refused):
         run_query(f"SELECT * FROM read_csv('{tmp_path / 'x.csv'}')", filled)

@@ -101,7 +101,9 @@ def test_unsubscribe_stops_callbacks(store):
 
 def test_append_many_is_one_transaction(store):
     s = store.create_session("alice")
-    batch = store.append_many([NewEntry(s, EntryType.TOOL_CALL, "alice", "a"), NewEntry(s, EntryType.TOOL_RESULT, "alice", "b")])
+    batch = store.append_many(
+        [NewEntry(s, EntryType.TOOL_CALL, "alice", "a"), NewEntry(s, EntryType.TOOL_RESULT, "alice", "b")]
+    )
     assert [e.seq for e in batch] == [1, 2]
     with pytest.raises(StoreError):
         store.append_many([NewEntry(s, EntryType.MESSAGE, "u", "ok"), NewEntry(404, EntryType.MESSAGE, "u", "bad")])
@@ -124,9 +126,13 @@ def test_older_file_is_migrated_in_place(db_path):
     old = SessionStore(db_path, migrations=MIGRATIONS[:1])
     assert old.schema_version == 1
     # the old release wrote sessions without title/metadata
-    old._con.execute("INSERT INTO sessions (id, agent, kind, parent_id, depth, created_at) VALUES (1, 'alice', 'chat', NULL, 0, now()::TIMESTAMP)")
     old._con.execute(
-        "INSERT INTO entries VALUES (1, 1, 1, 'Message', 'user', 'from the old release', NULL, NULL, '{}', now()::TIMESTAMP)"
+        "INSERT INTO sessions (id, agent, kind, parent_id, depth, created_at) "
+        "VALUES (1, 'alice', 'chat', NULL, 0, now()::TIMESTAMP)"
+    )
+    old._con.execute(
+        "INSERT INTO entries VALUES "
+        "(1, 1, 1, 'Message', 'user', 'from the old release', NULL, NULL, '{}', now()::TIMESTAMP)"
     )
     old.close()
     with SessionStore(db_path) as new:
@@ -261,7 +267,9 @@ def test_the_store_instance_touches_no_file_and_keeps_its_settings(tmp_path, mon
         store.append(s, EntryType.MESSAGE, "user", "hi")
         for query in ("COPY entries TO 'out.csv'", "EXPORT DATABASE 'exported'", "ATTACH 'new.duckdb' AS n",
                       "SELECT * FROM read_csv('x.csv')", "SET threads = 1", "SET enable_external_access = true"):
-            with pytest.raises(duckdb.Error, match="disabled by configuration|configuration has been locked|while database is running"):
+            with pytest.raises(
+                duckdb.Error, match="disabled by configuration|configuration has been locked|while database is running"
+            ):
                 store.execute(query)
         assert store.entries(s)[0].content == "hi"
     assert sorted(os.listdir(tmp_path)) == (["db"] if path != ":memory:" else [])

@@ -36,7 +36,12 @@ def test_schema_comes_from_signature_and_docstring():
         "required": ["query"],
     }
     assert fetch.parameters["properties"]["mode"] == {"enum": ["fast", "full"], "default": "fast"}
-    assert (fetch.name, fetch.approval, fetch.risk, fetch.sensitive_params) == ("fetch_page", "always", "high", ("token",))
+    assert (fetch.name, fetch.approval, fetch.risk, fetch.sensitive_params) == (
+        "fetch_page",
+        "always",
+        "high",
+        ("token",),
+    )
 
 
 def test_decorated_function_still_callable():

@@ -61,8 +61,8 @@ FROM requests r LEFT JOIN effective d ON d.request_id = r.request_id
 TOOL_CALLS_VIEW = """
 CREATE OR REPLACE VIEW tool_calls AS
 WITH calls AS (
-    SELECT id, session_id, sender AS agent, run_id, tool_call_id, tool_name, json_extract(payload, '$.arguments') AS arguments,
-           created_at
+    SELECT id, session_id, sender AS agent, run_id, tool_call_id, tool_name,
+           json_extract(payload, '$.arguments') AS arguments, created_at
     FROM entries WHERE entry_type = 'ToolCall'
 ),
 results AS (

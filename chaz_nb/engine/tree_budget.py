@@ -44,7 +44,8 @@ class TreeBudget:
     def _exhaust(self, what: str, limit: int, field: str) -> str:
         if self.exhausted is None:
             self.exhausted = (
-                f"run tree budget reached: {limit} {what}{'' if limit == 1 else 's'} (max_{field} of agent {self.root_agent!r}, "
+                f"run tree budget reached: {limit} {what}{'' if limit == 1 else 's'} "
+                f"(max_{field} of agent {self.root_agent!r}, "
                 f"which started the tree); raise it with Agent(..., max_{field}=N) or "
                 f"`max_{field} = N` in %%chaz agent {self.root_agent}"
             )

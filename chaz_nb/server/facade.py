@@ -221,7 +221,9 @@ class Server:
         """A session shared by several agents; see rooms.py."""
         return self.rooms.create(name, agents, host=host, burst_budget=burst_budget)
 
-    def room_speaker(self, room_id: int, text: str, explicit: str | None = None, default: str | None = None) -> str | None:
+    def room_speaker(
+        self, room_id: int, text: str, explicit: str | None = None, default: str | None = None
+    ) -> str | None:
         """Which agent answers a person's message in a room (explicit, mention, host, first, default)."""
         return self.rooms.speaker(room_id, text, explicit=explicit, default=default)
 

@@ -29,7 +29,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from ...server.facade import Server
     from ..controller import ExtensionState
 
-CELL_USAGE = "usage: %%chaz @NAME [--no-wait] | %%chaz directive @NAME | %%chaz agent NAME (TOML body) | %%chaz sql [options] (SQL body)"
+CELL_USAGE = (
+    "usage: %%chaz @NAME [--no-wait] | %%chaz directive @NAME | %%chaz agent NAME (TOML body) "
+    "| %%chaz sql [options] (SQL body)"
+)
 
 _HELP = """\
 %chaz @NAME text            send a Message to NAME's current session and wait for the reply
@@ -402,8 +405,8 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
             return
         where = f"%chaz agent {args.name}" if body is None else f"%%chaz agent {args.name}"
         spec: dict[str, Any] = {} if body is None else parse_toml(body, where)
-        for key in ("model", "system", "max_depth", "max_iterations", "approval_timeout", "max_spawns", "max_model_calls", "api_base",
-                    "model_timeout", "max_retries"):
+        for key in ("model", "system", "max_depth", "max_iterations", "approval_timeout", "max_spawns",
+                    "max_model_calls", "api_base", "model_timeout", "max_retries"):
             if getattr(args, key) is not None:
                 spec[key] = getattr(args, key)
         if args.auto_approve is not None:
@@ -499,7 +502,8 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
                 except Exception as exc:  # noqa: BLE001 - any failure to open is one UsageError line
                     raise UsageError(f"%chaz config db={value}: {str(exc).splitlines()[0]}") from None
             elif key == "model":
-                define_agent(state, DEFAULT_AGENT, _agent_spec(state.server.agents[DEFAULT_AGENT], model=value), "%chaz config")
+                spec = _agent_spec(state.server.agents[DEFAULT_AGENT], model=value)
+                define_agent(state, DEFAULT_AGENT, spec, "%chaz config")
                 print(describe_agent(state.server.agents[DEFAULT_AGENT], state.server))
             else:
                 raise UsageError(f"%chaz config: unknown key {key!r}; keys: db, model")

@@ -60,7 +60,9 @@ def _one_line(exc: BaseException) -> str:
 def _schedule_id(text: str, what: str) -> int:
     m = re.fullmatch(r"#?(\d+)", text.strip())
     if m is None:
-        raise UsageError(f"%chaz schedule {what}: ID is a schedule number (see %chaz schedule list), not {text.strip()!r}")
+        raise UsageError(
+            f"%chaz schedule {what}: ID is a schedule number (see %chaz schedule list), not {text.strip()!r}"
+        )
     return int(m.group(1))
 
 
@@ -90,10 +92,14 @@ def parse_schedule_add(line: str) -> dict[str, Any]:
             continue
         if rest.startswith("--"):
             token = rest.split()[0]
-            raise UsageError(f"{where}: unknown or incomplete option {token}; options: --fresh, --session ID, --max-fires N")
+            raise UsageError(
+                f"{where}: unknown or incomplete option {token}; options: --fresh, --session ID, --max-fires N"
+            )
         break
     if name is None:
-        raise UsageError(f"{where}: say which agent, e.g. {where} @assistant \"every 1h\" check the news; {SCHEDULE_USAGE}")
+        raise UsageError(
+            f"{where}: say which agent, e.g. {where} @assistant \"every 1h\" check the news; {SCHEDULE_USAGE}"
+        )
     m = _QUOTED.match(rest)
     if m:
         trigger = m.group(1) if m.group(1) is not None else m.group(2)
@@ -256,7 +262,9 @@ class MultiAgentCommands:
         for token in args.members:
             m = _AGENT.fullmatch(token)
             if m is None:
-                raise UsageError(f"%chaz room {args.name}: {token} is not an agent name (@ then letters, digits, _ or -)")
+                raise UsageError(
+                    f"%chaz room {args.name}: {token} is not an agent name (@ then letters, digits, _ or -)"
+                )
             members.append(m.group(1))
         host = None
         if args.host is not None:
@@ -375,7 +383,8 @@ class MultiAgentCommands:
             raise UsageError(f"%chaz compact: the compaction of session {session} was cancelled")
         p = summary.payload or {}
         print(
-            f"session {session}: {p.get('entries', '?')} messages (entries #{p.get('from_seq', '?')}–#{p.get('to_seq', '?')}) "
+            f"session {session}: {p.get('entries', '?')} messages "
+            f"(entries #{p.get('from_seq', '?')}–#{p.get('to_seq', '?')}) "
             f"summarized in entry #{summary.seq}; later runs start from this Summary "
             f"(older entries stay in the log)"
         )

@@ -36,10 +36,12 @@ _OPTION = re.compile(r"""\s*("[^"]*"|'[^']*'|\S+)""")
 
 _CSS = (
     "<style>"
-    ".chaz-sql{max-height:420px;overflow:auto;border:1px solid var(--jp-border-color2,#e0e0e0);display:inline-block;max-width:100%}"
+    ".chaz-sql{max-height:420px;overflow:auto;border:1px solid var(--jp-border-color2,#e0e0e0);"
+    "display:inline-block;max-width:100%}"
     ".chaz-sql table.dataframe{border:none;border-collapse:collapse;font-size:12px}"
     ".chaz-sql table.dataframe th,.chaz-sql table.dataframe td{padding:2px 8px;text-align:left;"
-    "vertical-align:top;border:none;border-bottom:1px solid var(--jp-border-color3,#eee);color:var(--jp-content-font-color1,inherit);white-space:pre-wrap;word-break:break-word;max-width:40em;"
+    "vertical-align:top;border:none;border-bottom:1px solid var(--jp-border-color3,#eee);"
+    "color:var(--jp-content-font-color1,inherit);white-space:pre-wrap;word-break:break-word;max-width:40em;"
     "text-align:left!important}"
     ".chaz-sql table.dataframe{margin:0}"
     ".chaz-sql thead th{position:sticky;top:0;background:var(--jp-layout-color1,#fff)}"

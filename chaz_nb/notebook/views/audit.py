@@ -16,8 +16,8 @@ and arms one timer; at most one refresh per ``interval`` (250 ms) re-reads the v
 re-renders. The static bundle follows through the display_id at most every
 ``static_interval`` seconds (and once more after the last change). ``finish()`` (unloading the
 extension, the store closing) stops following and replaces the output by the static form, so
-what stays in the notebook renders without a kernel; closing the widget unsubscribes. Every string from an agent, a tool or a user passes
-through ``html.escape``.
+what stays in the notebook renders without a kernel; closing the widget unsubscribes. Every
+string from an agent, a tool or a user passes through ``html.escape``.
 """
 
 from __future__ import annotations
@@ -91,9 +91,11 @@ _CSS = (
     ".chaz-audit .chaz-scroll{max-height:480px;overflow:auto;border:1px solid var(--jp-border-color2,#e0e0e0)}"
     ".chaz-audit table{border:none;border-collapse:collapse;width:auto;table-layout:auto;margin:0}"
     ".chaz-audit th,.chaz-audit td{padding:2px 6px;text-align:left!important;vertical-align:top;"
-    "border:none;border-bottom:1px solid var(--jp-border-color3,#eee);white-space:nowrap;color:var(--jp-content-font-color1,inherit)}"
+    "border:none;border-bottom:1px solid var(--jp-border-color3,#eee);white-space:nowrap;"
+    "color:var(--jp-content-font-color1,inherit)}"
     ".chaz-audit .chaz-io{white-space:normal;min-width:30em;max-width:60em;word-break:break-word}"
-    ".chaz-audit thead{border-bottom:1px solid var(--jp-border-color1,#bbb)}.chaz-audit thead th{position:sticky;top:0;background:var(--jp-layout-color1,#fff)}"
+    ".chaz-audit thead{border-bottom:1px solid var(--jp-border-color1,#bbb)}"
+    ".chaz-audit thead th{position:sticky;top:0;background:var(--jp-layout-color1,#fff)}"
     ".chaz-audit .chaz-err,.chaz-audit .chaz-err td{color:var(--jp-error-color1,#c00)}"
     ".chaz-audit .chaz-wait,.chaz-audit .chaz-wait td{color:var(--jp-warn-color0,#b60)}"
     ".chaz-audit details pre{margin:2px 0 2px 1em;white-space:pre-wrap;word-break:break-word}"
@@ -376,7 +378,8 @@ class AuditView(LiveView):
         ]
         for r in shown:
             cls = " class='chaz-err'" if r.is_error else (" class='chaz-wait'" if not r.finished else "")
-            out_text = r.output if r.output is not None else ("(waiting for a decision)" if r.status == "waiting" else "(running)")
+            pending = "(waiting for a decision)" if r.status == "waiting" else "(running)"
+            out_text = r.output if r.output is not None else pending
             details = (
                 f"<details><summary>{_esc(_short(r.arguments, SUMMARY_CHARS))} → "
                 f"{_esc(_short(out_text, SUMMARY_CHARS))}</summary>"

@@ -131,7 +131,8 @@ class Scheduler:
         started = utcnow()
         fire_id = self.table.next_id("schedule_fires")
         self.store.execute(
-            "INSERT INTO schedule_fires (id, schedule_id, status, scheduled_for, started_at) VALUES (?, ?, 'running', ?, ?)",
+            "INSERT INTO schedule_fires (id, schedule_id, status, scheduled_for, started_at) "
+            "VALUES (?, ?, 'running', ?, ?)",
             [fire_id, s.id, scheduled_for, started],
         )
         if s.agent not in self.port.agents:

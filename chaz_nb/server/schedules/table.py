@@ -114,7 +114,8 @@ class ScheduleTable:
 
     def save(self, s: Schedule) -> None:
         values = [getattr(s, c.strip()) for c in self._columns.split(",")]
-        self.store.execute(f"INSERT OR REPLACE INTO schedules ({self._columns}) VALUES ({', '.join('?' * len(values))})", values)
+        marks = ", ".join("?" * len(values))
+        self.store.execute(f"INSERT OR REPLACE INTO schedules ({self._columns}) VALUES ({marks})", values)
         self.all()[s.id] = s
         self.wake()
         self.changed(s.id)
@@ -159,6 +160,7 @@ class ScheduleTable:
         where, params = ("WHERE schedule_id = ?", [schedule_id]) if schedule_id is not None else ("", [])
         return self.store.execute(
             "SELECT id, schedule_id, session_id, run_id, status, reason, prompt_tokens, "
-            f"completion_tokens, cost_usd, scheduled_for, started_at, finished_at FROM schedule_fires {where} ORDER BY id",
+            "completion_tokens, cost_usd, scheduled_for, started_at, finished_at "
+            f"FROM schedule_fires {where} ORDER BY id",
             params,
         )
