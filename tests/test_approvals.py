@@ -114,6 +114,22 @@ async def test_agent_cannot_decide_and_its_decision_is_ignored_with_an_error(sto
     assert (await handle.wait()).content.startswith("result: deploy was denied")
 
 
+async def test_a_decision_naming_no_request_is_ignored_with_an_error_saying_what_to_do(store):
+    server = make(store, deployer())
+    s = server.current_session("ops")
+    handle = await server.send(s, "ship it")
+    [req] = await parked(server)
+    for _ in range(2):  # each one is flagged the same way, not as a "second decision"
+        store.append(s, T.APPROVAL_DECISION, "user", "approve", payload={"decision": "approve"})
+        note = store.latest(s)
+        assert note.entry_type is T.ERROR
+        assert note.content.startswith("ApprovalDecision ignored: its payload names no request_id")
+        assert "%chaz approve ID" in note.content
+    assert [p["request_id"] for p in server.pending_approvals()] == [req["request_id"]]
+    server.decide(req["request_id"], "approve")
+    assert (await handle.wait()).content == "result: deployed prod"
+
+
 async def test_second_decision_is_a_no_op_naming_the_first(store):
     server = make(store, deployer())
     s = server.current_session("ops")

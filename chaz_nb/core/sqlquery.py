@@ -32,6 +32,7 @@ the file: we say so).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -246,6 +247,10 @@ def open_read_only(path: str) -> duckdb.DuckDBPyConnection:
         raise SQLFailed(one_line(exc)) from None
 
 
+def _fetch_all(con: duckdb.DuckDBPyConnection, query: str) -> list[Any]:
+    return con.execute(query).fetchall()
+
+
 def _read_only(con: duckdb.DuckDBPyConnection, run: Callable[[], Any]) -> Any:
     """``run()`` in a read-only transaction of its own on ``con``."""
     with read_only_transaction(con):
@@ -273,7 +278,7 @@ def run_query(
     statements = duckdb.extract_statements(query)
     try:
         for st in statements[:-1]:
-            _read_only(con, lambda q=st.query: con.execute(q).fetchall())
+            _read_only(con, functools.partial(_fetch_all, con, st.query))
         last = statements[-1].query
 
         def run_last() -> QueryResult:

@@ -298,11 +298,11 @@ class SessionStore:
         if cached is not None:
             return cached
         with self._lock:
-            row = self._con.execute(
+            rows = self._con.execute(
                 f"SELECT {self._session_columns} FROM sessions WHERE id = ?",
                 [int(session_id)],
             ).fetchall()
-            row = row[0] if row else None
+            row = rows[0] if rows else None
         if row is None:
             raise StoreError(f"no session {session_id} in {self.path}; `%chaz sessions` lists them")
         info = _session_from_row(row)
@@ -557,11 +557,11 @@ class SessionStore:
         if cached is not None:
             return cached
         with self._lock:
-            row = self._con.execute(
+            rows = self._con.execute(
                 f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE session_id = ? ORDER BY seq DESC LIMIT 1",
                 [int(session_id)],
             ).fetchall()
-            row = row[0] if row else None
+            row = rows[0] if rows else None
         entry = _entry_from_row(row) if row else None
         if entry is not None and not self.read_only:
             # This process is the only writer, so the cache cannot go stale.
@@ -571,10 +571,10 @@ class SessionStore:
     def entry(self, entry_id: int) -> Entry | None:
         self._check_open()
         with self._lock:
-            row = self._con.execute(
+            rows = self._con.execute(
                 f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE id = ?", [int(entry_id)]
             ).fetchall()
-            row = row[0] if row else None
+            row = rows[0] if rows else None
         return _entry_from_row(row) if row else None
 
     def find_entries(

@@ -404,7 +404,7 @@ def _offline_handler_class() -> type:
                 completion = approx_tokens(result)
             else:
                 base = sum(1 for m in messages if m.get("role") == "assistant")
-                tool_calls = [
+                tool_calls: list[dict[str, Any]] = [
                     {
                         "id": f"call_{base + 1}_{i + 1}",
                         "type": "function",

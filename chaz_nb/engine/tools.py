@@ -115,7 +115,7 @@ class Tool:
                 problem = _type_problem(value, props[key])
                 if problem:
                     raise ToolError(f"{self.name}: argument {key!r} {problem}")
-        return {self.arg_names.get(k, k): v for k, v in arguments.items()}
+        return {self.arg_names.get(k) or k: v for k, v in arguments.items()}
 
     async def run(self, arguments: Mapping[str, Any], *, hold_limit: float | None = None) -> Any:
         """Call the function with validated keyword arguments (sync ones on a thread).

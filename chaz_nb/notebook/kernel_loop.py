@@ -81,7 +81,7 @@ class _SigintGuard:
     """While active, SIGINT calls ``on_interrupt`` (on the loop) instead of raising."""
 
     loop: asyncio.AbstractEventLoop
-    on_interrupt: Callable[[], None]
+    on_interrupt: Callable[[], object]
     _previous: Any = None
     _installed: bool = False
     interrupted: bool = False
@@ -159,7 +159,7 @@ def wait_run(
     if loop.is_running():
         make_reentrant(loop)
     task = loop.create_task(watch())
-    guard = _SigintGuard(loop, task.cancel)
+    guard = _SigintGuard(loop, lambda: task.cancel())
     try:
         with guard:
             try:

@@ -38,6 +38,7 @@ has access to: sessions it owns, their child sessions, and rooms it is a member 
 from __future__ import annotations
 
 import asyncio
+import builtins
 import re
 from collections import deque
 from dataclasses import dataclass, field
@@ -219,7 +220,7 @@ class Rooms(Part):
         explicit: Iterable[str] = (),
         sender: str | None = None,
         default: str | None = None,
-    ) -> tuple[list[str], list[str]]:
+    ) -> tuple[builtins.list[str], builtins.list[str]]:
         """Who answers a person's Message or a Directive, in turn order; and the unknown names.
 
         The one place of the agreed order: the explicit names that are members; else every
@@ -349,7 +350,7 @@ class Rooms(Part):
         combined = futures[0] if len(futures) == 1 else _all_done(loop, futures)
         self.port.track(entry, combined)
 
-    def _within_budget(self, room: Room, entry: Entry, targets: list[str]) -> list[str]:
+    def _within_budget(self, room: Room, entry: Entry, targets: builtins.list[str]) -> builtins.list[str]:
         """The targets an agent's Message may wake: each new turn counts toward the budget.
 
         A member whose turn is still queued joins that turn and costs nothing; every other
@@ -416,7 +417,8 @@ class Rooms(Part):
                 return future
         queue.append(_Turn(agent, entry, [future], [entry]))
         if not self.port.is_busy(room.id):
-            self.port.hold_session(room.id, lambda room_id=room.id: self._room_loop(room_id), f"chaz-room-{room.id}")
+            room_id = room.id
+            self.port.hold_session(room_id, lambda: self._room_loop(room_id), f"chaz-room-{room_id}")
         return future
 
     async def _room_loop(self, room_id: int) -> None:

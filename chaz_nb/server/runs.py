@@ -170,7 +170,8 @@ class RunEngine:
 
     def track(self, trigger: Entry, future: asyncio.Future[Entry | None]) -> RunHandle:
         handle = self._handles[trigger.id] = RunHandle(trigger, future)
-        future.add_done_callback(lambda _f, key=trigger.id: self._handles.pop(key, None))
+        key = trigger.id
+        future.add_done_callback(lambda _f: self._handles.pop(key, None))
         return handle
 
     def register_child_session(

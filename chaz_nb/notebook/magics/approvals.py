@@ -14,14 +14,12 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from IPython.core.error import UsageError
 
 from .args import split_words
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..controller import ExtensionState
+from .host import MagicsHost
 
 PENDING_USAGE = "usage: %chaz pending"
 APPROVE_USAGE = "usage: %chaz approve ID|last|oldest|all [--all-calls]"
@@ -59,10 +57,8 @@ def _short(value: Any, n: int = 60) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-class ApprovalCommands:
+class ApprovalCommands(MagicsHost):
     """Mixin of ChazMagics: ``_cmd_pending``, ``_cmd_approve``, ``_cmd_deny``."""
-
-    state: ExtensionState  # the host (ChazMagics) provides it
 
     def _cmd_pending(self, rest: str) -> None:
         if rest:

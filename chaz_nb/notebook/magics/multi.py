@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 
 from .args import CommandParser, HelpShown, split_words, table
+from .host import MagicsHost
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...server.rooms import Room
-    from ..controller import ExtensionState
 
 SCHEDULE_USAGE = (
     'usage: %chaz schedule add @NAME "CRON|every 30s|at ISO|in 10m" prompt... '
@@ -166,10 +166,8 @@ def _schedule_table(schedules: list[Any]) -> str:
     return table(rows)
 
 
-class MultiAgentCommands:
+class MultiAgentCommands(MagicsHost):
     """Mixin of ChazMagics: ``_cmd_schedule``, ``_cmd_room``, ``_cmd_compact``."""
-
-    state: ExtensionState
 
     # ------------------------------------------------------------ schedules
     def _cmd_schedule(self, rest: str) -> None:

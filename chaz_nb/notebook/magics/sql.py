@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import keyword
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from IPython.core.error import UsageError
 
 from .args import CommandParser
+from .host import MagicsHost
 
 from ..views.display import esc as _esc
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..controller import ExtensionState
 
 SQL_USAGE = "usage: %chaz sql [-o|--out NAME [--relation]] [--db PATH] [--max-rows N] QUERY"
 AUDIT_USAGE = "usage: %chaz audit [SESSION]"
@@ -185,10 +183,8 @@ def _fail(exc: BaseException) -> UsageError:
     return UsageError(msg)
 
 
-class SqlCommands:
+class SqlCommands(MagicsHost):
     """Mixin of ChazMagics: ``_cmd_sql``, ``_cmd_audit``, and ``_sql_cell`` (``%%chaz sql``)."""
-
-    state: ExtensionState  # the host (ChazMagics) provides it
 
     def _cmd_sql(self, rest: str) -> Any:
         options, query = _take_options(rest)

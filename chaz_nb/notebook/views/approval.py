@@ -89,7 +89,7 @@ def request_info(request: Any) -> dict[str, Any]:
 
 def describe_decision(payload: dict[str, Any], sender: str | None = None) -> str:
     """``approved by user``, ``denied by user: reason``, ``timed out … by system: …``."""
-    decision = payload.get("decision")
+    decision = str(payload.get("decision"))  # "None" for a payload without one: shown as is
     who = payload.get("decided_by") or sender or "?"
     text = f"{_MARKS.get(decision, '•')} {_VERBS.get(decision, str(decision))} by {who}"
     reason = payload.get("reason")

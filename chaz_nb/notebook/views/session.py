@@ -77,7 +77,7 @@ def _type(entry: Any) -> str:
     t = getattr(entry, "entry_type", None)
     if t is None:
         t = getattr(entry, "type", "")
-    return getattr(t, "value", t)
+    return str(getattr(t, "value", t))
 
 
 def _short(text: str, n: int) -> str:
@@ -129,8 +129,9 @@ class Row:
 
     def _tool_name(self) -> str:
         for e in (self.entry, self.result):
-            if e is not None and (e.tool_name or (e.payload or {}).get("tool_name")):
-                return e.tool_name or (e.payload or {}).get("tool_name")
+            name = e.tool_name or (e.payload or {}).get("tool_name") if e is not None else None
+            if name:
+                return str(name)
         return "?"
 
     def _approval_note(self) -> str:
@@ -360,7 +361,8 @@ class Transcript:
             return [idx]
         if t == "ApprovalDecision":
             p = entry.payload or {}
-            idx = self.request_rows.get(p.get("request_id"))
+            request_id = p.get("request_id")
+            idx = self.request_rows.get(request_id) if request_id else None
             row = self.rows[idx] if idx is not None else None
             asker = (row.request.payload or {}).get("agent", row.request.sender) if row is not None else None
             if row is None and entry.tool_call_id and entry.tool_call_id not in self._tool_rows:
@@ -371,7 +373,7 @@ class Transcript:
                 if p.get("request_id"):
                     self.request_rows[p["request_id"]] = idx
                 return [idx]
-            if row is not None and entry.sender != asker:  # an agent cannot decide its own call
+            if row is not None and idx is not None and entry.sender != asker:  # an agent cannot decide its own call
                 # the first decision is the effective one, except that a timeout always wins
                 if row.decision is None or p.get("decision") == "timed_out":
                     row.decision = entry
@@ -774,7 +776,7 @@ class SessionView(LiveView):
             return
         dirty: set[int] = set()
         for entry in new:
-            rid = (entry.payload or {}).get("request_id")
+            rid = str((entry.payload or {}).get("request_id") or "")
             row = self.transcript.request_rows.get(rid) if rid else None
             if row is None or rid in self._approval_widgets or not self.transcript.rows[row].open_request:
                 continue

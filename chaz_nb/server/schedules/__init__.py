@@ -20,6 +20,7 @@ schedule id after each change of a schedule or of one of its fire records.
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -153,7 +154,7 @@ class Schedules(Part):
         self.table.delete(int(schedule_id))
 
 
-    def fires(self, schedule_id: int | None = None) -> list[tuple]:
+    def fires(self, schedule_id: int | None = None) -> builtins.list[tuple]:
         """Rows of ``schedule_fires`` (all, or of one schedule), oldest first."""
         return self.table.fires(schedule_id)
 
