@@ -4,14 +4,15 @@ It defines agents, hands out sessions, writes entries (``post``/``send``) and de
 (``decide``), and starts/stops. The work is done by the run engine (runs.py: it reacts to
 writes and runs agents, see docs/design.md) and by the parts registered on it (approvals,
 schedules, rooms, compaction; spawn's tools), each of which sees only the engine's
-``ServerPort`` (ports.py). Adding a part is one ``self._register(...)`` line below.
+``ServerPort`` (ports.py). Adding a part is one ``self.add_part(...)`` line below; code
+outside the package adds its own the same way: ``server.add_part(MyPart(server.port))``.
 """
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any, TypeVar
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from ..core.entries import Entry, EntryType
 from ..core.store import SessionStore
@@ -25,7 +26,7 @@ from .approvals import DEFAULT_TIMEOUT, ApprovalBook
 from .compaction import Compaction
 from .invocation import Invocation
 from .handle import RunHandle
-from .ports import Part, RunContext, SpawnContext
+from .ports import Part, RunContext, ServerPort, SpawnContext
 from .rooms import Rooms
 from .runs import RunEngine
 from .schedules import Fire, Schedule, Schedules
@@ -67,18 +68,34 @@ class Server:
         self._current: dict[str, int] = {}
         # Parts, in hook order. Approvals first: a decision must be booked before anything
         # reacts to it.
-        self.approvals = self._register(ApprovalBook(self._engine, approval_timeout))
-        self.schedules = self._register(Schedules(self._engine))
-        self.rooms = self._register(Rooms(self._engine))
-        self.compaction = self._register(Compaction(self._engine, self.rooms))
+        # (the parts' on_write hooks subscribe after recovery: what recover() writes is not
+        # news to them)
+        self._unsubscribers: list[Callable[[], None]] | None = None
+        self.approvals = self.add_part(ApprovalBook(self._engine, approval_timeout))
+        self.schedules = self.add_part(Schedules(self._engine))
+        self.rooms = self.add_part(Rooms(self._engine))
+        self.compaction = self.add_part(Compaction(self._engine, self.rooms))
         self.recovered = self._engine.recover()
         self._unsubscribers = [
             *(store.subscribe(p.on_write) for p in self._engine.parts if type(p).on_write is not Part.on_write),
             store.subscribe(self._engine.process_session),
         ]
 
-    def _register(self, part: P) -> P:
+    @property
+    def port(self) -> ServerPort:
+        """What a part may use of this server: pass it to a part's constructor."""
+        return self._engine
+
+    def add_part(self, part: P) -> P:
+        """Register ``part`` (a ``Part`` built on ``self.port``) and return it.
+
+        Its hooks run after those of the parts registered before it. Its ``on_write`` sees every
+        committed entry; a part added after the Server was built sees a write after the engine
+        has reacted to it, and its ``recover()`` is not called (start-up recovery has run).
+        """
         self._engine.register(part)
+        if self._unsubscribers is not None and type(part).on_write is not Part.on_write:
+            self._unsubscribers.append(self.store.subscribe(part.on_write))
         return part
 
     @property
@@ -204,7 +221,7 @@ class Server:
 
     async def stop(self) -> None:
         """Stop reacting to writes and cancel every run (each records an Error entry)."""
-        for unsubscribe in self._unsubscribers:
+        for unsubscribe in self._unsubscribers or ():
             unsubscribe()
         await self._engine.stop()
 

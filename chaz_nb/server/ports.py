@@ -7,7 +7,7 @@ part imports the façade or touches another module's private state.
 
 Adding a part (MCP servers are next) needs one line in ``Server.__init__`` (facade.py)::
 
-    self.mcp = self._register(McpServers(self._engine))
+    self.mcp = self.add_part(McpServers(self._engine))
 
 Registration order is the order of the hooks: approvals first, because a decision must be
 booked before anything reacts to the same write. A part implements only the hooks it needs;
