@@ -8,7 +8,6 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from chaz_nb.core.entries import EntryType as T
 from chaz_nb.engine.streaming import StreamAssembly, words
 from chaz_nb.engine.tools import ToolRegistry, tool
 from chaz_nb.server import Server
@@ -28,7 +27,8 @@ def comparable(store, session_id):
     """The session's entries without what differs between two runs (ids, times)."""
     out = []
     for e in store.entries(session_id):
-        payload = {k: v for k, v in (e.payload or {}).items() if k not in ("run_id", "trigger_id", "answers", "duration_ms")}
+        payload = {k: v for k, v in (e.payload or {}).items()
+                   if k not in ("run_id", "trigger_id", "answers", "duration_ms")}
         content = e.content.replace(f"{e.sender} is working", "AGENT is working")  # the Ack names its agent
         out.append((e.entry_type.value, e.sender, content, payload))
     return out

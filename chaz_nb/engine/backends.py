@@ -336,7 +336,7 @@ def _takes_stream_options(litellm: Any, model: str) -> bool:
         return False
     try:
         provider = litellm.get_llm_provider(model)[1]
-    except Exception:
+    except Exception:  # noqa: BLE001 - a model litellm cannot place: no stream_options, the call decides
         return False
     return provider in _STREAM_OPTIONS_PROVIDERS
 
@@ -544,8 +544,8 @@ def _offline_handler_class() -> type:
 
         def streaming(self, model, messages, api_base, custom_prompt_dict, model_response,
                       print_verbose, encoding, api_key, logging_obj, optional_params,
-                      acompletion=None, litellm_params=None, logger_fn=None, headers={},
-                      timeout=None, client=None):  # noqa: B006 - litellm's signature
+                      acompletion=None, litellm_params=None, logger_fn=None, headers=None,
+                      timeout=None, client=None):
             delay = float(((litellm_params or {}).get("metadata") or {}).get(WORD_DELAY_KEY) or 0)
             for piece in self._chunks(model, messages, optional_params, litellm_params):
                 if delay and piece["text"]:
@@ -554,8 +554,8 @@ def _offline_handler_class() -> type:
 
         async def astreaming(self, model, messages, api_base, custom_prompt_dict, model_response,
                              print_verbose, encoding, api_key, logging_obj, optional_params,
-                             acompletion=None, litellm_params=None, logger_fn=None, headers={},
-                             timeout=None, client=None):  # noqa: B006 - litellm's signature
+                             acompletion=None, litellm_params=None, logger_fn=None, headers=None,
+                             timeout=None, client=None):
             metadata = (litellm_params or {}).get("metadata") or {}
             if metadata.get(DELAY_KEY):
                 await asyncio.sleep(float(metadata[DELAY_KEY]))

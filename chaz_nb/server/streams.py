@@ -13,6 +13,7 @@ text and arm their own throttled refresh (views/base.py), never render per delta
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 from collections.abc import Callable
@@ -52,10 +53,8 @@ class StreamHub:
             self._call(callback, now)
 
         def unsubscribe() -> None:
-            try:
+            with contextlib.suppress(ValueError):  # unsubscribed already
                 listeners.remove(callback)
-            except ValueError:
-                pass
 
         return unsubscribe
 
