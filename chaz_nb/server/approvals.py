@@ -219,14 +219,6 @@ class ApprovalBook(Part):
                 payload={"request_id": request_id, "ignored_entry": entry.id},
             )
             return
-        if not isinstance(request_id, str) or not request_id:
-            self.port.store.append(
-                entry.session_id, EntryType.ERROR, SYSTEM,
-                "ApprovalDecision ignored: its payload names no request_id; "
-                "decide with `%chaz approve ID` / `%chaz deny ID` (`%chaz pending` lists the IDs)",
-                payload={"request_id": request_id, "ignored_entry": entry.id},
-            )
-            return
         first = self._decided.get(request_id)
         if first is not None and entry.payload.get("decision") != "timed_out":
             self.port.store.append(
@@ -235,8 +227,7 @@ class ApprovalBook(Part):
                 payload={"request_id": request_id, "ignored_entry": entry.id},
             )
             return
-        # (effective_decision of two entries is one of them, never None)
-        self._decided[request_id] = entry if first is None else effective_decision([first, entry]) or entry
+        self._decided[request_id] = entry if first is None else effective_decision([first, entry])
         if entry.payload.get("decision") == "approve_all" and entry.payload.get("scope") == "session":
             tool_name = entry.payload.get("tool_name")
             if tool_name:
@@ -327,8 +318,6 @@ class ApprovalBook(Part):
         )
         for (entry_id,) in rows:
             request = store.entry(entry_id)
-            if request is None:  # entry() is None only for an unknown id; the query just found it
-                continue
             payload = {
                 "request_id": request.payload.get("request_id"),
                 "decision": "timed_out",
