@@ -395,6 +395,11 @@ class Transcript:
         self.rows.append(Row(kind, entry))
         return [len(self.rows) - 1]
 
+    @property
+    def working(self) -> str | None:
+        """The agent whose run is going on (from its Ack), if one is."""
+        return self._working
+
     def open_requests(self) -> list[Row]:
         return [r for r in self.rows if r.open_request]
 
@@ -586,7 +591,7 @@ class SessionView(LiveView):
         if getattr(event, "done", False):
             self.transcript.partial = None
         else:
-            sender = self.transcript._working or self.info.agent
+            sender = self.transcript.working or self.info.agent
             self.transcript.partial = (event.run_id, sender, event.text)
         return self.transcript.partial != before
 
