@@ -62,15 +62,21 @@ class ProviderError(ChazError):
     entry shows, naming what to check (the key, the model name, the provider's status)."""
 
     def __init__(self, message: str, *, model: str, provider: str, kind: str,
-                 status: int | None = None, attempts: int = 1) -> None:
+                 status: int | None = None, attempts: int = 1, partial_text: str | None = None) -> None:
         super().__init__(message)
         self.model, self.provider, self.kind = model, provider, kind
         self.status, self.attempts = status, attempts
+        #: the reply text streamed before the stream broke (``None``: nothing was streamed)
+        self.partial_text = partial_text
 
     def details(self) -> dict[str, Any]:
         """What the Error entry's payload records (no key, no header value)."""
-        return {"error_kind": self.kind, "status": self.status, "provider": self.provider,
-                "attempts": self.attempts}
+        details: dict[str, Any] = {"error_kind": self.kind, "status": self.status, "provider": self.provider,
+                                   "attempts": self.attempts}
+        if self.partial_text is not None:
+            details["partial_text"] = self.partial_text
+            details["stream_broken"] = True
+        return details
 
 
 class TreeBudgetExceeded(ChazError):

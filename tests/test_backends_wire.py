@@ -242,14 +242,15 @@ async def test_client_error_is_not_retried(make, store, model_server):
 
 
 async def test_dropped_connection_is_retried(make, store, model_server):
-    model_server.script(DropMidStream(), Reply("second try"))
+    # dropped before any reply text (the role chunk only): nothing was shown, so it is retried
+    model_server.script(DropMidStream(after_chunks=1), Reply("second try"))
     server = make(wire_agent("w", model_server.openai_base))
     reply = await (await server.send(server.current_session("w"), "hi")).wait()
     assert reply.content == "second try" and len(model_server.chat_requests()) == 2
 
 
 async def test_dropped_connection_past_the_retries_says_so(make, store, model_server):
-    model_server.script(DropMidStream(), Reply("next message"))
+    model_server.script(DropMidStream(after_chunks=1), Reply("next message"))
     server = make(wire_agent("w", model_server.openai_base, max_retries=0))
     s = server.current_session("w")
     error = await (await server.send(s, "hi")).wait()

@@ -428,3 +428,38 @@ async def test_async_decide_is_awaited():
     await until(lambda: comm.sent, calls(comm, "send"), what="the decided message")
     assert comm.sent[0] == {"type": "decided", "request_id": "req-1", "ok": True, "message": "approved delete_file"}
     bridge.close()
+
+
+class StreamingServer(FakeServer):
+    """A FakeServer with a real StreamHub behind subscribe_stream/current_stream."""
+
+    def __init__(self):
+        from chaz_nb.server.streams import StreamHub
+
+        super().__init__()
+        self.hub = StreamHub()
+        self.subscribe_stream = self.hub.subscribe
+        self.current_stream = self.hub.current
+
+
+def test_a_streamed_reply_reaches_the_sidebar_throttled_and_leaves_with_its_entry():
+    clock = Clock()
+    sched = FakeScheduler(clock)
+    server = StreamingServer()
+    bridge = LabBridge(server, call_later=sched, clock=clock, min_interval=0.25)
+    comm = FakeComm()
+    bridge.open(comm, {})
+    comm.sent.clear()
+    for i in range(100):  # 100 deltas before the first broadcast fires: one state message
+        server.hub.delta(2, 7, f"w{i} ")
+    assert len(sched.calls) == 1
+    sched.run_due()
+    [state] = comm.sent
+    s2 = next(s for s in state["sessions"] if s["id"] == 2)
+    assert s2["streaming"] == "".join(f"w{i} " for i in range(100))
+    server.hub.clear(2, 7)
+    clock.now += 0.25
+    sched.run_due()
+    assert "streaming" not in next(s for s in comm.sent[-1]["sessions"] if s["id"] == 2)
+    bridge.close()
+    assert not server.hub._listeners[None]

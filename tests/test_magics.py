@@ -414,3 +414,9 @@ def test_agent_model_timeout_and_retries_flags_reach_the_model_call(chaz, capsys
     assert (options["timeout"], options["num_retries"]) == (30, 0)
     one_line_error(capsys, "%chaz agent bad --model openai/qwen --max-retries 99",
                    "max_retries must be an integer from 0 to 20")
+
+
+def test_agent_no_stream_flag_turns_streaming_off(chaz):
+    ip.run_line_magic("chaz", "agent whole --model openai/qwen --no-stream")
+    ip.run_line_magic("chaz", "agent streamed --model openai/qwen")
+    assert chaz.agents["whole"].stream is False and chaz.agents["streamed"].stream is True

@@ -10,6 +10,14 @@ costs seconds, and on the kernel's event loop it would freeze everything else fo
 
 Provider faults: a rate limit, a 5xx or a dropped connection gets ``num_retries`` more
 attempts (this module's loop; what is retried and how a failure reads: ``faults.py``).
+
+Streaming: when the caller gives ``on_delta``, the call is made with ``stream=True`` (and
+``stream_options={"include_usage": True}`` where the provider takes it) and each piece of
+reply text is handed to ``on_delta(text)`` as it arrives; the reply returned is the same
+``ModelReply`` a whole response gives (assembly: ``streaming.py``). Retries apply until the
+first text delta; a stream that breaks after it is not retried (the user saw part of a reply)
+and fails with a ``ProviderError`` whose ``partial_text`` is that text. The offline models
+stream too, word by word, through litellm's ``CustomLLM`` streaming hooks.
 """
 
 from __future__ import annotations
@@ -22,11 +30,17 @@ import logging
 import math
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 
-from .faults import RETRY_AFTER_CAP, RETRY_BACKOFF, ProviderError, classify, provider_error, retry_after, retryable
+from .faults import (RETRY_AFTER_CAP, RETRY_BACKOFF, ProviderError, classify, provider_error, retry_after,
+                     retryable, stream_broken)
+from .streaming import StreamAssembly, words
+
+#: what a streaming call hands each piece of reply text to
+DeltaCallback = Callable[[str], None]
 
 __all__ = ["LiteLLMBackend", "ModelBackend", "ModelReply", "ProviderError", "ToolCallRequest", "Usage",
            "litellm_module", "litellm_ready", "start_import"]
@@ -45,6 +59,10 @@ SCRIPT_KEY = "chaz_script"
 TASK_KEY = "chaz_task"
 #: metadata key: seconds the offline models wait before answering (simulates network latency)
 DELAY_KEY = "chaz_delay"
+#: metadata key: seconds the offline models wait before each streamed word (none by default)
+WORD_DELAY_KEY = "chaz_word_delay"
+#: providers litellm takes ``stream_options`` from (the others send usage on their own)
+_STREAM_OPTIONS_PROVIDERS = frozenset({"openai", "azure", "text-completion-openai", "openai_like", "custom_openai"})
 
 
 @dataclass
@@ -84,7 +102,11 @@ class ModelReply:
 
 
 class ModelBackend(Protocol):
-    """What the runtime needs from a model: one chat completion."""
+    """What the runtime needs from a model: one chat completion.
+
+    A backend that can stream says so with a true ``streams`` attribute; only then does the
+    runtime pass ``on_delta`` (so a backend without the parameter keeps working).
+    """
 
     async def complete(
         self,
@@ -95,6 +117,11 @@ class ModelBackend(Protocol):
         script: list[Any] | None = None,
         options: dict[str, Any] | None = None,
     ) -> ModelReply: ...
+
+
+def streams(backend: Any) -> bool:
+    """Whether ``backend.complete`` takes ``on_delta`` (see ``ModelBackend``)."""
+    return bool(getattr(backend, "streams", False))
 
 
 def is_offline(model: str) -> bool:
@@ -223,6 +250,9 @@ class LiteLLMBackend:
     (capped at ``retry_after_cap``) and the attempts are counted in one place.
     """
 
+    #: ``complete`` takes ``on_delta`` (see ``ModelBackend``)
+    streams = True
+
     def __init__(self, *, retry_after_cap: float = RETRY_AFTER_CAP, backoff: float = RETRY_BACKOFF) -> None:
         self.retry_after_cap = retry_after_cap
         self.backoff = backoff
@@ -235,7 +265,9 @@ class LiteLLMBackend:
         *,
         script: list[Any] | None = None,
         options: dict[str, Any] | None = None,
+        on_delta: DeltaCallback | None = None,
     ) -> ModelReply:
+        """One chat completion; streamed (text to ``on_delta``) when ``on_delta`` is given."""
         litellm = await litellm_ready()
         kwargs: dict[str, Any] = dict(options or {})
         timeout = float(kwargs.pop("timeout", None) or DEFAULT_MODEL_TIMEOUT)
@@ -250,10 +282,18 @@ class LiteLLMBackend:
             retries = 0  # deterministic: another attempt gives the same answer
         else:
             kwargs.update(num_retries=0, max_retries=0, timeout=timeout)
+        if on_delta is not None:
+            kwargs["stream"] = True
+            if _takes_stream_options(litellm, model):
+                kwargs["stream_options"] = {"include_usage": True}
         attempt = 0
         while True:
             attempt += 1
+            assembly = StreamAssembly()
             try:
+                if on_delta is not None:
+                    return await asyncio.wait_for(
+                        self._stream(litellm, model, messages, kwargs, assembly, on_delta), timeout)
                 response = await asyncio.wait_for(
                     litellm.acompletion(model=model, messages=messages, **kwargs), timeout
                 )
@@ -261,6 +301,10 @@ class LiteLLMBackend:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                if assembly.partial_text:
+                    # The user saw part of this reply: no second attempt, and the text is kept.
+                    error = provider_error(exc, model, kwargs.get("api_base"), attempt, timeout, litellm)
+                    raise stream_broken(error, assembly.partial_text) from exc
                 if is_offline(model) and not isinstance(exc, asyncio.TimeoutError):
                     raise
                 kind, status = classify(exc)
@@ -271,6 +315,43 @@ class LiteLLMBackend:
                 log.info("model call %s failed (%s %s); attempt %d in %.2f s", model, kind, status or "",
                          attempt + 1, min(wait, self.retry_after_cap))
                 await asyncio.sleep(min(wait, self.retry_after_cap))
+
+
+    @staticmethod
+    async def _stream(litellm: Any, model: str, messages: list[dict[str, Any]], kwargs: dict[str, Any],
+                      assembly: StreamAssembly, on_delta: DeltaCallback) -> ModelReply:
+        response = await litellm.acompletion(model=model, messages=messages, **kwargs)
+        async for chunk in response:
+            text = assembly.add(chunk)
+            if text:
+                try:
+                    on_delta(text)
+                except Exception:  # a view's problem must not end the model call
+                    log.exception("on_delta callback failed")
+        return _reply_from_stream(litellm, model, messages, assembly)
+
+
+def _takes_stream_options(litellm: Any, model: str) -> bool:
+    if is_offline(model):
+        return False
+    try:
+        provider = litellm.get_llm_provider(model)[1]
+    except Exception:  # noqa: BLE001 - a model litellm cannot place: no stream_options, the call decides
+        return False
+    return provider in _STREAM_OPTIONS_PROVIDERS
+
+
+def _reply_from_stream(litellm: Any, model: str, messages: list[dict[str, Any]],
+                       assembly: StreamAssembly) -> ModelReply:
+    calls = [ToolCallRequest(id=i, name=n, arguments=a) for i, n, a in assembly.tool_calls()]
+    built = assembly.built(litellm, messages)
+    usage_obj = getattr(built, "usage", None)
+    usage = Usage(
+        prompt_tokens=int(getattr(usage_obj, "prompt_tokens", 0) or 0),
+        completion_tokens=int(getattr(usage_obj, "completion_tokens", 0) or 0),
+        cost_usd=0.0 if is_offline(model) else (_cost(litellm, model, built) if built is not None else None),
+    )
+    return ModelReply(content=assembly.partial_text, tool_calls=calls, usage=usage)
 
 
 def _reply_from_response(litellm: Any, model: str, response: Any) -> ModelReply:
@@ -383,7 +464,9 @@ def _offline_handler_class() -> type:
     class OfflineModels(CustomLLM):
         """``chaz/echo`` and ``chaz/script``: deterministic models with no network."""
 
-        def _respond(self, model: str, messages: list, optional_params: dict, litellm_params: dict) -> Any:
+        def _answer(self, model: str, messages: list, optional_params: dict,
+                    litellm_params: dict) -> tuple[dict[str, Any], str, dict[str, int]]:
+            """The reply message, its finish reason and its usage."""
             metadata = (litellm_params or {}).get("metadata") or {}
             tools_offered = bool(optional_params.get("tools"))
             name = model.split("/", 1)[-1]
@@ -420,15 +503,29 @@ def _offline_handler_class() -> type:
                 message = {"role": "assistant", "content": None, "tool_calls": tool_calls}
                 finish = "tool_calls"
                 completion = sum(approx_tokens(t["function"]["arguments"]) + 4 for t in tool_calls)
-            return ModelResponse(
-                model=model,
-                choices=[{"index": 0, "message": message, "finish_reason": finish}],
-                usage={
-                    "prompt_tokens": prompt,
-                    "completion_tokens": completion,
-                    "total_tokens": prompt + completion,
-                },
-            )
+            usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+            return message, finish, usage
+
+        def _respond(self, model: str, messages: list, optional_params: dict, litellm_params: dict) -> Any:
+            message, finish, usage = self._answer(model, messages, optional_params, litellm_params)
+            return ModelResponse(model=model, choices=[{"index": 0, "message": message, "finish_reason": finish}],
+                                 usage=usage)
+
+        def _chunks(self, model: str, messages: list, optional_params: dict,
+                    litellm_params: dict) -> Iterator[dict[str, Any]]:
+            """The same reply as litellm's generic stream chunks: the text word by word, each
+            tool call whole, the usage on the last chunk."""
+            message, finish, usage = self._answer(model, messages, optional_params, litellm_params)
+
+            def chunk(text: str = "", tool_use: Any = None, last: bool = False) -> dict[str, Any]:
+                return {"text": text, "tool_use": tool_use, "is_finished": last, "index": 0,
+                        "finish_reason": finish if last else "", "usage": usage if last else None}
+
+            for word in words(message.get("content") or ""):
+                yield chunk(word)
+            for i, call in enumerate(message.get("tool_calls") or []):
+                yield chunk(tool_use={**call, "index": i})
+            yield chunk(last=True)
 
         def completion(self, model, messages, api_base, custom_prompt_dict, model_response,
                        print_verbose, encoding, api_key, logging_obj, optional_params,
@@ -444,5 +541,28 @@ def _offline_handler_class() -> type:
             if delay:
                 await asyncio.sleep(float(delay))
             return self._respond(model, messages, optional_params, litellm_params)
+
+        def streaming(self, model, messages, api_base, custom_prompt_dict, model_response,
+                      print_verbose, encoding, api_key, logging_obj, optional_params,
+                      acompletion=None, litellm_params=None, logger_fn=None, headers=None,
+                      timeout=None, client=None):
+            delay = float(((litellm_params or {}).get("metadata") or {}).get(WORD_DELAY_KEY) or 0)
+            for piece in self._chunks(model, messages, optional_params, litellm_params):
+                if delay and piece["text"]:
+                    time.sleep(delay)
+                yield piece
+
+        async def astreaming(self, model, messages, api_base, custom_prompt_dict, model_response,
+                             print_verbose, encoding, api_key, logging_obj, optional_params,
+                             acompletion=None, litellm_params=None, logger_fn=None, headers=None,
+                             timeout=None, client=None):
+            metadata = (litellm_params or {}).get("metadata") or {}
+            if metadata.get(DELAY_KEY):
+                await asyncio.sleep(float(metadata[DELAY_KEY]))
+            word_delay = float(metadata.get(WORD_DELAY_KEY) or 0)
+            for piece in self._chunks(model, messages, optional_params, litellm_params):
+                if word_delay and piece["text"]:
+                    await asyncio.sleep(word_delay)  # only when the agent asks (a demo of streaming)
+                yield piece
 
     return OfflineModels

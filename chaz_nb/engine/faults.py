@@ -157,3 +157,14 @@ def provider_error(exc: BaseException, model: str, api_base: str | None, attempt
     detail = _detail(exc) if kind not in ("timeout",) else ""
     message = f"{model} ({provider}{where}) {what}{tries}" + (f": {detail}" if detail else "") + f". {hint}"
     return ProviderError(message, model=model, provider=provider, kind=kind, status=status, attempts=attempts)
+
+
+def stream_broken(error: ProviderError, partial_text: str) -> ProviderError:
+    """The failure of a stream after part of the reply reached the user: ``error`` reworded to
+    say so, with that text kept (``partial_text``, which the Error entry's payload records)."""
+    head, _, hint = str(error).rpartition(". ")
+    head = (head or str(error)).rstrip(".")
+    message = (f"the reply stream broke after {len(partial_text)} characters: {head}. The text so far is "
+               "kept in this entry (payload.partial_text); send the message again for a whole reply")
+    return ProviderError(message, model=error.model, provider=error.provider, kind=error.kind,
+                         status=error.status, attempts=error.attempts, partial_text=partial_text)

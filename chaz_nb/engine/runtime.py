@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from collections.abc import Sequence
 
-from .backends import ModelBackend, ModelReply, ProviderError, ToolCallRequest, Usage
+from .backends import DeltaCallback, ModelBackend, ModelReply, ProviderError, ToolCallRequest, Usage, streams
 from .tools import ScopedTools, ToolError, parse_arguments
 from ..errors import ModelCallError
 
@@ -179,8 +179,13 @@ async def execute(
     script: list[Any] | None = None,
     options: dict[str, Any] | None = None,
     limiter: asyncio.Semaphore | None = None,
+    on_delta: DeltaCallback | None = None,
 ) -> RunResult:
-    """Run the ReAct loop and return the final answer with the usage of every call."""
+    """Run the ReAct loop and return the final answer with the usage of every call.
+
+    ``on_delta``: each piece of reply text as the model writes it (every model call of the
+    run; only with a backend that ``streams``, else the calls are not streamed).
+    """
     if isinstance(budget, int):
         budget = IterationBudget(budget)
     history: list[dict[str, Any]] = list(messages)
@@ -189,6 +194,7 @@ async def execute(
     last_key: tuple[str, str] | None = None
     repeats = 0
     schemas = tools.schemas() if tools is not None else []
+    stream_kw: dict[str, Any] = {"on_delta": on_delta} if on_delta is not None and streams(backend) else {}
 
     async def call_model(offer_tools: bool) -> ModelReply:
         nonlocal steps
@@ -200,6 +206,7 @@ async def execute(
                     schemas if offer_tools and schemas else None,
                     script=script,
                     options=options,
+                    **stream_kw,
                 )
         except asyncio.CancelledError:
             raise

@@ -91,6 +91,11 @@ class BudgetedBackend:
         self.backend = backend
         self.tree = tree
 
+    @property
+    def streams(self) -> bool:
+        """Streams when the backend it wraps does (see ``ModelBackend``)."""
+        return bool(getattr(self.backend, "streams", False))
+
     async def complete(
         self,
         model: str,
@@ -99,6 +104,8 @@ class BudgetedBackend:
         *,
         script: list[Any] | None = None,
         options: dict[str, Any] | None = None,
+        **stream: Any,
     ) -> ModelReply:
         self.tree.take_model_call()
-        return await self.backend.complete(model, messages, tools, script=script, options=options)
+        # ``stream`` is ``on_delta`` when the runtime streams (only if ``streams`` is true)
+        return await self.backend.complete(model, messages, tools, script=script, options=options, **stream)

@@ -5,6 +5,11 @@ entries are written (throttled), the kernel sends::
 
     {"type": "state", "sessions": [...], "pending": [...]}
 
+A session whose run is streaming a reply has ``"streaming": TEXT`` (the end of the text so
+far, at most ``MAX_CONTENT`` characters): stream events (``server.subscribe_stream``) arm the
+same throttled broadcast as writes, so the sidebar shows the reply as it is written at most
+~4 times a second; the key is gone once the reply's entry is written.
+
 The frontend sends ``{"type": "refresh"}`` and
 ``{"type": "decide", "request_id", "decision": "approve"|"deny", "reason"}``;
 a decide is answered with ``{"type": "decided", "request_id", "ok", "message"}``
@@ -87,6 +92,22 @@ def _last_entry(entry: Any) -> dict | None:
     }
 
 
+def _streaming(server: Any, session_id: Any) -> dict:
+    """``{"streaming": text}`` while a run of the session streams a reply, else ``{}``."""
+    current = getattr(server, "current_stream", None)
+    if current is None:
+        return {}
+    try:
+        event = current(session_id)
+    except Exception:  # noqa: BLE001 - a broken stream must not hide the session
+        log.debug("current_stream(%s) failed", session_id, exc_info=True)
+        return {}
+    text = getattr(event, "text", "") if event is not None else ""
+    if not text:
+        return {}
+    return {"streaming": text if len(text) <= MAX_CONTENT else "…" + text[-(MAX_CONTENT - 1):]}
+
+
 def build_state(server: Any) -> dict:
     """The ``state`` message for the current server contents."""
     store = server.store
@@ -112,6 +133,7 @@ def build_state(server: Any) -> dict:
                 "kind": str(_value(getattr(s, "kind", "")) or ""),
                 "status": str(_value(status) or "idle"),
                 "last_entry": last,
+                **_streaming(server, sid),
             }
         )
     pending = []
@@ -170,6 +192,13 @@ class LabBridge:
             self._unsubscribe = server.store.subscribe(self._on_write)
         except Exception:  # noqa: BLE001
             log.warning("could not subscribe to store writes", exc_info=True)
+        self._unsubscribe_stream: Callable[[], Any] | None = None
+        subscribe_stream = getattr(server, "subscribe_stream", None)
+        if subscribe_stream is not None:
+            try:  # every session's reply text as it is written (throttled like writes)
+                self._unsubscribe_stream = subscribe_stream(None, self._on_write)
+            except Exception:  # noqa: BLE001
+                log.warning("could not subscribe to reply streams", exc_info=True)
 
     # -- scheduling ---------------------------------------------------------
 
@@ -368,6 +397,12 @@ class LabBridge:
             except Exception:  # noqa: BLE001
                 log.debug("unsubscribe failed", exc_info=True)
             self._unsubscribe = None
+        if self._unsubscribe_stream is not None:
+            try:
+                self._unsubscribe_stream()
+            except Exception:  # noqa: BLE001
+                log.debug("stream unsubscribe failed", exc_info=True)
+            self._unsubscribe_stream = None
         for comm in list(self.comms.values()):
             # a comm whose kernel side is gone may raise on close; the others still close
             with contextlib.suppress(Exception):

@@ -36,6 +36,8 @@ class Agent:
     model_timeout: float = DEFAULT_MODEL_TIMEOUT
     #: more attempts after a rate limit, a 5xx or a dropped connection (0 = none)
     max_retries: int = DEFAULT_RETRIES
+    #: stream the reply (views show it as it is written); ``False`` asks for whole replies
+    stream: bool = True
     #: tools this agent may call without asking (never waives ``approval="always"``)
     auto_approve: list[str] = field(default_factory=list)
     #: seconds an approval request waits before it is denied; ``None`` = the server default
@@ -91,6 +93,8 @@ class Agent:
         if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) \
                 or not 0 <= self.max_retries <= 20:
             raise AgentError(f"agent {self.name}: max_retries must be an integer from 0 to 20")
+        if not isinstance(self.stream, bool):
+            raise AgentError(f"agent {self.name}: stream must be true or false")
         if not isinstance(self.model_options, dict):
             raise AgentError(f"agent {self.name}: model_options must be a table of litellm arguments")
         if self.script is not None and not isinstance(self.script, list):

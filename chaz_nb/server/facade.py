@@ -30,6 +30,7 @@ from .ports import Part, RunContext, ServerPort, SpawnContext
 from .rooms import Rooms
 from .runs import RunEngine
 from .schedules import Fire, Schedule, Schedules
+from .streams import StreamEvent, StreamListener
 
 __all__ = ["RunHandle", "Server", "ServerError"]
 
@@ -206,6 +207,18 @@ class Server:
 
     def running_sessions(self) -> list[int]:
         return self._engine.running_sessions()
+
+    # ------------------------------------------------------------ streams
+    def subscribe_stream(self, session_id: int | None, callback: StreamListener) -> Callable[[], None]:
+        """Follow the reply text of ``session_id``'s runs as the model writes it (``None``:
+        every session): ``callback(StreamEvent)`` per delta with the text so far, then one
+        ``done`` event when the reply's entry is written. Not entries (streams.py).
+        Returns the function that unsubscribes."""
+        return self._engine.streams.subscribe(session_id, callback)
+
+    def current_stream(self, session_id: int) -> StreamEvent | None:
+        """The reply being written in ``session_id`` now, if a run is streaming one."""
+        return self._engine.streams.current(session_id)
 
     async def wait_idle(self, timeout: float | None = None) -> None:
         """Wait until no session has a run in flight (tests, unload)."""

@@ -44,8 +44,12 @@ from .ceiling import Ceiling
 from .invocation import Invocation
 from .handle import RunHandle
 from .ports import Part, RunContext, SpawnContext, current_run
+from .streams import StreamHub
 
 log = logging.getLogger(__name__)
+
+#: entries of a run that supersede the reply text streamed so far (a tool call: that step's text)
+_ENDS_STREAM = frozenset({EntryType.MESSAGE, EntryType.ERROR, EntryType.ACK, EntryType.TOOL_CALL})
 
 
 @dataclass
@@ -107,6 +111,8 @@ class RunEngine:
         self._origins: dict[int, Origin] = {}  # trigger entry id -> the run that wrote it
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped = False
+        #: reply text while it is written (transient, not entries; see streams.py)
+        self.streams = StreamHub()
 
     # ------------------------------------------------------------ parts
     def register(self, part: Part) -> None:
@@ -203,6 +209,8 @@ class RunEngine:
 
     def process_session(self, entry: Entry) -> None:
         """on_write callback: start (or queue) the session's agent when the entry calls for it."""
+        if entry.run_id is not None and entry.entry_type in _ENDS_STREAM:
+            self.streams.clear(entry.session_id, entry.run_id)  # the entry replaces the partial text
         if self._stopped or any(p.route(entry) for p in self.parts) or not self.triggers_run(entry):
             return  # (a room routes its own entries: mention-gated turns, see rooms.py)
         loop = self.loop()
@@ -312,6 +320,7 @@ class RunEngine:
                 answers, state.queued_triggers = state.queued_triggers, []
                 state.run_id = None
         finally:
+            self.streams.clear(session_id)  # whatever ended the loop, no partial text outlives it
             self._forget_handles(state.futures + state.queued_futures)
             self._states.pop(session_id, None)
             self._spawn.pop(session_id, None)
@@ -433,6 +442,11 @@ class RunEngine:
             event_writer.write_events(self.store, self.tools, session_id, agent.name, run_id, events)
         )
         base = {"run_id": run_id, "model": agent.model}
+        streams = self.streams
+
+        def on_delta(text: str) -> None:
+            streams.delta(session_id, run_id, text)
+
         ctx.flush_events = events.join  # the approval proxy lets ToolCall land before its request
         try:
             result: RunResult = await execute(
@@ -445,6 +459,7 @@ class RunEngine:
                 script=agent.script,
                 options=agent.call_options(),
                 limiter=self.limiter(),
+                on_delta=on_delta if agent.stream else None,
             )
         except asyncio.CancelledError:
             await event_writer.drain(events, writer)

@@ -286,6 +286,14 @@ export class ChazPanel extends Widget {
         }
         li.appendChild(line);
       }
+      if (typeof s.streaming === 'string' && s.streaming) {
+        // the reply being written (text, never HTML); the state without it follows its entry
+        const line = el(doc, 'div', 'chaz-session-last chaz-session-streaming');
+        line.appendChild(el(doc, 'span', 'chaz-badge', 'writing'));
+        const text = s.streaming.replace(/\s+/g, ' ');
+        line.appendChild(el(doc, 'span', 'chaz-session-text', text.length > 160 ? '…' + text.slice(-159) : text));
+        li.appendChild(line);
+      }
       this._sessionList.appendChild(li);
     }
     if (sessions.length === 0) {

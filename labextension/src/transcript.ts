@@ -431,6 +431,26 @@ export function isSessionBundle(value: unknown): value is ISessionBundle {
   );
 }
 
+/**
+ * The reply a run is streaming (the bundle's `stream`): a block under the entries, its text
+ * as text (never HTML). The kernel updates the output as the text grows (throttled) and drops
+ * `stream` when the reply's Message lands, so the entry replaces this block.
+ */
+export function renderPartial(doc: Document, stream: unknown): HTMLElement | null {
+  if (!stream || typeof stream !== 'object') {
+    return null;
+  }
+  const s = stream as { [k: string]: unknown };
+  if (typeof s.text !== 'string' || !s.text) {
+    return null;
+  }
+  const row = el(doc, 'div', 'chaz-entry chaz-partial chaz-from-agent');
+  row.appendChild(el(doc, 'span', 'chaz-sender', str(s.sender)));
+  row.appendChild(el(doc, 'span', 'chaz-content', clip(s.text)));
+  row.appendChild(el(doc, 'span', 'chaz-writing', 'writing…'));
+  return row;
+}
+
 /** Render a whole session bundle into a new element. */
 export function renderTranscript(
   bundle: unknown,
@@ -487,7 +507,10 @@ export function renderTranscript(
       list.appendChild(renderPlainEntry(doc, item.entry, agent));
     }
   }
-  if (n === 0) {
+  const partial = renderPartial(doc, (value as { stream?: unknown }).stream);
+  if (partial) {
+    list.appendChild(partial);
+  } else if (n === 0) {
     list.appendChild(el(doc, 'div', 'chaz-empty', 'no entries yet'));
   }
   root.appendChild(list);

@@ -52,6 +52,15 @@ export interface ISessionBundle {
   entries: IEntry[];
   /** a last line, e.g. `full log: %chaz log 3` under one turn's view */
   footer?: string;
+  /** the reply a run is writing now (streamed; not an entry): replaced by its Message */
+  stream?: IStreamPartial;
+}
+
+/** The text so far of a streamed reply (``stream`` of a session bundle). */
+export interface IStreamPartial {
+  run_id: number;
+  sender: string;
+  text: string;
 }
 
 /** One session as listed by the kernel's `state` comm message. */
@@ -66,6 +75,8 @@ export interface ISessionSummary {
     content: string;
     created_at: string | null;
   } | null;
+  /** the end of the reply a run is writing now (streamed; not an entry yet) */
+  streaming?: string;
 }
 
 /** One pending approval as listed by the kernel's `state` comm message. */

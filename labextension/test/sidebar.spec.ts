@@ -148,6 +148,20 @@ describe('ChazPanel', () => {
     expect(panel.node.querySelector('.chaz-panel-section')?.textContent).toBe('Pending approvals (2)');
   });
 
+  it('shows the reply a session is writing, as text, until the state drops it', () => {
+    const { kernel, panel } = setup();
+    const streaming = state();
+    streaming.sessions[1] = { ...streaming.sessions[1], status: 'running', streaming: 'so far <script>x</script>' };
+    kernel.last.receive(streaming);
+    const writer = panel.node.querySelectorAll('.chaz-session')[1];
+    expect(writer.querySelector('.chaz-session-streaming .chaz-session-text')?.textContent).toBe(
+      'so far <script>x</script>'
+    );
+    expect(panel.node.querySelectorAll('script').length).toBe(0);
+    kernel.last.receive(state());
+    expect(panel.node.querySelector('.chaz-session-streaming')).toBeNull();
+  });
+
   it('sends approve and deny (with reason) decisions, keeping a typed reason across updates', () => {
     const { kernel, panel } = setup();
     const comm = kernel.last;

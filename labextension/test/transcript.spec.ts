@@ -45,6 +45,30 @@ beforeEach(() => {
   nextId = 1;
 });
 
+describe('streamed reply', () => {
+  it('shows the text so far under the entries, as text', () => {
+    const evil = '<script>window.__pwned = 1</script>';
+    const value = {
+      ...bundle([entry('Message', { content: 'hi' })], 'running'),
+      stream: { run_id: 2, sender: 'assistant', text: 'so far ' + evil }
+    };
+    const root = renderTranscript(value);
+    const partial = root.querySelector('.chaz-entries > .chaz-partial');
+    expect(partial?.querySelector('.chaz-content')?.textContent).toBe('so far ' + evil);
+    expect(partial?.querySelector('.chaz-sender')?.textContent).toBe('assistant');
+    expect(root.querySelector('script')).toBeNull();
+    expect((window as any).__pwned).toBeUndefined();
+  });
+
+  it('is gone once the bundle has no stream (the Message replaced it)', () => {
+    const root = renderTranscript(
+      bundle([entry('Message', { content: 'hi' }), entry('Message', { sender: 'assistant', content: 'whole' })])
+    );
+    expect(root.querySelector('.chaz-partial')).toBeNull();
+    expect(texts(root, '.chaz-content')).toEqual(['hi', 'whole']);
+  });
+});
+
 describe('renderTranscript', () => {
   it('draws header, type badges, senders and contents', () => {
     const root = renderTranscript(

@@ -106,6 +106,8 @@ def _agent_parser() -> CommandParser:
                    help="seconds one model call may take (default 600)")
     p.add_argument("--max-retries", type=int, dest="max_retries", metavar="N",
                    help="retries of a rate-limited, failed or dropped model call (default 2)")
+    p.add_argument("--no-stream", dest="stream", action="store_const", const=False, default=None,
+                   help="ask the model for whole replies (default: stream, the view shows the reply as it is written)")
     p.usage = "%chaz " + usage_of(p)
     return p
 
@@ -406,7 +408,7 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
         where = f"%chaz agent {args.name}" if body is None else f"%%chaz agent {args.name}"
         spec: dict[str, Any] = {} if body is None else parse_toml(body, where)
         for key in ("model", "system", "max_depth", "max_iterations", "approval_timeout", "max_spawns",
-                    "max_model_calls", "api_base", "model_timeout", "max_retries"):
+                    "max_model_calls", "api_base", "model_timeout", "max_retries", "stream"):
             if getattr(args, key) is not None:
                 spec[key] = getattr(args, key)
         if args.auto_approve is not None:

@@ -77,6 +77,7 @@ def open_view(
         approvals=server,
         title=title,
         footer=footer,
+        streams=getattr(server, "subscribe_stream", None),
     )
     if view.following:
         state.views[:] = [v for v in state.views if v.following]

@@ -19,6 +19,14 @@ the chunks it changed. The static bundle is refreshed through the display_id at 
 view unsubscribes. Nothing here prints: output from background callbacks goes through the
 widget or the display_id only (stdout would land in whichever cell happens to run).
 
+Streaming: with ``streams`` (the Server's ``subscribe_stream``) the view also follows the
+reply text of the session's run as the model writes it. That text is not an entry: a stream
+event only stores the text so far and arms the same throttled flush as a write, so a reply of
+any number of deltas costs at most one widget update per ``interval`` (0.1 s: at most 10 a
+second, under the ~20 a second a view may take) and one static/display_id update per
+``stream_static_interval`` (0.25 s). The partial block sits under the rows (widget, static HTML/text, and the ``stream`` field of the session JSON the
+JupyterLab renderer draws); the reply's Message (or the Error) replaces it when it lands.
+
 Every string that comes from an agent, a tool or a user passes through ``html.escape``.
 """
 
@@ -318,6 +326,8 @@ class Transcript:
         self._steps = 0
         self._working: str | None = None
         self._last_type: str | None = None
+        #: the reply being written (not an entry): ``(run_id, sender, text so far)``
+        self.partial: tuple[int, str, str] | None = None
 
     def add(self, entry: Any) -> list[int]:
         """Add one entry; return the indexes of the rows it created or changed."""
@@ -380,18 +390,38 @@ class Transcript:
                     return [idx]
                 return []
         kind = _KINDS.get(t, "other")
+        if self.partial is not None and t in ("Message", "Error") and entry.sender == self.partial[1]:
+            self.partial = None  # the entry replaces the text streamed so far
         if self.status and (t == "Error" or (t == "Message" and entry.sender == self._working)):
             self.status = None
             self._working = None
         self.rows.append(Row(kind, entry))
         return [len(self.rows) - 1]
 
+    @property
+    def working(self) -> str | None:
+        """The agent whose run is going on (from its Ack), if one is."""
+        return self._working
+
     def open_requests(self) -> list[Row]:
         return [r for r in self.rows if r.open_request]
+
+    def partial_text(self) -> str:
+        return f"{self.partial[1]}: {self.partial[2]} …" if self.partial else ""
+
+    def partial_html(self) -> str:
+        if not self.partial:
+            return ""
+        _, sender, text = self.partial
+        # styled inline: the shared _CSS stays as saved notebooks have it
+        return (f"<div class='chaz-r chaz-partial' style='opacity:.85'><span class='chaz-who'>{_esc(sender)}"
+                f"</span>: {_esc(text)}<span class='chaz-t'> ▍</span></div>")
 
     def text(self, header: str = "", footer: str = "") -> str:
         lines = [header] if header else []
         lines += [t for t in (r.text() for r in self.rows) if t]
+        if self.partial:
+            lines.append(self.partial_text())
         if self.status:
             lines.append(f"… {self.status}")
         if footer:
@@ -403,6 +433,7 @@ class Transcript:
         if header:
             parts.append(f"<div class='chaz-h'>{_esc(header)}</div>")
         parts += [r.html() for r in self.rows]
+        parts.append(self.partial_html())
         if self.status:
             parts.append(f"<div class='chaz-r chaz-st'>{_esc(self.status)}</div>")
         if footer:
@@ -428,6 +459,8 @@ class _Stats:
     max_send_chars: int = 0
     entries: int = 0
     sends: list[int] = field(default_factory=list)
+    stream_events: int = 0  # stream deltas received
+    stream_updates: int = 0  # widget updates they caused (throttled)
 
 
 class SessionView(LiveView):
@@ -451,6 +484,8 @@ class SessionView(LiveView):
         loop: asyncio.AbstractEventLoop | None = None,
         interval: float = 0.1,
         static_interval: float = 1.0,
+        stream_static_interval: float = 0.25,
+        streams: Callable[[int, Callable[[Any], None]], Callable[[], None]] | None = None,
         chunk_rows: int = 50,
         widget: bool = True,
         title: str | None = None,
@@ -468,6 +503,10 @@ class SessionView(LiveView):
         self.after_seq = after_seq
         self.interval = interval
         self.static_interval = static_interval
+        self.stream_static_interval = stream_static_interval
+        self._streams = streams
+        self._unsubscribe_stream: Callable[[], None] | None = None
+        self._stream_event: Any = None  # the newest stream event not rendered yet
         self.chunk_rows = max(1, chunk_rows)
         self.title = title
         #: a last line (a turn's view says where the whole log is: ``%chaz log N``)
@@ -500,6 +539,8 @@ class SessionView(LiveView):
 
         if follow or (follow is None and self.status() != "idle"):
             self._subscribe()
+            if streams is not None:
+                self._unsubscribe_stream = streams(session_id, self._on_stream)
         for entry in store.entries(session_id, after_seq=after_seq):
             self._add(entry)
         if self._unsubscribe is None:
@@ -534,6 +575,35 @@ class SessionView(LiveView):
             self._pending.append(entry)
         self._request_refresh(self.interval)
 
+    def _on_stream(self, event: Any) -> None:
+        """Stream listener: O(1); keep the newest text so far and arm the flush timer."""
+        if self._closed:
+            return
+        with self._lock:
+            self._stream_event = event
+            self.stats.stream_events += 1
+        self._request_refresh(self.interval)
+
+    def _take_stream(self) -> bool:
+        """Bring the newest stream event into the transcript; whether the partial text changed."""
+        with self._lock:
+            event, self._stream_event = self._stream_event, None
+        if event is None:
+            return False
+        before = self.transcript.partial
+        if getattr(event, "done", False):
+            self.transcript.partial = None
+        else:
+            sender = self.transcript.working or self.info.agent
+            self.transcript.partial = (event.run_id, sender, event.text)
+        return self.transcript.partial != before
+
+    def _stop_following(self) -> None:
+        if self._unsubscribe_stream is not None:
+            self._unsubscribe_stream()
+            self._unsubscribe_stream = None
+        super()._stop_following()
+
     def _tick(self) -> None:
         with self._lock:
             self._armed = False
@@ -563,13 +633,15 @@ class SessionView(LiveView):
         with self._lock:
             batch, self._pending = self._pending, []
         self.stats.flushes += 1
+        streamed = self._take_stream()
         changed: set[int] = set()
         for entry in batch:
             changed.update(self._add(entry))
         if self._box is not None:
             self._render_rows(changed)
             self._render_approvals()
-            self._set_status_widget()
+            if self._set_status_widget() and streamed:
+                self.stats.stream_updates += 1
         if self._unsubscribe is not None and self.status() == "idle":
             with self._lock:
                 more = bool(self._pending)
@@ -577,7 +649,8 @@ class SessionView(LiveView):
                 self.finish()  # sends the final static bundle
                 return
         now = time.monotonic()
-        if self._displayed and (final or (changed and now - self._last_static >= self.static_interval)):
+        if self._displayed and (final or (changed and now - self._last_static >= self.static_interval)
+                                or (streamed and now - self._last_static >= self.stream_static_interval)):
             self.update_display()
         if self._unsubscribe is None:
             return
@@ -602,6 +675,7 @@ class SessionView(LiveView):
             batch, self._pending = self._pending, []
         for entry in batch:
             self._add(entry)
+        self.transcript.partial = None  # finished: only entries remain
         return True
 
     def _final_static(self) -> None:
@@ -803,11 +877,16 @@ class SessionView(LiveView):
             return None
         return self.transcript.status
 
-    def _set_status_widget(self) -> None:
+    def _set_status_widget(self) -> bool:
+        """The partial reply (while streamed) and the status line; whether the widget changed."""
         status = self._status_line()
-        value = f"<div class='chaz-s chaz-st'>{_esc(status)}</div>" if status else ""
+        partial = self.transcript.partial_html()
+        value = f"<div class='chaz-s'>{partial}</div>" if partial else ""
+        value += f"<div class='chaz-s chaz-st'>{_esc(status)}</div>" if status else ""
         if self._status_widget.value != value:
             self._status_widget.value = value
+            return True
+        return False
 
     @property
     def widget(self) -> Any:
@@ -830,6 +909,9 @@ class SessionView(LiveView):
         }
         if self.footer:
             data["footer"] = self.footer
+        if self.transcript.partial:
+            run_id, sender, text = self.transcript.partial
+            data["stream"] = {"run_id": run_id, "sender": sender, "text": text}
         return data
 
     def _static(self, render: Callable[..., str]) -> str:

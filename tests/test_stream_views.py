@@ -1,0 +1,100 @@
+"""The session view shows a reply as it is streamed (notebook/views/session.py): throttled,
+escaped, in the widget, the static HTML/text and the session JSON, and replaced by the
+reply's entry when it lands."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from chaz_nb.core.entries import EntryType
+from chaz_nb.notebook.views.session import MIME_TYPE, SessionView
+from chaz_nb.server.streams import StreamHub
+from waiting import until
+
+EVIL = "<script>alert('x')</script>"
+
+
+class FakeClockLoop(asyncio.SelectorEventLoop):
+    """An event loop whose clock the test moves: timers fire when the test says time passed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+
+    def time(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        self.run_until_complete(asyncio.sleep(0))  # run whatever is due now
+
+
+@pytest.fixture
+def clock_loop():
+    loop = FakeClockLoop()
+    yield loop
+    loop.close()
+
+
+def running(_session_id: int) -> str:
+    return "running"
+
+
+def live_view(store, hub, loop, session_id):
+    return SessionView(store, session_id, status=running, loop=loop, follow=True, streams=hub.subscribe)
+
+
+def test_a_200_delta_stream_makes_at_most_one_widget_update_per_interval(store, clock_loop):
+    sid = store.create_session("calc")
+    hub = StreamHub()
+    view = live_view(store, hub, clock_loop, sid)
+    ack = store.append(sid, EntryType.ACK, "calc", "calc is working")
+    for i in range(200):  # 200 deltas over 1 s of the view's clock
+        hub.delta(sid, ack.id, f"w{i} ")
+        clock_loop.advance(0.005)
+    clock_loop.advance(view.interval)
+    assert view.stats.stream_events == 200
+    assert view.transcript.partial[2] == "".join(f"w{i} " for i in range(200))
+    assert 5 <= view.stats.stream_updates <= 1.0 / view.interval + 2, view.stats  # ~10/s, not 200
+    assert view.stats.flushes <= 1.0 / view.interval + 3
+    view.close()
+
+
+def test_streamed_text_is_escaped_in_the_widget_and_the_static_output(store):
+    async def scenario():
+        sid = store.create_session("calc")
+        hub = StreamHub()
+        view = live_view(store, hub, asyncio.get_running_loop(), sid)
+        ack = store.append(sid, EntryType.ACK, "calc", "calc is working")
+        hub.delta(sid, ack.id, "look: ")
+        hub.delta(sid, ack.id, EVIL)
+        await until(lambda: view.transcript.partial is not None, view.on_update, what="the partial reply")
+        assert EVIL not in view._status_widget.value and "&lt;script&gt;" in view._status_widget.value
+        assert EVIL not in view.html() and "look: &lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in view.html()
+        assert f"calc: look: {EVIL} …" in view.text()  # plain text is not HTML
+        assert view.bundle()[MIME_TYPE]["stream"] == {"run_id": ack.id, "sender": "calc", "text": "look: " + EVIL}
+        view.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_reply_entry_replaces_the_partial_block(store):
+    async def scenario():
+        sid = store.create_session("calc")
+        hub = StreamHub()
+        view = live_view(store, hub, asyncio.get_running_loop(), sid)
+        ack = store.append(sid, EntryType.ACK, "calc", "calc is working")
+        hub.delta(sid, ack.id, "half a rep")
+        await until(lambda: view.transcript.partial is not None, view.on_update, what="the partial reply")
+        store.append(sid, EntryType.MESSAGE, "calc", "half a reply, whole now", payload={"run_id": ack.id})
+        hub.clear(sid, ack.id)
+        await until(lambda: view.transcript.rows, view.on_update, what="the reply row")
+        assert view.transcript.partial is None and "stream" not in view.bundle()[MIME_TYPE]
+        assert "half a rep<" not in view.html() and "half a reply, whole now" in view.html()
+        assert "chaz-partial" not in view._status_widget.value
+        view.close()
+        assert not hub._listeners[sid]  # the view stopped following the stream too
+
+    asyncio.run(scenario())
