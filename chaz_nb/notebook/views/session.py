@@ -24,8 +24,9 @@ reply text of the session's run as the model writes it. That text is not an entr
 event only stores the text so far and arms the same throttled flush as a write, so a reply of
 any number of deltas costs at most one widget update per ``interval`` (0.1 s: at most 10 a
 second, under the ~20 a second a view may take) and one static/display_id update per
-``stream_static_interval`` (0.25 s). The partial block sits under the rows (widget, static HTML/text, and the ``stream`` field of the session JSON the
-JupyterLab renderer draws); the reply's Message (or the Error) replaces it when it lands.
+``stream_static_interval`` (0.25 s). The partial block sits under the rows (widget, static
+HTML/text, and the ``stream`` field of the session JSON the JupyterLab renderer draws); the
+reply's Message (or the Error) replaces it when it lands.
 
 Every string that comes from an agent, a tool or a user passes through ``html.escape``.
 """
