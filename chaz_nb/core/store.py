@@ -126,6 +126,15 @@ def _connect(path: str, read_only: bool) -> duckdb.DuckDBPyConnection:
 class SessionStore:
     """Session log over DuckDB: ``":memory:"`` or a file path."""
 
+    @classmethod
+    def open(cls, path: str = ":memory:", **options: Any) -> Any:
+        """The store for ``path``: PostgreSQL (``PgSessionStore``) for a ``postgresql://`` URL, else DuckDB."""
+        if str(path).startswith(("postgresql://", "postgres://")):
+            from .pgstore import PgSessionStore  # psycopg only where PostgreSQL is used
+
+            return PgSessionStore(str(path), **options)
+        return cls(path, **options)
+
     def __init__(
         self,
         path: str = ":memory:",
