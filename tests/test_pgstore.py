@@ -9,6 +9,7 @@ import textwrap
 
 import pytest
 
+
 from chaz_nb.core.audit import VIEWS
 from chaz_nb.core.entries import EntryType
 from chaz_nb.core.migrations import MIGRATIONS
@@ -126,3 +127,21 @@ async def test_a_message_from_another_kernel_wakes_the_serving_one_and_is_answer
     finally:
         first.close()
         second.close()
+
+
+def test_chaz_sql_on_postgres_reads_and_the_database_refuses_writes(pg_url):
+    import psycopg
+
+    from chaz_nb.core.sqlquery import run_query
+    from chaz_nb.errors import SQLRefused
+
+    with SessionStore.open(pg_url) as store:
+        sid = store.create_session("alice")
+        store.append(sid, EntryType.MESSAGE, "user", "kept")
+        result = run_query("SELECT sender, content FROM messages", store)
+        assert (result.columns, result.rows) == (["sender", "content"], [("user", "kept")])
+        with pytest.raises(SQLRefused):
+            run_query("DELETE FROM entries", store)
+        with pytest.raises(psycopg.Error, match="read-only"):  # past the parser, the database says no
+            store.query_read_only(["WITH d AS (DELETE FROM entries RETURNING id) SELECT count(*) FROM d"])
+        assert store.execute("SELECT content FROM entries") == [("kept",)]

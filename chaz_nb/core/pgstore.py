@@ -50,7 +50,10 @@ from .entries import Entry, EntryType
 from .pgschema import PG_MIGRATIONS, apply_pg_migrations
 from .redaction import redact as redact_secrets
 from .redaction import redact_data
-from .store import _ENTRY_COLUMNS, NewEntry, SessionInfo, _entry_from_row, _run_id_of, _session_from_row, _text, utcnow
+from .store import ENTRY_COLUMNS as _ENTRY_COLUMNS
+from .store import NewEntry, SessionInfo, utcnow
+from .store import as_text as _text
+from .store import entry_from_row, run_id_of, session_from_row
 from ..errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -341,7 +344,7 @@ class PgSessionStore:
                                       sender=sender, content=content, tool_call_id=call_id, tool_name=tool,
                                       payload=json.loads(payload_json), created_at=now)
                         rows.append((entry.id, sid, entry.seq, entry_type.value, sender, content, call_id, tool,
-                                     payload_json, now, _run_id_of(entry)))
+                                     payload_json, now, run_id_of(entry)))
                         entries.append(entry)
                         next_id += 1
                         next_seq[sid] += 1
@@ -583,8 +586,8 @@ def _connect(url: str) -> psycopg.Connection:
     return con
 
 
-_entry = _entry_from_row
-_session = _session_from_row
+_entry = entry_from_row
+_session = session_from_row
 
 
 def _one_line(exc: BaseException) -> str:

@@ -688,3 +688,11 @@ def _session_from_row(row: Sequence[Any]) -> SessionInfo:
         metadata=json.loads(row[7]) if row[7] else None,
         ceiling=row[8] if len(row) > 8 else None,
     )
+
+
+# The row format both stores share (chaz_nb/core/pgstore.py reads and writes the same rows).
+ENTRY_COLUMNS = _ENTRY_COLUMNS
+entry_from_row = _entry_from_row
+session_from_row = _session_from_row
+run_id_of = _run_id_of
+as_text = _text
