@@ -43,3 +43,33 @@ def model_server():
     server = FakeModelServer()
     yield server
     server.close()
+
+
+@pytest.fixture(scope="session")
+def pg_cluster():
+    """A throw-away PostgreSQL cluster for the whole test run (tests/fakes/postgres.py)."""
+    from fakes.postgres import MISSING, PostgresCluster, find_bin
+
+    if find_bin() is None:
+        pytest.skip(MISSING)
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        pytest.skip('psycopg is not installed: pip install -e ".[postgres]"')
+    cluster = PostgresCluster()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def pg_url(pg_cluster):
+    """The URL of a fresh, empty database on the test cluster."""
+    return pg_cluster.new_database()
+
+
+@pytest.fixture(params=["duckdb", "postgres"])
+def backend_store(request):
+    """A store on each back end: DuckDB in memory, and PostgreSQL on a fresh database."""
+    s = SessionStore(":memory:") if request.param == "duckdb" else SessionStore.open(request.getfixturevalue("pg_url"))
+    yield s
+    s.close()

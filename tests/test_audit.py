@@ -14,6 +14,12 @@ from chaz_nb.engine.tools import ToolRegistry, tool
 from waiting import until
 
 
+@pytest.fixture
+def store(backend_store):
+    """Every case on DuckDB and on PostgreSQL (tests/conftest.py's backend_store)."""
+    return backend_store
+
+
 @tool(approval="unless_auto_approved", risk="medium")
 def search(query: str) -> str:
     """Search."""
@@ -79,7 +85,7 @@ def rows(store, query):
 
 
 async def test_views_exist_in_every_store(store):
-    names = {r[0] for r in store.sql("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+    names = {r[0] for r in store.sql("SELECT table_name FROM information_schema.tables WHERE table_type = 'VIEW'").fetchall()}
     assert set(VIEWS) <= names
 
 

@@ -11,6 +11,12 @@ from chaz_nb.engine.tools import ToolRegistry, tool
 from waiting import until
 
 
+@pytest.fixture
+def store(backend_store):
+    """Every case on DuckDB and on PostgreSQL (tests/conftest.py's backend_store)."""
+    return backend_store
+
+
 @tool
 def add(a: int, b: int) -> int:
     """Add."""

@@ -257,6 +257,21 @@ def _read_only(con: duckdb.DuckDBPyConnection, run: Callable[[], Any]) -> Any:
         return run()
 
 
+def _run_on_postgres(query: str, store: Any, max_rows: int) -> QueryResult:
+    """On a PostgreSQL store: each statement in a READ ONLY transaction (pgstore.query_read_only),
+    as the read-only role of ``CHAZ_DB_READER`` when set; the statement check ran already."""
+    import psycopg
+
+    from .pgstore import PgResult
+
+    statements = [st.query for st in duckdb.extract_statements(query)]
+    try:
+        columns, rows, total = store.query_read_only(statements)[-1]
+    except psycopg.Error as exc:
+        raise SQLFailed(one_line(exc)) from None
+    return QueryResult(columns, rows[:max_rows], total, PgResult(columns, rows), store.path)
+
+
 def run_query(
     query: str,
     store: SessionStore | None = None,
@@ -267,6 +282,8 @@ def run_query(
     check_read_only(query)
     if db is not None and store is not None and os.path.abspath(db) == os.path.abspath(store.path):
         db = None  # our own file: DuckDB would refuse a second connection from this process
+    if db is None and getattr(store, "dialect", "duckdb") == "postgresql":
+        return _run_on_postgres(query, store, max_rows)
     if db is None:
         if store is None:
             raise SQLFailed("no session store: %load_ext chaz_nb first, or give --db PATH")

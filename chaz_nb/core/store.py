@@ -125,6 +125,15 @@ def _connect(path: str, read_only: bool) -> duckdb.DuckDBPyConnection:
 class SessionStore:
     """Session log over DuckDB: ``":memory:"`` or a file path."""
 
+    @classmethod
+    def open(cls, path: str = ":memory:", **options: Any) -> Any:
+        """The store for ``path``: PostgreSQL (``PgSessionStore``) for a ``postgresql://`` URL, else DuckDB."""
+        if str(path).startswith(("postgresql://", "postgres://")):
+            from .pgstore import PgSessionStore  # psycopg only where PostgreSQL is used
+
+            return PgSessionStore(str(path), **options)
+        return cls(path, **options)
+
     def __init__(
         self,
         path: str = ":memory:",
@@ -676,3 +685,11 @@ def _session_from_row(row: Sequence[Any]) -> SessionInfo:
         metadata=json.loads(row[7]) if row[7] else None,
         ceiling=row[8] if len(row) > 8 else None,
     )
+
+
+# The row format both stores share (chaz_nb/core/pgstore.py reads and writes the same rows).
+ENTRY_COLUMNS = _ENTRY_COLUMNS
+entry_from_row = _entry_from_row
+session_from_row = _session_from_row
+run_id_of = _run_id_of
+as_text = _text

@@ -51,7 +51,7 @@ def open_store(path: str) -> tuple[Any, str]:
     from ..core.store import SessionStore, StoreLockedError
 
     try:
-        return SessionStore(path), ""
+        return SessionStore.open(path), ""
     except StoreLockedError:
         if path == ":memory:":  # pragma: no cover - memory is never locked
             raise

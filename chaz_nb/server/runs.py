@@ -213,6 +213,9 @@ class RunEngine:
             self.streams.clear(entry.session_id, entry.run_id)  # the entry replaces the partial text
         if self._stopped or any(p.route(entry) for p in self.parts) or not self.triggers_run(entry):
             return  # (a room routes its own entries: mention-gated turns, see rooms.py)
+        claim = getattr(self.store, "claim", None)  # a shared store (pgstore.py): one server per session
+        if claim is not None and not claim(entry.session_id):
+            return  # another kernel serves this session; the write woke it
         loop = self.loop()
         future: asyncio.Future = loop.create_future()
         self._handles[entry.id] = RunHandle(entry, future)

@@ -1,0 +1,595 @@
+"""PgSessionStore: the session log on PostgreSQL, shared by every kernel that opens the URL.
+
+The same API, entries, seq rules, migrations record and audit views as the DuckDB store
+(``chaz_nb.core.store``); ``open_store(url)`` / ``SessionStore.open(url)`` picks this one for a
+``postgresql://`` URL. What differs, because several processes write one database:
+
+- **Ids and seq.** Every write transaction takes one advisory transaction lock
+  (``pg_advisory_xact_lock``) before it reads ``max(id)`` and the sessions' ``max(seq)``, so
+  entry ids and each session's seq are gapless and follow commit order across processes
+  (a rolled-back write takes nothing). Writes are serialized store-wide, which is one commit
+  at a time: cheap next to a model call, and it is what lets a reader rely on ids.
+- **on_write across processes.** The insert transaction sends ``NOTIFY chaz_entries`` with
+  ``session_id:entry_id``. A listener task on the loop (``start_listener``, started by the
+  first ``subscribe``/``write`` on a running loop) reads every entry past the last id it has
+  seen from the table, so a lost or coalesced notification loses nothing and a reconnecting
+  listener catches up. Local writes are dispatched right after their commit, after any
+  entries of other processes that committed before them: each subscriber sees entries in
+  commit (id) order, its own and others' alike.
+- **Leases.** ``claim(session_id)`` takes a session-level advisory lock on a connection of its
+  own: one process serves a session at a time, and the lock frees when that process dies
+  (its connection closes), so another kernel takes the session over at its next trigger.
+- **No caches of what others write.** Logs and latest entries are read from the table.
+- **``%chaz sql``** runs each statement in a ``READ ONLY`` transaction on a connection of its
+  own, as the role of ``CHAZ_DB_READER`` (a URL) when set: give that role SELECT only
+  (README, "PostgreSQL").
+
+The store's own SQL (and the server's: schedules, recovery) is written with ``?`` parameters
+and DuckDB's ``INSERT OR REPLACE``; ``execute`` turns them into psycopg's ``%s`` and
+``ON CONFLICT (id) DO UPDATE``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import re
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from psycopg.types.string import TextLoader
+
+from .entries import Entry, EntryType
+from .pgschema import PG_MIGRATIONS, apply_pg_migrations
+from .redaction import redact as redact_secrets
+from .redaction import redact_data
+from .store import ENTRY_COLUMNS as _ENTRY_COLUMNS
+from .store import NewEntry, SessionInfo, utcnow
+from .store import as_text as _text
+from .store import entry_from_row, run_id_of, session_from_row
+from ..errors import StoreError
+
+log = logging.getLogger(__name__)
+
+OnWrite = Callable[[Entry], None]
+CHANNEL = "chaz_entries"
+#: advisory lock keys (first int: this project's namespace; second: what is locked)
+_WRITE_LOCK = (7261, 1)
+_LEASE_NS = 7262
+_SESSION_COLUMNS = "id, agent, kind, parent_id, depth, created_at, title, metadata, ceiling"
+
+
+def is_postgres_url(path: str) -> bool:
+    return str(path).startswith(("postgresql://", "postgres://"))
+
+
+def display_url(url: str) -> str:
+    """The URL without its password (it is shown in notebooks and errors)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    user = (parts.username or "") + ":***"
+    return urlunsplit(parts._replace(netloc=f"{user}@{netloc[-1]}"))
+
+
+_PLACEHOLDER = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|%|\?")
+_INSERT_OR_REPLACE = re.compile(r"^\s*INSERT\s+OR\s+REPLACE\s+INTO\s+(\w+)\s*\(([^)]*)\)(.*)$", re.I | re.S)
+
+
+def to_pg(query: str) -> str:
+    """DuckDB-style SQL of the store and the server into psycopg's: ``?`` → ``%s``, a literal
+    ``%`` doubled, ``INSERT OR REPLACE INTO t (id, ...)`` → an upsert on ``id``."""
+
+    def swap(m: re.Match[str]) -> str:
+        token = m.group(0)
+        return "%s" if token == "?" else "%%" if token == "%" else token
+
+    query = _PLACEHOLDER.sub(swap, query)
+    upsert = _INSERT_OR_REPLACE.match(query)
+    if upsert:
+        table, columns, rest = upsert.groups()
+        names = [c.strip() for c in columns.split(",")]
+        sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in names if c != "id")
+        query = f"INSERT INTO {table} ({columns}){rest} ON CONFLICT (id) DO UPDATE SET {sets}"
+    return query
+
+
+class PgResult:
+    """What ``sql()`` returns: DuckDB-relation-like (``fetchall``, ``fetchone``, ``columns``, ``df``)."""
+
+    def __init__(self, columns: list[str], rows: list[tuple]) -> None:
+        self.columns = columns
+        self._rows = rows
+
+    def fetchall(self) -> list[tuple]:
+        return list(self._rows)
+
+    def fetchone(self) -> tuple | None:
+        return self._rows[0] if self._rows else None
+
+    def df(self) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame(self._rows, columns=self.columns)
+
+
+class PgSessionStore:
+    """Session log over PostgreSQL (psycopg 3): ``PgSessionStore("postgresql://...")``."""
+
+    dialect = "postgresql"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        read_only: bool = False,
+        redact: Callable[[str], str] | None = None,
+        reader_url: str | None = None,
+    ) -> None:
+        self.url = str(url)
+        self.path = display_url(self.url)
+        self.read_only = read_only
+        self.reader_url = reader_url or os.environ.get("CHAZ_DB_READER") or None
+        self.redact: Callable[[str], str] = redact or redact_secrets
+        self._lock = threading.RLock()
+        try:
+            self._con = _connect(self.url)
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot open {self.path}: {_one_line(exc)}") from None
+        self._lease_con: psycopg.Connection | None = None
+        self._held: set[int] = set()
+        self._subscribers: list[OnWrite] = []
+        self._queue: deque[Entry] = deque()
+        self._dispatching = False
+        self._closed = False
+        self._listener: asyncio.Task | None = None
+        self._pending_writes: list[tuple[list[NewEntry], asyncio.Future]] = []
+        self._flush_scheduled = False
+        try:
+            self.schema_version = (
+                self._scalar("SELECT count(*) FROM _chaz_migrations") if read_only
+                else apply_pg_migrations(self._con, PG_MIGRATIONS)
+            )
+        except Exception:
+            self._con.close()
+            raise
+        #: the highest entry id handed to the subscribers (or queued for them)
+        self._seen = int(self._scalar("SELECT coalesce(max(id), 0) FROM entries"))
+
+    # ----------------------------------------------------------------- basics
+    def __repr__(self) -> str:
+        return f"PgSessionStore({self.path!r}, schema_version={self.schema_version})"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError(f"the session store {self.path} is closed; load the extension again")
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self.read_only:
+            raise StoreError(f"{self.path} is opened read-only; it cannot be written")
+
+    def _rows(self, query: str, params: Sequence[Any] | None = None) -> list[tuple]:
+        with self._lock:
+            cur = self._con.execute(to_pg(query), list(params or []))  # type: ignore[arg-type]
+            return cur.fetchall() if cur.description else []
+
+    def _scalar(self, query: str, params: Sequence[Any] | None = None) -> Any:
+        rows = self._rows(query, params)
+        return rows[0][0] if rows else None
+
+    def has_column(self, table: str, column: str) -> bool:
+        return bool(self._scalar(
+            "SELECT count(*) FROM information_schema.columns WHERE table_schema = current_schema()"
+            " AND table_name = ? AND column_name = ?", [table, column],
+        ))
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Close the connections; the leases this store held are freed with them."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._listener is not None:
+                self._listener.cancel()
+            for con in (self._con, self._lease_con):
+                if con is not None:
+                    con.close()
+
+    def __enter__(self) -> PgSessionStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def read(self, query: str, params: Sequence[Any] | None = None) -> list[tuple]:
+        """Fetch all rows of ``query`` in a READ ONLY transaction (SQL the store did not write)."""
+        self._check_open()
+        return self.query_read_only([query], params=params)[-1][1]
+
+    def query_read_only(
+        self, statements: Sequence[str], params: Sequence[Any] | None = None, max_rows: int | None = None
+    ) -> list[tuple[list[str], list[tuple], int]]:
+        """Each statement in a READ ONLY transaction of its own, on the reader connection.
+
+        Returns ``(columns, rows, total)`` per statement; rows are cut at ``max_rows``.
+        """
+        self._check_open()
+        results = []
+        with _connect(self.reader_url or self.url) as con:
+            con.execute("SET default_transaction_read_only = on")
+            for i, statement in enumerate(statements):
+                with con.transaction():
+                    con.execute("SET TRANSACTION READ ONLY")
+                    args = list(params or []) if i == len(statements) - 1 else []
+                    cur = con.execute(to_pg(statement) if args else statement, args or None)  # type: ignore[arg-type]
+                    columns = [d.name for d in cur.description or []]
+                    rows = cur.fetchall() if cur.description else []
+                total = len(rows)
+                if max_rows is not None:
+                    rows = rows[:max_rows]
+                results.append((columns, rows, total))
+        return results
+
+    # --------------------------------------------------------------- sessions
+    def create_session(
+        self,
+        agent: str,
+        kind: str = "chat",
+        parent_id: int | None = None,
+        depth: int | None = None,
+        *,
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        ceiling: str | None = None,
+    ) -> int:
+        """Create a session owned by ``agent``; a child's depth defaults to its parent's + 1."""
+        self._check_writable()
+        if depth is None:
+            depth = 0 if parent_id is None else self.session(parent_id).depth + 1
+        meta = json.dumps(redact_data(metadata, self.redact)) if metadata is not None else None
+        with self._lock, self._con.transaction():
+            self._con.execute("SELECT pg_advisory_xact_lock(%s, %s)", _WRITE_LOCK)
+            row = self._con.execute(
+                "INSERT INTO sessions (id, agent, kind, parent_id, depth, created_at, title, metadata, ceiling)"
+                " SELECT coalesce(max(id), 0) + 1, %s, %s, %s, %s, %s, %s, %s, %s FROM sessions RETURNING id",
+                [agent, kind, parent_id, depth, utcnow(), self.redact(title) if title else title, meta, ceiling],
+            ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def update_session_metadata(self, session_id: int, metadata: dict[str, Any]) -> None:
+        self._check_writable()
+        self.session(session_id)
+        self._rows("UPDATE sessions SET metadata = ? WHERE id = ?",
+                   [json.dumps(redact_data(metadata, self.redact)), int(session_id)])
+
+    def session(self, session_id: int) -> SessionInfo:
+        """The session, or a StoreError naming the unknown id."""
+        self._check_open()
+        rows = self._rows(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", [int(session_id)])
+        if not rows:
+            raise StoreError(f"no session {session_id} in {self.path}; `%chaz sessions` lists them")
+        return _session(rows[0])
+
+    def sessions(self) -> list[SessionInfo]:
+        self._check_open()
+        return [_session(row) for row in self._rows(f"SELECT {_SESSION_COLUMNS} FROM sessions ORDER BY id")]
+
+    # ---------------------------------------------------------------- entries
+    def append(
+        self,
+        session_id: int,
+        entry_type: EntryType | str,
+        sender: str,
+        content: str = "",
+        *,
+        tool_call_id: str | None = None,
+        tool_name: str | None = None,
+        payload: dict[str, Any] | None = None,
+    ) -> Entry:
+        """Write one entry in one transaction, then run the on_write callbacks with it."""
+        item = NewEntry(session_id, EntryType(entry_type), sender, content, tool_call_id, tool_name, payload)
+        return self.append_many([item])[0]
+
+    def append_many(self, items: Iterable[NewEntry]) -> list[Entry]:
+        """Write several entries in one transaction, then the callbacks, in commit order.
+
+        Nothing is written when any item is invalid.
+        """
+        self._check_writable()
+        items = list(items)
+        if not items:
+            return []
+        now = utcnow()
+        prepared = []
+        for item in items:
+            content = self.redact(_text(item.content))
+            payload_json = json.dumps(redact_data(item.payload or {}, self.redact), default=str, ensure_ascii=False)
+            prepared.append((int(item.session_id), EntryType(item.entry_type), _text(item.sender), content,
+                             item.tool_call_id, item.tool_name, payload_json))
+        entries: list[Entry] = []
+        with self._lock:
+            try:
+                with self._con.transaction():
+                    con = self._con
+                    con.execute("SELECT pg_advisory_xact_lock(%s, %s)", _WRITE_LOCK)
+                    sids = sorted({p[0] for p in prepared})
+                    found = {r[0] for r in con.execute("SELECT id FROM sessions WHERE id = ANY(%s)", [sids])}
+                    missing = [s for s in sids if s not in found]
+                    if missing:
+                        raise StoreError(
+                            f"no session {missing[0]} in {self.path}; create it with create_session first"
+                        )
+                    next_seq: dict[int, int] = dict(con.execute(
+                        "SELECT s, coalesce((SELECT max(seq) FROM entries WHERE session_id = s), 0) + 1"
+                        " FROM unnest(%s::bigint[]) AS s", [sids]).fetchall())
+                    row = con.execute("SELECT coalesce(max(id), 0) + 1 FROM entries").fetchone()
+                    next_id = int(row[0]) if row else 1
+                    rows = []
+                    for sid, entry_type, sender, content, call_id, tool, payload_json in prepared:
+                        entry = Entry(id=next_id, session_id=sid, seq=next_seq[sid], entry_type=entry_type,
+                                      sender=sender, content=content, tool_call_id=call_id, tool_name=tool,
+                                      payload=json.loads(payload_json), created_at=now)
+                        rows.append((entry.id, sid, entry.seq, entry_type.value, sender, content, call_id, tool,
+                                     payload_json, now, run_id_of(entry)))
+                        entries.append(entry)
+                        next_id += 1
+                        next_seq[sid] += 1
+                    with con.cursor() as cur:
+                        cur.executemany(
+                            f"INSERT INTO entries ({_ENTRY_COLUMNS}, run_id) VALUES "
+                            "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", rows)
+                    last: dict[int, int] = {}
+                    for entry in entries:
+                        last[entry.session_id] = entry.id
+                    for sid, eid in last.items():
+                        con.execute("SELECT pg_notify(%s, %s)", [CHANNEL, f"{sid}:{eid}"])
+            except StoreError:
+                raise
+            except psycopg.Error as exc:
+                raise StoreError(f"could not write entry: {_one_line(exc)}") from exc
+            self._enqueue(entries)
+        self._drain()
+        return entries
+
+    async def write(self, items: Iterable[NewEntry]) -> list[Entry]:
+        """Group commit: entries written in the same loop tick share one transaction."""
+        self._check_writable()
+        items = list(items)
+        if not items:
+            return []
+        loop = asyncio.get_running_loop()
+        self.start_listener(loop)
+        future: asyncio.Future[list[Entry]] = loop.create_future()
+        self._pending_writes.append((items, future))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            loop.call_soon(self._flush_pending)
+        return await future
+
+    async def write_one(
+        self,
+        session_id: int,
+        entry_type: EntryType | str,
+        sender: str,
+        content: str = "",
+        *,
+        tool_call_id: str | None = None,
+        tool_name: str | None = None,
+        payload: dict[str, Any] | None = None,
+    ) -> Entry:
+        """``append`` through the group commit."""
+        entry = NewEntry(session_id, EntryType(entry_type), sender, content, tool_call_id, tool_name, payload)
+        return (await self.write([entry]))[0]
+
+    def _flush_pending(self) -> None:
+        batch, self._pending_writes = self._pending_writes, []
+        self._flush_scheduled = False
+        try:
+            written = self.append_many([item for items, _ in batch for item in items])
+        except Exception:  # noqa: BLE001 - each request is retried alone and gets its own error
+            for items, future in batch:  # one bad request must not sink the others
+                try:
+                    result = self.append_many(items)
+                except Exception as exc:  # noqa: BLE001 - handed to the writer's future
+                    if not future.done():
+                        future.set_exception(exc)
+                else:
+                    if not future.done():
+                        future.set_result(result)
+            return
+        start = 0
+        for items, future in batch:
+            if not future.done():
+                future.set_result(written[start : start + len(items)])
+            start += len(items)
+
+    def entries(self, session_id: int, after_seq: int = 0, types: Iterable[EntryType] | None = None) -> list[Entry]:
+        """Entries of a session in seq order (after ``after_seq``, of ``types`` when given)."""
+        self._check_open()
+        query = f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE session_id = ? AND seq > ?"
+        params: list[Any] = [int(session_id), int(after_seq)]
+        if types is not None:
+            params.append([EntryType(t).value for t in types])
+            query += " AND entry_type = ANY(?)"
+        return [_entry(row) for row in self._rows(query + " ORDER BY seq", params)]
+
+    def latest(self, session_id: int) -> Entry | None:
+        self._check_open()
+        rows = self._rows(f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE session_id = ? ORDER BY seq DESC LIMIT 1",
+                          [int(session_id)])
+        return _entry(rows[0]) if rows else None
+
+    def entry(self, entry_id: int) -> Entry | None:
+        self._check_open()
+        rows = self._rows(f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE id = ?", [int(entry_id)])
+        return _entry(rows[0]) if rows else None
+
+    def find_entries(self, entry_type: EntryType, where: str = "", params: Sequence[Any] = ()) -> list[Entry]:
+        """Entries of one type across sessions, with an extra SQL condition, in id order."""
+        self._check_open()
+        query = f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE entry_type = ?"
+        if where:
+            query += f" AND ({where})"
+        return [_entry(row) for row in self._rows(query + " ORDER BY id", [EntryType(entry_type).value, *params])]
+
+    # -------------------------------------------------------------- callbacks
+    def subscribe(self, callback: OnWrite) -> Callable[[], None]:
+        """Call ``callback(entry)`` after each commit, this process's and others'; returns the unsubscribe."""
+        self._subscribers.append(callback)
+        # No running loop: the first ``write`` (or ``start_listener(loop)``) starts it.
+        with contextlib.suppress(RuntimeError):
+            self.start_listener(asyncio.get_running_loop())
+
+        def unsubscribe() -> None:
+            with contextlib.suppress(ValueError):
+                self._subscribers.remove(callback)
+
+        return unsubscribe
+
+    def _enqueue(self, local: list[Entry]) -> None:
+        """Queue ``local`` (just committed) behind the others' entries committed before them."""
+        first = local[0].id if local else None
+        if first is None or first > self._seen + 1:
+            upto = "" if first is None else " AND id < ?"
+            params = [self._seen] if first is None else [self._seen, first]
+            earlier = [_entry(r) for r in self._rows(
+                f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE id > ?{upto} ORDER BY id", params)]
+            self._queue.extend(earlier)
+            if earlier:
+                self._seen = max(self._seen, earlier[-1].id)
+        fresh = [e for e in local if e.id > self._seen]
+        self._queue.extend(fresh)
+        if fresh:
+            self._seen = fresh[-1].id
+
+    def catch_up(self) -> int:
+        """Dispatch every entry committed since the last one seen (by any process); how many."""
+        if self._closed:
+            return 0
+        with self._lock:
+            before = len(self._queue)
+            self._enqueue([])
+            count = len(self._queue) - before
+        self._drain()
+        return count
+
+    def _drain(self) -> None:
+        # A callback may append in turn; those entries queue behind the current ones.
+        if self._dispatching:
+            return
+        self._dispatching = True
+        try:
+            while self._queue:
+                entry = self._queue.popleft()
+                for callback in list(self._subscribers):
+                    try:
+                        callback(entry)
+                    except Exception:
+                        log.exception("on_write callback %r failed for entry %s", callback, entry.id)
+        finally:
+            self._dispatching = False
+
+    def start_listener(self, loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Task:
+        """Start (once) the LISTEN task on ``loop`` (the running one by default)."""
+        if self._listener is None or self._listener.done():
+            loop = loop or asyncio.get_running_loop()
+            self._listener = loop.create_task(self._listen(), name="chaz-pg-listener")
+        return self._listener
+
+    async def _listen(self) -> None:
+        delay = 0.1
+        while not self._closed:
+            try:
+                async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as con:
+                    await con.execute(f"LISTEN {CHANNEL}")
+                    delay = 0.1
+                    self.catch_up()  # what was committed before LISTEN took effect
+                    async for _notify in con.notifies():
+                        self.catch_up()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - any connection failure: reconnect and catch up
+                if self._closed:
+                    return
+                log.warning("PostgreSQL listener lost its connection (%s); reconnecting", _one_line(exc))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    # ----------------------------------------------------------------- leases
+    def claim(self, session_id: int) -> bool:
+        """Take (or keep) this process's lease on the session; False while another holds it."""
+        self._check_open()
+        sid = int(session_id)
+        if sid in self._held:
+            return True
+        with self._lock:
+            if self._lease_con is None:
+                self._lease_con = psycopg.connect(self.url, autocommit=True)
+            row = self._lease_con.execute("SELECT pg_try_advisory_lock(%s, %s)", [_LEASE_NS, sid]).fetchone()
+        if row and row[0]:
+            self._held.add(sid)
+            return True
+        return False
+
+    def release(self, session_id: int) -> None:
+        """Give the lease on the session up (another kernel may serve it from its next trigger)."""
+        sid = int(session_id)
+        if sid in self._held and self._lease_con is not None and not self._closed:
+            with self._lock:
+                self._lease_con.execute("SELECT pg_advisory_unlock(%s, %s)", [_LEASE_NS, sid])
+            self._held.discard(sid)
+
+    def held_elsewhere(self, session_id: int) -> bool:
+        """Whether another process holds the session's lease (its runs are its own to close)."""
+        sid = int(session_id)
+        if sid in self._held:
+            return False
+        rows = self._rows(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = ? AND objid = ?"
+            " AND objsubid = 2 AND pid <> pg_backend_pid() AND database = (SELECT oid FROM pg_database"
+            " WHERE datname = current_database())", [_LEASE_NS, sid])
+        return bool(rows[0][0]) if rows else False
+
+    # -------------------------------------------------------------------- SQL
+    def sql(self, query: str, params: Sequence[Any] | None = None) -> PgResult:
+        """Run SQL against the store; the result has ``fetchall()``, ``columns`` and ``df()``."""
+        self._check_open()
+        with self._lock:
+            cur = self._con.execute(to_pg(query) if params else query, list(params) if params else None)  # type: ignore[arg-type]
+            columns = [d.name for d in cur.description or []]
+            return PgResult(columns, cur.fetchall() if cur.description else [])
+
+    def execute(self, query: str, params: Sequence[Any] | None = None) -> list[tuple]:
+        """Run SQL (``?`` parameters) and fetch all rows (used by the server's own tables)."""
+        self._check_open()
+        return self._rows(query, params)
+
+
+def _connect(url: str) -> psycopg.Connection:
+    """An autocommit connection that reads json as text, as DuckDB gives it (stored text kept)."""
+    con = psycopg.connect(url, autocommit=True)
+    con.adapters.register_loader("json", TextLoader)
+    return con
+
+
+_entry = entry_from_row
+_session = session_from_row
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
