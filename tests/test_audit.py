@@ -85,7 +85,8 @@ def rows(store, query):
 
 
 async def test_views_exist_in_every_store(store):
-    names = {r[0] for r in store.sql("SELECT table_name FROM information_schema.tables WHERE table_type = 'VIEW'").fetchall()}
+    query = "SELECT table_name FROM information_schema.tables WHERE table_type = 'VIEW'"
+    names = {r[0] for r in store.sql(query).fetchall()}
     assert set(VIEWS) <= names
 
 

@@ -145,3 +145,29 @@ def test_chaz_sql_on_postgres_reads_and_the_database_refuses_writes(pg_url):
         with pytest.raises(psycopg.Error, match="read-only"):  # past the parser, the database says no
             store.query_read_only(["WITH d AS (DELETE FROM entries RETURNING id) SELECT count(*) FROM d"])
         assert store.execute("SELECT content FROM entries") == [("kept",)]
+
+
+def test_a_starting_kernel_leaves_open_work_of_a_live_kernel_alone(pg_url):
+    """Start-up recovery closes only what no live kernel holds: on a shared store an open run or
+    approval request in a session another kernel serves is that kernel's live work."""
+    from chaz_nb.server import Server
+    from chaz_nb.server.agents import Agent
+
+    live, starting = SessionStore.open(pg_url), SessionStore.open(pg_url)
+    try:
+        held = live.create_session("held")
+        orphan = live.create_session("orphan")
+        assert live.claim(held)
+        for sid in (held, orphan):
+            ack = live.append(sid, EntryType.ACK, "assistant", "")
+            live.execute("UPDATE entries SET run_id = id WHERE id = ?", [ack.id])
+            live.append(sid, EntryType.APPROVAL_REQUEST, "assistant", "shell?",
+                        payload={"request_id": f"r{sid}", "run_id": ack.id})
+        server = Server(starting, [Agent("assistant")])
+        assert server.recovered == {"runs": 1, "approvals": 1}
+        assert [e.entry_type for e in live.entries(held)] == [EntryType.ACK, EntryType.APPROVAL_REQUEST]
+        closed = {e.entry_type for e in live.entries(orphan)}
+        assert {EntryType.APPROVAL_DECISION, EntryType.ERROR} <= closed
+    finally:
+        live.close()
+        starting.close()

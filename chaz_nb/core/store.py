@@ -693,3 +693,13 @@ entry_from_row = _entry_from_row
 session_from_row = _session_from_row
 run_id_of = _run_id_of
 as_text = _text
+
+
+def served_elsewhere(store: Any, session_id: int) -> bool:
+    """Whether another live process serves the session: its open runs and requests are its own.
+
+    Only a shared store (PostgreSQL, with leases) can say yes; an embedded DuckDB file has one
+    writing process, so everything open in it was left by a process that is gone.
+    """
+    check = getattr(store, "held_elsewhere", None)
+    return bool(check is not None and check(session_id))

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from collections.abc import Iterable, Sequence
 
 from ..core.entries import Entry, EntryType
+from ..core.store import served_elsewhere
 from ..engine.runtime import ToolExecutor, ToolOutcome
 from ..engine.tools import Tool, ToolError
 from ..errors import ApprovalError
@@ -316,7 +317,7 @@ class ApprovalBook(Part):
         store = self.port.store
         rows = store.execute(
             """
-            SELECT r.id FROM entries r
+            SELECT r.id, r.session_id FROM entries r
             WHERE r.entry_type = 'ApprovalRequest'
               AND NOT EXISTS (
                 SELECT 1 FROM entries d
@@ -325,7 +326,8 @@ class ApprovalBook(Part):
             ORDER BY r.id
             """
         )
-        for (entry_id,) in rows:
+        rows = [row for row in rows if not served_elsewhere(store, row[1])]
+        for entry_id, _session_id in rows:
             request = store.entry(entry_id)
             if request is None:  # entry() is None only for an unknown id; the query just found it
                 continue

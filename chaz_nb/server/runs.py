@@ -24,7 +24,7 @@ from typing import Any
 from collections.abc import Awaitable, Callable
 
 from ..core.entries import CONTEXT_TYPES, Entry, EntryType, build_context
-from ..core.store import SessionStore
+from ..core.store import SessionStore, served_elsewhere
 from ..engine.backends import ModelBackend
 from ..engine.runtime import (
     IterationBudget,
@@ -575,6 +575,7 @@ class RunEngine:
             ORDER BY a.id
             """
         )
+        open_runs = [row for row in open_runs if not served_elsewhere(self.store, row[1])]
         for run_id, session_id, sender in open_runs:
             self.store.append(
                 session_id, EntryType.ERROR, sender, "interrupted: kernel stopped",
