@@ -35,7 +35,8 @@ def test_three_kernels_on_one_default_database(kernels, tmp_path):
     assert lines[0].startswith("chaz_nb: sessions in .chaz/sessions.duckdb"), lines[0]
     own_files = [".chaz/sessions.duckdb"]
     for line in lines[1:]:
-        m = re.match(r"chaz_nb: \.chaz/sessions\.duckdb is held by another kernel; this kernel uses (\S+) ·", line)
+        held = r"chaz_nb: \.chaz/sessions\.duckdb is held by another kernel; this kernel uses (\S+) "
+        m = re.match(held + r"\(set CHAZ_DB=postgresql://\.\.\. to share sessions between notebooks\) ·", line)
         assert m, line
         own_files.append(m.group(1))
     assert len(set(own_files)) == 3

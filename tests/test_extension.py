@@ -94,7 +94,8 @@ def test_a_locked_file_falls_back_to_a_file_of_our_own(locked_db):
     try:
         alt = str(locked_db.with_name(f"shared-{os.getpid()}.duckdb"))
         assert store.path == alt
-        assert note == f"{locked_db} is held by another kernel; this kernel uses {alt}"
+        assert note == (f"{locked_db} is held by another kernel; this kernel uses {alt} "
+                        "(set CHAZ_DB=postgresql://... to share sessions between notebooks)")
     finally:
         store.close()
 
@@ -107,7 +108,7 @@ def test_load_ext_on_a_locked_file_says_so_in_one_line(locked_db, monkeypatch, c
         alt = locked_db.with_name(f"shared-{os.getpid()}.duckdb")
         assert out == (
             f"chaz_nb: {locked_db} is held by another kernel; this kernel uses {alt} "
-            "· agent assistant uses chaz/echo\n"
+            "(set CHAZ_DB=postgresql://... to share sessions between notebooks) · agent assistant uses chaz/echo\n"
         )
         ip.run_line_magic("chaz", "@assistant still works")
         server = chaz_nb.current()

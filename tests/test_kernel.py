@@ -207,7 +207,8 @@ def test_second_kernel_on_the_same_file_falls_back(kernel):
         pid = k2.run("print(pid)").stdout.strip()
         assert r.stdout == (
             f"chaz_nb: .chaz/sessions.duckdb is held by another kernel; this kernel uses "
-            f".chaz/sessions-{pid}.duckdb · agent assistant uses chaz/echo\n"
+            f".chaz/sessions-{pid}.duckdb (set CHAZ_DB=postgresql://... to share sessions between notebooks)"
+            " · agent assistant uses chaz/echo\n"
         )
         r = k2.run("%chaz @assistant hello from kernel 2")
         assert r.status == "ok" and "assistant: echo: hello from kernel 2" in r.texts()[-1].splitlines()

@@ -57,9 +57,17 @@ def open_store(path: str) -> tuple[Any, str]:
             raise
     alt = fallback_db(path)
     try:
-        return SessionStore(alt), f"{path} is held by another kernel; this kernel uses {alt}"
+        return SessionStore(alt), held_note(path, alt)
     except StoreLockedError:  # pragma: no cover - our own pid file, locked: very unlikely
-        return SessionStore(":memory:"), f"{path} is held by another kernel; this kernel uses :memory:"
+        return SessionStore(":memory:"), held_note(path, ":memory:")
+
+
+SHARE_HINT = "set CHAZ_DB=postgresql://... to share sessions between notebooks"
+
+
+def held_note(path: str, alt: str) -> str:
+    """The one line saying a DuckDB file is held, which file this kernel uses, and how to share."""
+    return f"{path} is held by another kernel; this kernel uses {alt} ({SHARE_HINT})"
 
 
 def build_server(store: Any, loop: Any, agents: Any = None, tools: Any = None) -> Any:
