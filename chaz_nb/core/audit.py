@@ -108,7 +108,7 @@ ends AS (
         SELECT run_id, entry_type, created_at,
                -- one JSON parse for all the fields (a parse per field costs 3x on big stores)
                json_extract_string(payload, ['$.steps', '$.prompt_tokens', '$.completion_tokens',
-                                             '$.cost_usd', '$.interrupted']) AS f,
+                                             '$.cost_usd', '$.interrupted', '$.status']) AS f,
                row_number() OVER (PARTITION BY run_id ORDER BY id) AS rank
         FROM entries
         WHERE entry_type IN ('Message', 'Error', 'Ack') AND run_id IS NOT NULL AND run_id <> id)
@@ -137,6 +137,8 @@ SELECT a.session_id, a.agent, a.run_id,
             WHEN e.run_id IS NULL THEN 'running'
             WHEN e.entry_type = 'Error' AND e.f[5] = 'true' THEN 'interrupted'
             WHEN e.entry_type = 'Error' THEN 'error'
+            -- stopped by a person (%chaz stop, a Stop button): a closing Ack, not an error
+            WHEN e.entry_type = 'Ack' AND e.f[6] = 'cancelled' THEN 'cancelled'
             ELSE 'ok' END AS status,
        TRY_CAST(e.f[1] AS INTEGER) AS steps,
        coalesce(s.tool_calls, 0) AS tool_calls,

@@ -135,6 +135,13 @@ def _m006_runs_answers(con: duckdb.DuckDBPyConnection) -> None:
     create_audit_views(con)
 
 
+def _m007_runs_cancelled(con: duckdb.DuckDBPyConnection) -> None:
+    from .audit import create_audit_views
+
+    # runs.status 'cancelled': a run a person stopped ends with an Ack whose status says so
+    create_audit_views(con)
+
+
 MIGRATIONS: list[Migration] = [
     Migration("001_sessions_entries", _m001_sessions_entries),
     Migration("002_session_title_metadata", _m002_session_title_metadata),
@@ -142,6 +149,7 @@ MIGRATIONS: list[Migration] = [
     Migration("004_schedules", _m004_schedules),
     Migration("005_ceilings", _m005_ceilings),
     Migration("006_runs_answers", _m006_runs_answers),
+    Migration("007_runs_cancelled", _m007_runs_cancelled),
 ]
 
 

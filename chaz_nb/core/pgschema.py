@@ -99,6 +99,10 @@ def _m006(cur: Any) -> None:
     create_audit_views(cur)
 
 
+def _m007(cur: Any) -> None:
+    create_audit_views(cur)  # runs.status 'cancelled'
+
+
 #: the same names as chaz_nb.core.migrations.MIGRATIONS (tests check it)
 PG_MIGRATIONS: list[PgMigration] = [
     PgMigration("001_sessions_entries", _m001),
@@ -107,6 +111,7 @@ PG_MIGRATIONS: list[PgMigration] = [
     PgMigration("004_schedules", _m004),
     PgMigration("005_ceilings", _m005),
     PgMigration("006_runs_answers", _m006),
+    PgMigration("007_runs_cancelled", _m007),
 ]
 
 _IGNORED = """
@@ -214,6 +219,8 @@ SELECT a.session_id, a.agent, a.run_id,
             WHEN e.run_id IS NULL THEN 'running'
             WHEN e.entry_type = 'Error' AND e.payload->>'interrupted' = 'true' THEN 'interrupted'
             WHEN e.entry_type = 'Error' THEN 'error'
+            -- stopped by a person (%chaz stop, a Stop button): a closing Ack, not an error
+            WHEN e.entry_type = 'Ack' AND e.payload->>'status' = 'cancelled' THEN 'cancelled'
             ELSE 'ok' END AS status,
        chaz_try_bigint(e.payload->>'steps')::integer AS steps,
        coalesce(s.tool_calls, 0) AS tool_calls,

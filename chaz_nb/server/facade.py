@@ -31,8 +31,9 @@ from .rooms import Rooms
 from .runs import RunEngine
 from .schedules import Fire, Schedule, Schedules
 from .streams import StreamEvent, StreamListener
+from .stopping import StoppedRun
 
-__all__ = ["RunHandle", "Server", "ServerError"]
+__all__ = ["RunHandle", "Server", "ServerError", "StoppedRun"]
 
 P = TypeVar("P", bound=Part)
 
@@ -232,8 +233,24 @@ class Server:
     def _get_loop(self) -> asyncio.AbstractEventLoop:
         return self._engine.loop()
 
+    def request_stop(self, session_id: int | None = None, by: str = "user") -> list[StoppedRun]:
+        """Cancel a session's run and its spawned children's (None: every run); don't wait.
+
+        For callers that cannot await (a button's click handler). See stopping.py for what a
+        stop does; ``[]`` means nothing was running; an unknown session is a StoreError.
+        """
+        return self._engine.request_stop(session_id, by)
+
+    async def stop_runs(self, session_id: int | None = None, by: str = "user") -> list[StoppedRun]:
+        """Stop a session's run (None: every run) and wait until each wrote its closing Ack.
+
+        The server keeps running (``stop`` is the shutdown): the session takes the next
+        Message as usual.
+        """
+        return await self._engine.stop_runs(session_id, by)
+
     async def stop(self) -> None:
-        """Stop reacting to writes and cancel every run (each records an Error entry)."""
+        """Shut down: stop reacting to writes and cancel every run (each records an Error entry)."""
         for unsubscribe in self._unsubscribers or ():
             unsubscribe()
         await self._engine.stop()

@@ -45,6 +45,7 @@ from .invocation import Invocation
 from .handle import RunHandle
 from .ports import Part, RunContext, SpawnContext, current_run
 from .streams import StreamHub
+from .stopping import CANCELLED, StoppedRun
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,8 @@ class SessionState:
     queued_futures: list[asyncio.Future] = field(default_factory=list)
     queued_triggers: list[Entry] = field(default_factory=list)  # every trigger it will answer
     parked: int = 0  # open approval requests of the current run
+    stop_by: str | None = None  # who stopped the run (stopping.py); None while not stopped
+    dropped: list[int] = field(default_factory=list)  # queued trigger ids a stop dropped
 
 
 @dataclass(frozen=True)
@@ -313,7 +316,8 @@ class RunEngine:
                     invocation = None  # queued follow-ups are plain runs
                 except asyncio.CancelledError:
                     outcome = None
-                    self._resolve(state.futures + state.queued_futures, None)
+                    # after a person's stop, what is queued arrived after it: it runs (finally)
+                    self._resolve(state.futures + ([] if state.stop_by else state.queued_futures), None)
                     raise
                 self._resolve(state.futures, outcome)
                 if state.queued is None:
@@ -324,12 +328,25 @@ class RunEngine:
                 state.run_id = None
         finally:
             self.streams.clear(session_id)  # whatever ended the loop, no partial text outlives it
-            self._forget_handles(state.futures + state.queued_futures)
+            restart = state.stop_by is not None and state.queued is not None
+            self._forget_handles(state.futures + ([] if restart else state.queued_futures))
             self._states.pop(session_id, None)
-            self._spawn.pop(session_id, None)
+            if not restart:
+                self._spawn.pop(session_id, None)
             completion = self._completions.pop(session_id, None)
             if completion is not None and not completion.done():
                 completion.set_result(None)
+            if restart and not self._stopped:
+                self._restart_queued(session_id, state)
+
+    def _restart_queued(self, session_id: int, stopped: SessionState) -> None:
+        """Messages written after a stop (while the cancel was landing) get their run."""
+        state = SessionState(queued=stopped.queued, queued_futures=stopped.queued_futures,
+                             queued_triggers=stopped.queued_triggers)
+        self._states[session_id] = state
+        state.task = self.loop().create_task(
+            self._session_loop(session_id, None), name=f"chaz-session-{session_id}"
+        )
 
     def _resolve(self, futures: list[asyncio.Future], outcome: Entry | None) -> None:
         for f in futures:
@@ -389,7 +406,9 @@ class RunEngine:
             # shielded: a cancel while the Ack commits must not lose track of the run it opens
             ack = await asyncio.shield(ack_write)
         except asyncio.CancelledError:
-            ack_write.add_done_callback(lambda f: self._close_cancelled(session_id, agent, f))
+            stopping = self._states.get(session_id)
+            by, dropped = (stopping.stop_by, list(stopping.dropped)) if stopping else (None, [])
+            ack_write.add_done_callback(lambda f: self._close_cancelled(session_id, agent, f, by, dropped))
             raise
         run_id = ack.id
         self._states[session_id].run_id = run_id
@@ -498,18 +517,38 @@ class RunEngine:
             payload=finished,
         )
 
-    def _write_interrupted(self, session_id: int, agent: Agent, run_id: int) -> None:
-        """Close a cancelled run: every Ack that opens a run gets a closing entry."""
+    def _write_interrupted(
+        self, session_id: int, agent: Agent, run_id: int,
+        stopped: tuple[str | None, list[int]] | None = None,
+    ) -> None:
+        """Close a cancelled run: every Ack that opens a run gets a closing entry.
+
+        A run a person stopped closes with an Ack of status ``cancelled`` (stopping.py); any
+        other cancel (the server shutting down) with an Error.
+        """
+        if stopped is None:
+            state = self._states.get(session_id)
+            stopped = (state.stop_by, list(state.dropped)) if state else (None, [])
+        by, dropped = stopped
+        if by is None:
+            self.store.append(
+                session_id, EntryType.ERROR, agent.name, "interrupted: run cancelled",
+                payload={"run_id": run_id, "model": agent.model},
+            )
+            return
         self.store.append(
-            session_id, EntryType.ERROR, agent.name, "interrupted: run cancelled",
-            payload={"run_id": run_id, "model": agent.model},
+            session_id, EntryType.ACK, agent.name, f"{agent.name} was stopped by {by}",
+            payload={"run_id": run_id, "model": agent.model, "status": CANCELLED, "stopped_by": by,
+                     "dropped": dropped},
         )
 
-    def _close_cancelled(self, session_id: int, agent: Agent, ack_write: asyncio.Future) -> None:
+    def _close_cancelled(
+        self, session_id: int, agent: Agent, ack_write: asyncio.Future, by: str | None, dropped: list[int]
+    ) -> None:
         """A run cancelled while its Ack was committing: close it once the Ack has landed."""
         if ack_write.cancelled() or ack_write.exception() is not None or self.store.closed:
             return
-        self._write_interrupted(session_id, agent, ack_write.result().id)
+        self._write_interrupted(session_id, agent, ack_write.result().id, (by, dropped))
 
     def make_executor(self, ctx: RunContext) -> ToolExecutor:
         """The tool executor for a run: the scope's tools, wrapped by the parts (approvals)."""
@@ -582,6 +621,54 @@ class RunEngine:
                 payload={"run_id": run_id, "interrupted": True},
             )
         return {"runs": len(open_runs), **counts}
+
+    def request_stop(self, session_id: int | None = None, by: str = "user") -> list[StoppedRun]:
+        """Cancel the run of ``session_id`` and of the sessions spawned from it (None: every
+        session's); return what was stopped, [] when nothing was running. See stopping.py.
+
+        The cancels are requested here; each run writes its closing Ack as it unwinds
+        (``stop_runs`` waits for that).
+        """
+        targets: dict[int, int | None]  # session -> the stopped ancestor that reaches it
+        if session_id is None:
+            targets = dict.fromkeys(self._states)
+        else:
+            self.store.session(session_id)  # a StoreError naming an unknown session
+            targets = {session_id: None, **{sid: session_id for sid in self._states
+                                            if sid != session_id and self._descends(sid, session_id)}}
+        stopped: list[StoppedRun] = []
+        for sid in sorted(targets):
+            state = self._states.get(sid)
+            if state is None or state.task is None or state.task.done() or state.stop_by is not None:
+                continue
+            was = "parked" if state.parked else "running"
+            state.stop_by = by
+            # the queued follow-up is dropped: it would answer a request the person withdrew
+            state.dropped = [e.id for e in state.queued_triggers]
+            for e in state.queued_triggers:
+                self._origins.pop(e.id, None)
+            self._resolve(state.queued_futures, None)
+            state.queued, state.queued_futures, state.queued_triggers = None, [], []
+            state.task.cancel()
+            stopped.append(StoppedRun(sid, self.store.session(sid).agent, state.run_id, was,
+                                      via=targets[sid], dropped=len(state.dropped)))
+        return stopped
+
+    def _descends(self, session_id: int, ancestor: int) -> bool:
+        parent = self.store.session(session_id).parent_id
+        while parent is not None:
+            if parent == ancestor:
+                return True
+            parent = self.store.session(parent).parent_id
+        return False
+
+    async def stop_runs(self, session_id: int | None = None, by: str = "user") -> list[StoppedRun]:
+        """``request_stop``, then wait until each stopped run has written its closing Ack."""
+        tasks = {sid: st.task for sid, st in self._states.items()}  # the states go as runs end
+        stopped = self.request_stop(session_id, by)
+        waits = [t for s in stopped if (t := tasks.get(s.session_id)) is not None]
+        await asyncio.gather(*waits, return_exceptions=True)
+        return stopped
 
     async def stop(self) -> None:
         """Cancel every run (each records an Error entry), then stop the parts."""

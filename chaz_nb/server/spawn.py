@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from .ports import SpawnContext, current_run
+from .stopping import CANCELLED
 from ..core.entries import EntryType
 from ..engine.tools import ToolError, ToolRegistry, tool
 from ..engine.tree_budget import TreeBudgetExceeded
@@ -156,6 +157,8 @@ async def _run_child(server, ctx, agent: str, kind: str, spawn: SpawnContext, di
         return f"started {agent} in session {session_id}; it runs in the background"
     await completion
     latest = server.store.latest(session_id)
+    if latest is not None and latest.entry_type is EntryType.ACK and latest.payload.get("status") == CANCELLED:
+        raise ToolError(f"{agent} (session {session_id}) was stopped by {latest.payload.get('stopped_by', 'a person')}")
     if latest is None or latest.entry_type not in (EntryType.MESSAGE, EntryType.ERROR):
         return NO_RESPONSE
     if latest.entry_type is EntryType.ERROR:
