@@ -143,7 +143,8 @@ async def test_a_denied_call_never_reaches_the_server(server, tmp_path):
     assert "not today" in reply.content
     assert not calls.exists()  # the server never saw the call
     # out of scope is refused before the server too
-    server.define_agent(scripted("b", [{"tool": "flaky__echo", "args": {"text": "x"}}, "{result}"], tools=["flaky__fail"]))
+    out_of_scope = [{"tool": "flaky__echo", "args": {"text": "x"}}, "{result}"]
+    server.define_agent(scripted("b", out_of_scope, tools=["flaky__fail"]))
     reply = await (await server.send(server.current_session("b"), "go")).wait()
     assert "unknown tool 'flaky__echo'" in reply.content
     assert not calls.exists()
