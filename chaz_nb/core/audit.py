@@ -62,7 +62,8 @@ TOOL_CALLS_VIEW = """
 CREATE OR REPLACE VIEW tool_calls AS
 WITH calls AS (
     SELECT id, session_id, sender AS agent, run_id, tool_call_id, tool_name,
-           json_extract(payload, '$.arguments') AS arguments, created_at
+           json_extract(payload, '$.arguments') AS arguments,
+           json_extract_string(payload, '$.mcp_server') AS mcp_server, created_at
     FROM entries WHERE entry_type = 'ToolCall'
 ),
 results AS (
@@ -82,7 +83,8 @@ SELECT c.session_id, c.agent, c.run_id, c.tool_call_id, c.tool_name AS tool, c.a
        -- time in the tool itself; the wait for a person is in the approvals view
        greatest(r.total_ms - r.wait_ms, 0) AS duration_ms,
        coalesce(r.approval, 'none') AS approval, r.decided_by,
-       c.id AS call_entry_id, r.id AS result_entry_id
+       c.id AS call_entry_id, r.id AS result_entry_id,
+       c.mcp_server  -- the MCP server of the tool; NULL for Python tools
 FROM calls c
 LEFT JOIN results r
   ON r.session_id = c.session_id AND r.run_id IS NOT DISTINCT FROM c.run_id AND r.tool_call_id = c.tool_call_id

@@ -142,6 +142,13 @@ def _m007_runs_cancelled(con: duckdb.DuckDBPyConnection) -> None:
     create_audit_views(con)
 
 
+def _m008_tool_calls_mcp_server(con: duckdb.DuckDBPyConnection) -> None:
+    from .audit import create_audit_views
+
+    # tool_calls.mcp_server: the MCP server of each call (the ToolCall payload's mcp_server)
+    create_audit_views(con)
+
+
 MIGRATIONS: list[Migration] = [
     Migration("001_sessions_entries", _m001_sessions_entries),
     Migration("002_session_title_metadata", _m002_session_title_metadata),
@@ -150,6 +157,7 @@ MIGRATIONS: list[Migration] = [
     Migration("005_ceilings", _m005_ceilings),
     Migration("006_runs_answers", _m006_runs_answers),
     Migration("007_runs_cancelled", _m007_runs_cancelled),
+    Migration("008_tool_calls_mcp_server", _m008_tool_calls_mcp_server),
 ]
 
 

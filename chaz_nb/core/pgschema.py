@@ -103,6 +103,10 @@ def _m007(cur: Any) -> None:
     create_audit_views(cur)  # runs.status 'cancelled'
 
 
+def _m008(cur: Any) -> None:
+    create_audit_views(cur)  # tool_calls.mcp_server
+
+
 #: the same names as chaz_nb.core.migrations.MIGRATIONS (tests check it)
 PG_MIGRATIONS: list[PgMigration] = [
     PgMigration("001_sessions_entries", _m001),
@@ -112,6 +116,7 @@ PG_MIGRATIONS: list[PgMigration] = [
     PgMigration("005_ceilings", _m005),
     PgMigration("006_runs_answers", _m006),
     PgMigration("007_runs_cancelled", _m007),
+    PgMigration("008_tool_calls_mcp_server", _m008),
 ]
 
 _IGNORED = """
@@ -156,7 +161,7 @@ TOOL_CALLS_VIEW = """
 CREATE OR REPLACE VIEW tool_calls AS
 WITH calls AS (
     SELECT id, session_id, sender AS agent, run_id, tool_call_id, tool_name, payload->'arguments' AS arguments,
-           created_at
+           payload->>'mcp_server' AS mcp_server, created_at
     FROM entries WHERE entry_type = 'ToolCall'
 ),
 results AS (
@@ -172,7 +177,8 @@ SELECT c.session_id, c.agent, c.run_id, c.tool_call_id, c.tool_name AS tool, c.a
        c.created_at AS started_at, r.created_at AS finished_at,
        greatest(r.total_ms - r.wait_ms, 0) AS duration_ms,
        coalesce(r.approval, 'none') AS approval, r.decided_by,
-       c.id AS call_entry_id, r.id AS result_entry_id
+       c.id AS call_entry_id, r.id AS result_entry_id,
+       c.mcp_server  -- the MCP server of the tool; NULL for Python tools
 FROM calls c
 LEFT JOIN results r
   ON r.session_id = c.session_id AND r.run_id IS NOT DISTINCT FROM c.run_id AND r.tool_call_id = c.tool_call_id

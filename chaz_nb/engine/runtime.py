@@ -81,13 +81,15 @@ class ScopedToolExecutor:
         return self.scope.schemas()
 
     async def call(self, call_id: str, name: str, arguments: dict[str, Any]) -> ToolOutcome:
+        limit = self.timeout
         try:
             t = self.scope.get(name)
-            result = await asyncio.wait_for(t.run(arguments, hold_limit=self.timeout), self.timeout)
+            limit = t.timeout if t.timeout is not None else self.timeout  # a tool's own wins
+            result = await asyncio.wait_for(t.run(arguments, hold_limit=limit), limit)
         except ToolError as exc:
             return ToolOutcome(safe_text(exc), is_error=True)
         except asyncio.TimeoutError:
-            return ToolOutcome(f"{name} timed out after {self.timeout:g} s", is_error=True)
+            return ToolOutcome(f"{name} timed out after {limit:g} s", is_error=True)
         except Exception as exc:  # noqa: BLE001 - the tool's own failure is data for the model
             return ToolOutcome(describe_exception(exc), is_error=True)
         # Turning the value into text runs the tool's own __str__/__repr__ (or a default=

@@ -60,6 +60,10 @@ class Tool:
     arg_names: dict[str, str] = field(default_factory=dict)
     #: sync functions run on a worker thread; False is only allowed for async functions
     in_thread: bool = True
+    #: seconds a call may take; None: the server's tool timeout (MCP servers set their own)
+    timeout: float | None = None
+    #: the MCP server this tool comes from (recorded in its ToolCall entries); None for Python tools
+    mcp_server: str | None = None
 
     def __post_init__(self) -> None:
         if self.approval not in APPROVAL_MODES:

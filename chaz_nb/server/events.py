@@ -43,7 +43,7 @@ async def write_events(
             if event is None:
                 done = True
                 continue
-            items.append(event_entry(session_id, sender, run_id, masked(tools, event)))
+            items.append(event_entry(session_id, sender, run_id, masked(tools, event), mcp_server_of(tools, event)))
         if items:
             try:
                 await store.write(items)
@@ -76,11 +76,22 @@ def masked(tools: ToolRegistry, event: Any) -> Any:
     return ToolCallEvent(event.id, event.name, mask_arguments(t, event.arguments))
 
 
-def event_entry(session_id: int, sender: str, run_id: int, event: Any) -> NewEntry:
-    """The entry one runtime event is written as."""
+def mcp_server_of(tools: ToolRegistry, event: Any) -> str | None:
+    """The MCP server a ToolCall event's tool comes from (None for Python tools)."""
+    if not isinstance(event, ToolCallEvent):
+        return None
+    t = tools.get(event.name)
+    return t.mcp_server if t is not None else None
+
+
+def event_entry(session_id: int, sender: str, run_id: int, event: Any, mcp_server: str | None = None) -> NewEntry:
+    """The entry one runtime event is written as (a ToolCall of an MCP tool names its server)."""
     if isinstance(event, ToolCallEvent):
         args = event.arguments
         shown = json.dumps(args, ensure_ascii=False, default=str) if not isinstance(args, str) else args
+        payload: dict[str, Any] = {"run_id": run_id, "arguments": args}
+        if mcp_server is not None:
+            payload["mcp_server"] = mcp_server
         return NewEntry(
             session_id,
             EntryType.TOOL_CALL,
@@ -88,7 +99,7 @@ def event_entry(session_id: int, sender: str, run_id: int, event: Any) -> NewEnt
             f"{event.name}({shown})",
             tool_call_id=event.id,
             tool_name=event.name,
-            payload={"run_id": run_id, "arguments": args},
+            payload=payload,
         )
     assert isinstance(event, ToolResultEvent)
     output = event.output

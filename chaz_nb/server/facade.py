@@ -25,6 +25,7 @@ from .agents import Agent
 from .approvals import DEFAULT_TIMEOUT, ApprovalBook
 from .compaction import Compaction
 from .invocation import Invocation
+from .mcp import McpServer, McpServers
 from .handle import RunHandle
 from .ports import Part, RunContext, ServerPort, SpawnContext
 from .rooms import Rooms
@@ -77,6 +78,7 @@ class Server:
         self.schedules = self.add_part(Schedules(self._engine))
         self.rooms = self.add_part(Rooms(self._engine))
         self.compaction = self.add_part(Compaction(self._engine, self.rooms))
+        self.mcp = self.add_part(McpServers(self._engine))
         self.recovered = self._engine.recover()
         self._unsubscribers = [
             *(store.subscribe(p.on_write) for p in self._engine.parts if type(p).on_write is not Part.on_write),
@@ -277,3 +279,24 @@ class Server:
     async def compact(self, session_id: int, by: str = "system") -> Entry:
         """Summarize the context since the last Summary into a new Summary entry."""
         return await self.compaction.compact(session_id, by=by)
+
+    # ------------------------------------------------------ MCP servers (see mcp.py)
+    def add_mcp_server(self, name: str, command: list[str] | None = None, url: str | None = None,
+                       **options: Any) -> McpServer:
+        """Connect to an MCP server in the background (``command=[...]`` stdio, or ``url=``).
+
+        Options: ``env``, ``risk``, ``approval``, ``tool_approval``, ``timeout``,
+        ``start_timeout``, ``sensitive_params``, ``cwd``. Its tools join as ``NAME__TOOL``
+        when it is ready; ``await server.mcp.wait_settled(NAME)`` waits for that.
+        """
+        return self.mcp.add(name, command, url, **options)
+
+    async def remove_mcp_server(self, name: str) -> None:
+        """Stop an MCP server: its tools leave the registry, its process ends."""
+        task = self.mcp.remove(name)
+        if task is not None:
+            await asyncio.wait([task], timeout=15)
+
+    def mcp_servers(self) -> list[dict[str, Any]]:
+        """Each MCP server's name, state (starting/ready/failed/stopped), reason and tools."""
+        return self.mcp.status()

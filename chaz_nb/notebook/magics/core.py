@@ -21,6 +21,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from .approvals import APPROVE_USAGE, DENY_USAGE, PENDING_USAGE, ApprovalCommands
 from .args import CommandParser, HelpShown, split_words, table, usage_of
 from .turns import check_agent, open_view, parse_session, send_turn, wait_session
+from .mcp import MCP_USAGE, McpCommands
 from .multi import ROOM_USAGE, SCHEDULE_USAGE, MultiAgentCommands
 from .sql import AUDIT_USAGE, SQL_USAGE, SqlCommands
 
@@ -31,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 CELL_USAGE = (
     "usage: %%chaz @NAME [--no-wait] | %%chaz directive @NAME | %%chaz agent NAME (TOML body) "
-    "| %%chaz sql [options] (SQL body)"
+    "| %%chaz sql [options] (SQL body) | %%chaz mcp NAME (TOML body)"
 )
 
 _HELP = """\
@@ -60,6 +61,10 @@ _HELP = """\
                             %chaz @a text then speaks there, and the agents @mentioned take turns
 %chaz room [NAME]           list the rooms / enter room NAME;  %chaz room --leave  leaves the current room
 %chaz compact [SESSION]     summarize the conversation into a Summary: later runs start from it
+%chaz mcp add NAME -- COMMAND ARGS...   start an MCP tool server (or --url URL); its tools are NAME__TOOL
+                            options: --env K=V --risk R --approval MODE --timeout S --start-timeout S --wait
+%chaz mcp list | mcp remove NAME   the MCP servers (state, tools, why one failed) / stop one
+%%chaz mcp NAME             the same options as TOML (command = ["python", "-m", "mcp_server_time"])
 %chaz config [db=PATH] [model=M]   show or change the database / the default agent's model
 await chaz_nb.ask("@NAME text")    the async form; returns the reply entry
 Tools: decorate a function with @chaz_nb.tool and list its name in --tools.
@@ -133,6 +138,7 @@ USAGE = "usage: %chaz " + " | ".join(
         _forms(APPROVE_USAGE),
         _forms(DENY_USAGE),
         _forms(SQL_USAGE),
+        _forms(MCP_USAGE),
         _forms(AUDIT_USAGE),
         _forms(SCHEDULE_USAGE),
         _forms(ROOM_USAGE),
@@ -305,7 +311,7 @@ def describe_agent(agent: Agent, server: Server) -> str:
 
 # ------------------------------------------------------------------ the magics
 @magics_class
-class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
+class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, McpCommands, Magics):
     """``%chaz`` / ``%%chaz``.
 
     Sub-command ``%chaz NAME ...`` is the method ``_cmd_NAME``; the approval, SQL/audit and
@@ -369,6 +375,8 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, Magics):
             return self._agent_cell(rest, cell)
         if head == "sql":
             return self._sql_cell(rest, cell)
+        if head == "mcp":
+            return self._mcp_cell(rest, cell)
         raise UsageError(f"unknown %%chaz form {head!r}; {CELL_USAGE}")
 
     # -- messages

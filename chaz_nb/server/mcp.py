@@ -1,0 +1,334 @@
+"""MCP servers as a server part: connections to Model Context Protocol tool servers.
+
+``McpServers.add`` returns at once: each server's connection lives in its own task on the
+kernel loop (the official ``mcp`` SDK's ``stdio_client`` / ``streamable_http_client`` and
+``ClientSession``), so starting one never blocks the loop or ``%load_ext``. States:
+
+- ``starting``: the process is up (or the URL is being reached), ``initialize`` and
+  ``tools/list`` are under way;
+- ``ready``: its tools are in the registry as ``NAME__TOOL`` (engine/mcp_tools.py), so an
+  agent scoped to ``NAME__*`` gets them from its next run;
+- ``failed``: it exited, refused, or did not settle within ``start_timeout`` (or died
+  later, seen at a call): the reason and the tail of its stderr are kept, its tools leave the
+  registry, and nothing else (the kernel, other servers, runs) is affected;
+- ``stopped``: removed, or the server stopped.
+
+The whole connection (enter, serve, exit) runs inside one task because the SDK's transports
+are anyio task groups, whose cancel scopes must be left in the task that entered them.
+Closing a stdio connection ends the process (the SDK terminates its process group); a kernel
+that dies without closing leaves the server reading EOF on its stdin, which ends it too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from collections.abc import Mapping, Sequence
+
+import anyio
+from mcp import ClientSession, StdioServerParameters, stdio_client, types
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp.types import CONNECTION_CLOSED
+
+from ..engine.mcp_tools import check_server_name, mcp_tool
+from ..engine.tools import APPROVAL_MODES, RISK_LEVELS, ApprovalMode, RiskLevel, Tool
+from ..errors import ServerError, ToolError
+from .ports import Part, ServerPort
+
+log = logging.getLogger(__name__)
+
+State = Literal["starting", "ready", "failed", "stopped"]
+STDERR_TAIL = 800  # characters of a failed server's stderr kept in its reason
+STOP_TIMEOUT = 10.0  # seconds one connection may take to close
+
+
+@dataclass
+class McpServer:
+    """One configured MCP server and its connection state."""
+
+    name: str
+    command: list[str] | None = None
+    url: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    risk: RiskLevel = "medium"
+    approval: ApprovalMode = "unless_auto_approved"
+    #: per-tool approval override, by the server's own tool name
+    tool_approval: dict[str, ApprovalMode] = field(default_factory=dict)
+    #: seconds one call may take
+    timeout: float = 60.0
+    #: seconds to settle (initialize + tools/list) before it counts as failed
+    start_timeout: float = 30.0
+    sensitive_params: tuple[str, ...] = ()
+    cwd: str | None = None
+    state: State = "starting"
+    reason: str | None = None
+    tools: list[str] = field(default_factory=list)
+    session: ClientSession | None = None
+    settled: asyncio.Event = field(default_factory=asyncio.Event)
+    closing: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+    errlog: Any = None
+
+    @property
+    def target(self) -> str:
+        return " ".join(self.command) if self.command else str(self.url)
+
+    def status(self) -> dict[str, Any]:
+        """What ``mcp_servers()`` and ``%chaz mcp list`` show."""
+        return {
+            "name": self.name, "state": self.state, "reason": self.reason, "target": self.target,
+            "tools": list(self.tools), "approval": self.approval, "risk": self.risk, "timeout": self.timeout,
+        }
+
+    def stderr_tail(self) -> str:
+        """The last ``STDERR_TAIL`` characters the server wrote to stderr."""
+        if self.errlog is None:
+            return ""
+        try:
+            fd = self.errlog.fileno()
+            size = os.fstat(fd).st_size
+            data = os.pread(fd, STDERR_TAIL, max(0, size - STDERR_TAIL))
+        except (OSError, ValueError):
+            return ""
+        return data.decode("utf-8", "replace").strip()
+
+
+class McpServers(Part):
+    """The MCP servers of one chaz_nb Server (``server.mcp``)."""
+
+    name = "mcp"
+
+    def __init__(self, port: ServerPort) -> None:
+        self.port = port
+        self._servers: dict[str, McpServer] = {}
+
+    # ------------------------------------------------------------- public
+    def add(
+        self,
+        name: str,
+        command: Sequence[str] | None = None,
+        url: str | None = None,
+        *,
+        env: Mapping[str, str] | None = None,
+        risk: RiskLevel = "medium",
+        approval: ApprovalMode = "unless_auto_approved",
+        tool_approval: Mapping[str, ApprovalMode] | None = None,
+        timeout: float = 60.0,
+        start_timeout: float = 30.0,
+        sensitive_params: Sequence[str] = (),
+        cwd: str | None = None,
+    ) -> McpServer:
+        """Start connecting to a server in the background; its tools join when it is ready.
+
+        A server of the same name is replaced (the old connection is closed first).
+        """
+        try:
+            check_server_name(name)
+        except ValueError as exc:
+            raise ServerError(str(exc)) from None
+        if (command is None) == (url is None):
+            raise ServerError(f"MCP server {name}: give either command=[...] or url=..., not both or neither")
+        if command is not None and (isinstance(command, str) or not command):
+            raise ServerError(
+                f"MCP server {name}: command is a list of words, e.g. ['python', '-m', 'mcp_server_time']"
+            )
+        for mode in [approval, *(tool_approval or {}).values()]:
+            if mode not in APPROVAL_MODES:
+                raise ServerError(
+                    f"MCP server {name}: approval must be one of {', '.join(APPROVAL_MODES)}, not {mode!r}"
+                )
+        if risk not in RISK_LEVELS:
+            raise ServerError(f"MCP server {name}: risk must be one of {', '.join(RISK_LEVELS)}, not {risk!r}")
+        for what, seconds in (("timeout", timeout), ("start_timeout", start_timeout)):
+            if not seconds > 0:
+                raise ServerError(f"MCP server {name}: {what} must be a positive number of seconds, not {seconds!r}")
+        if self.port.stopped:
+            raise ServerError("the server is stopped; MCP servers cannot be added to it")
+        loop = self.port.loop()
+        previous = self._servers.get(name)
+        conn = McpServer(
+            name, command=list(command) if command is not None else None, url=url, env=dict(env or {}),
+            risk=risk, approval=approval, tool_approval=dict(tool_approval or {}), timeout=float(timeout),
+            start_timeout=float(start_timeout), sensitive_params=tuple(sensitive_params), cwd=cwd,
+        )
+        self._servers[name] = conn
+        old_task = self._close(previous) if previous is not None else None
+        conn.task = loop.create_task(self._serve(conn, old_task), name=f"chaz-mcp-{name}")
+        return conn
+
+    def remove(self, name: str) -> asyncio.Task[None] | None:
+        """Stop a server: its tools leave the registry now; the task ends once it is closed."""
+        conn = self._servers.pop(name, None)
+        if conn is None:
+            known = ", ".join(sorted(self._servers)) or "none"
+            raise ServerError(f"no MCP server named {name!r} (servers: {known})")
+        return self._close(conn)
+
+    def get(self, name: str) -> McpServer:
+        try:
+            return self._servers[name]
+        except KeyError:
+            known = ", ".join(sorted(self._servers)) or "none"
+            raise ServerError(f"no MCP server named {name!r} (servers: {known})") from None
+
+    def status(self) -> list[dict[str, Any]]:
+        """Every server's status, by name."""
+        return [self._servers[n].status() for n in sorted(self._servers)]
+
+    async def wait_settled(self, name: str, timeout: float | None = None) -> McpServer:
+        """Wait until the server is ready or failed (tests, notebooks); return it."""
+        conn = self.get(name)
+        await asyncio.wait_for(conn.settled.wait(), timeout)
+        return conn
+
+    async def stop(self) -> None:
+        """The chaz server stops: close every connection (ends every server process)."""
+        tasks = [t for t in (self._close(c) for c in self._servers.values()) if t is not None]
+        self._servers.clear()
+        if tasks:
+            await asyncio.wait(tasks, timeout=STOP_TIMEOUT + 1)
+
+    # ----------------------------------------------------------- internal
+    def _close(self, conn: McpServer) -> asyncio.Task[None] | None:
+        self._unregister(conn)
+        if conn.state in ("starting", "ready"):
+            conn.state = "stopped"
+            conn.reason = "removed"
+        conn.settled.set()
+        conn.closing.set()
+        return conn.task
+
+    def _unregister(self, conn: McpServer) -> None:
+        for tool_name in conn.tools:
+            registered = self.port.tools.get(tool_name)
+            if registered is not None and registered.mcp_server == conn.name:
+                self.port.tools.unregister(tool_name)
+
+    def _fail(self, conn: McpServer, reason: str) -> None:
+        """Record the failure and take the tools away (``settled`` is set once the process is closed)."""
+        if conn.state == "stopped":
+            return
+        tail = conn.stderr_tail()
+        conn.state = "failed"
+        conn.reason = f"{reason}; stderr: {tail}" if tail else reason
+        self._unregister(conn)
+        conn.tools = []
+        conn.session = None
+        log.warning("MCP server %s failed: %s", conn.name, conn.reason)
+
+    async def _serve(self, conn: McpServer, previous: asyncio.Task[None] | None) -> None:
+        if previous is not None:
+            await asyncio.wait([previous], timeout=STOP_TIMEOUT)
+        # the child's stderr goes to a file we read the tail of (closed in the finally below)
+        conn.errlog = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the connection
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                # Entering the transport is only the spawn (or the HTTP client); the timeout
+                # covers the handshake, and must not wrap the transport's own task group.
+                session = await self._connect(conn, stack)
+                try:
+                    with anyio.fail_after(conn.start_timeout):
+                        await session.initialize()
+                        listed = await self._list_tools(session)
+                except TimeoutError:
+                    self._fail(conn, f"did not start within {conn.start_timeout:g} s (start_timeout)")
+                    return
+                except MCPError as exc:
+                    if exc.code != CONNECTION_CLOSED:
+                        raise
+                    self._fail(conn, "exited (or closed its output) while starting")
+                    return
+                if any(spec.output_schema for spec in listed):
+                    # The SDK imports jsonschema at the first result it validates: seconds of
+                    # a held kernel loop on a cold start. Import it on a thread beforehand.
+                    await asyncio.to_thread(_import_validators)
+                if conn.closing.is_set():
+                    return
+                conn.session = session
+                self._register_tools(conn, listed)
+                conn.state = "ready"
+                conn.settled.set()
+                await conn.closing.wait()
+        except Exception as exc:  # noqa: BLE001 - any failure of the server is its state, never the kernel's
+            if not conn.closing.is_set():
+                self._fail(conn, _describe(exc))
+        finally:
+            conn.session = None
+            conn.settled.set()
+            conn.errlog.close()
+
+    async def _connect(self, conn: McpServer, stack: contextlib.AsyncExitStack) -> ClientSession:
+        if conn.command is not None:
+            params = StdioServerParameters(
+                command=conn.command[0], args=conn.command[1:], env=conn.env or None, cwd=conn.cwd
+            )
+            read, write = await stack.enter_async_context(stdio_client(params, errlog=conn.errlog))
+        else:
+            assert conn.url is not None
+            read, write = await stack.enter_async_context(streamable_http_client(conn.url))
+        return await stack.enter_async_context(ClientSession(read, write))
+
+    @staticmethod
+    async def _list_tools(session: ClientSession) -> list[types.Tool]:
+        listed: list[types.Tool] = []
+        cursor: str | None = None
+        while True:
+            page = await session.list_tools(
+                params=types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            )
+            listed.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                return listed
+
+    def _register_tools(self, conn: McpServer, listed: list[types.Tool]) -> None:
+        async def call(tool_name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+            return await self._call(conn, tool_name, arguments)
+
+        made: list[Tool] = [
+            mcp_tool(
+                conn.name, spec, call, approval=conn.tool_approval.get(spec.name, conn.approval),
+                risk=conn.risk, timeout=conn.timeout, sensitive_params=conn.sensitive_params,
+            )
+            for spec in listed
+        ]
+        for t in made:
+            existing = self.port.tools.get(t.name)
+            if existing is not None and existing.mcp_server != conn.name:
+                log.warning("MCP server %s: tool %s hides a tool of the same name", conn.name, t.name)
+            self.port.tools.register(t)
+        conn.tools = [t.name for t in made]
+
+    async def _call(self, conn: McpServer, tool_name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        session = conn.session
+        if session is None or conn.state != "ready":
+            raise ToolError(f"MCP server {conn.name} is {conn.state}" + (f": {conn.reason}" if conn.reason else ""))
+        try:
+            return await session.call_tool(tool_name, arguments, read_timeout_seconds=conn.timeout)
+        except MCPError as exc:
+            if exc.code != CONNECTION_CLOSED:  # the server answered with a JSON-RPC error
+                raise ToolError(f"{conn.name} {tool_name}: {exc.message}") from None
+            # A closed connection means the server died: it is failed for every later call too.
+            self._fail(conn, f"connection lost during {tool_name}")
+            raise ToolError(f"MCP server {conn.name} failed during {tool_name}: {conn.reason}") from None
+
+
+def _import_validators() -> None:
+    """What the SDK imports lazily to check a tool's structured output (see ``_serve``)."""
+    import jsonschema.exceptions  # noqa: F401
+    import referencing.exceptions  # noqa: F401
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for an exception, the leaves of an exception group included."""
+    inner = getattr(exc, "exceptions", None)  # an exception group (3.11+; anyio's on 3.10)
+    if isinstance(inner, (list, tuple)) and inner:
+        return "; ".join(_describe(e) for e in inner)
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__

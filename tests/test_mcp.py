@@ -1,0 +1,254 @@
+"""MCP tool servers as a server part (chaz_nb/server/mcp.py), with real servers over stdio.
+
+The reference servers ``mcp-server-time`` and ``mcp-server-git`` (from the package registry)
+and the small scripts in tests/fakes/ (one that exits at start, one that never answers, one
+whose tools fail in each way a server can).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from chaz_nb.core.entries import EntryType as T
+from chaz_nb.core.store import SessionStore
+from chaz_nb.errors import ServerError
+from chaz_nb.server import Server
+from chaz_nb.server.agents import Agent
+
+from waiting import until
+
+FAKES = Path(__file__).parent / "fakes"
+TIME = [sys.executable, "-m", "mcp_server_time", "--local-timezone", "UTC"]
+
+
+def fake(name: str) -> list[str]:
+    return [sys.executable, str(FAKES / f"{name}.py")]
+
+
+@pytest.fixture
+def repo(tmp_path):
+    """A git repository with one commit and one untracked file."""
+    path = tmp_path / "repo"
+    path.mkdir()
+    git = ["git", "-C", str(path), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (path / "README").write_text("hello\n")
+    subprocess.run([*git, "add", "README"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "first commit"], check=True)
+    (path / "new.txt").write_text("untracked\n")
+    return path
+
+
+@pytest.fixture
+async def server(store):
+    s = Server(store)
+    yield s
+    await s.stop()
+
+
+def children_running(script: str) -> list[psutil.Process]:
+    """This process's live descendants whose command line mentions ``script``."""
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE and any(script in part for part in child.cmdline()):
+                found.append(child)
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+async def ready(server: Server, name: str):
+    conn = await server.mcp.wait_settled(name, timeout=60)
+    assert conn.state == "ready", conn.reason
+    return conn
+
+
+def scripted(name: str, script: list, **kw) -> Agent:
+    return Agent(name, model="chaz/script", script=script, **kw)
+
+
+async def parked(server: Server):
+    await until(lambda: server.pending_approvals(), server.store.subscribe, what="a pending approval")
+    return server.pending_approvals()
+
+
+async def test_adding_returns_at_once_and_the_tools_join_named_server__tool(server):
+    conn = server.add_mcp_server("time", command=TIME)
+    assert conn.state == "starting" and "time__get_current_time" not in server.tools
+    await ready(server, "time")
+    assert {"time__get_current_time", "time__convert_time"} <= set(server.tools.names())
+    t = server.tools.get("time__get_current_time")
+    assert "timezone" in t.parameters["properties"]  # the server's own input schema
+    assert (t.approval, t.risk, t.mcp_server) == ("unless_auto_approved", "medium", "time")
+    [status] = server.mcp_servers()
+    assert status["state"] == "ready" and "time__convert_time" in status["tools"]
+
+
+async def test_scoped_agent_calls_time_and_an_approved_git_tool(server, repo):
+    server.add_mcp_server("time", command=TIME)
+    server.add_mcp_server("git", command=[sys.executable, "-m", "mcp_server_git", "--repository", str(repo)])
+    await ready(server, "time")
+    await ready(server, "git")
+    server.define_agent(scripted(
+        "ops",
+        [{"tool": "time__get_current_time", "args": {"timezone": "UTC"}},
+         {"tool": "git__git_status", "args": {"repo_path": str(repo)}},
+         "status: {result}"],
+        tools=["time__*", "git__git_status"], auto_approve=["time__*"],
+    ))
+    assert server.agent("ops").tools == ["time__*", "git__git_status"]
+    handle = await server.send(server.current_session("ops"), "what's up?")
+    [request] = await parked(server)  # the time tool was auto-approved, the git one is not
+    assert request["tool_name"] == "git__git_status"
+    ok, _ = server.decide(request["request_id"], "approve")
+    assert ok
+    reply = await handle.wait()
+    assert "new.txt" in reply.content  # the untracked file, as the real server reports it
+    rows = server.store.execute(
+        "SELECT tool, mcp_server, is_error, approval FROM tool_calls ORDER BY started_at"
+    )
+    assert [r[:3] for r in rows] == [("time__get_current_time", "time", False), ("git__git_status", "git", False)]
+    assert rows[1][3] == "approved"
+
+
+async def test_python_tools_have_no_mcp_server_in_the_audit(store):
+    from chaz_nb.engine.tools import tool
+
+    @tool
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    server = Server(store, [scripted("calc", [{"tool": "add", "args": {"a": 1, "b": 2}}, "{result}"])], [add])
+    reply = await (await server.send(server.current_session("calc"), "go")).wait()
+    assert reply.content == "3"
+    assert store.execute("SELECT tool, mcp_server FROM tool_calls") == [("add", None)]
+    await server.stop()
+
+
+async def test_a_denied_call_never_reaches_the_server(server, tmp_path):
+    calls = tmp_path / "calls.txt"
+    server.add_mcp_server("flaky", command=fake("mcp_flaky"), env={"FLAKY_CALLS": str(calls)})
+    await ready(server, "flaky")
+    server.define_agent(scripted("a", [{"tool": "flaky__echo", "args": {"text": "hi"}}, "got: {result}"]))
+    handle = await server.send(server.current_session("a"), "go")
+    [request] = await parked(server)
+    server.decide(request["request_id"], "deny", reason="not today")
+    reply = await handle.wait()
+    assert "not today" in reply.content
+    assert not calls.exists()  # the server never saw the call
+    # out of scope is refused before the server too
+    out_of_scope = [{"tool": "flaky__echo", "args": {"text": "x"}}, "{result}"]
+    server.define_agent(scripted("b", out_of_scope, tools=["flaky__fail"]))
+    reply = await (await server.send(server.current_session("b"), "go")).wait()
+    assert "unknown tool 'flaky__echo'" in reply.content
+    assert not calls.exists()
+
+
+async def test_error_results_and_binary_content_reach_the_model_as_text(server):
+    server.add_mcp_server("flaky", command=fake("mcp_flaky"), approval="never")
+    await ready(server, "flaky")
+    server.define_agent(scripted("a", [
+        {"tool": "flaky__fail", "args": {"why": "the disk is full"}},
+        {"tool": "flaky__picture", "args": {}},
+        "{result}",
+    ]))
+    session = server.current_session("a")
+    reply = await (await server.send(session, "go")).wait()
+    assert "[image image/png, 4 bytes]" in reply.content and "a note" in reply.content
+    results = [e for e in server.store.entries(session) if e.entry_type is T.TOOL_RESULT]
+    assert results[0].payload["is_error"] and "the disk is full" in results[0].payload["output"]
+    assert not results[1].payload["is_error"]
+
+
+async def test_sensitive_parameters_are_masked_in_the_log_but_sent_to_the_server(server):
+    server.add_mcp_server("flaky", command=fake("mcp_flaky"), approval="never", sensitive_params=["text"])
+    await ready(server, "flaky")
+    server.define_agent(scripted("a", [{"tool": "flaky__echo", "args": {"text": "s3cret"}}, "ok"]))
+    session = server.current_session("a")
+    await (await server.send(session, "go")).wait()
+    [call] = [e for e in server.store.entries(session) if e.entry_type is T.TOOL_CALL]
+    assert "s3cret" not in call.content and call.payload["arguments"]["text"] != "s3cret"
+    assert call.payload["mcp_server"] == "flaky"
+
+
+async def test_a_server_that_exits_at_start_is_failed_with_its_stderr(server):
+    server.add_mcp_server("broken", command=fake("mcp_exit_at_start"))
+    conn = await server.mcp.wait_settled("broken", timeout=60)
+    assert conn.state == "failed"
+    assert "exited" in conn.reason and "cannot open the widget database" in conn.reason
+    assert not [n for n in server.tools.names() if n.startswith("broken__")]
+    await assert_session_goes_on(server)
+
+
+async def test_a_server_that_hangs_at_start_fails_at_its_start_timeout(server):
+    server.add_mcp_server("slow", command=fake("mcp_hang_at_start"), start_timeout=1)
+    conn = await server.mcp.wait_settled("slow", timeout=60)
+    assert conn.state == "failed" and "did not start within 1 s" in conn.reason
+    assert "starting up, slowly" in conn.reason  # its stderr tail
+    assert not children_running("mcp_hang_at_start")  # closed when it failed, not left hanging
+    await assert_session_goes_on(server)
+
+
+async def test_a_server_that_dies_mid_call_is_a_tool_error_then_failed(server):
+    server.add_mcp_server("flaky", command=fake("mcp_flaky"), approval="never")
+    await ready(server, "flaky")
+    server.define_agent(scripted("a", [{"tool": "flaky__die", "args": {}}, "after: {result}"]))
+    session = server.current_session("a")
+    reply = await (await server.send(session, "go")).wait()
+    assert "MCP server flaky failed during die" in reply.content
+    [result] = [e for e in server.store.entries(session) if e.entry_type is T.TOOL_RESULT]
+    assert result.payload["is_error"]
+    [status] = server.mcp_servers()
+    assert status["state"] == "failed" and "dying on purpose" in status["reason"]
+    assert "flaky__echo" not in server.tools
+    await assert_session_goes_on(server)
+
+
+async def assert_session_goes_on(server: Server) -> None:
+    """An ordinary run still works on the same server (after a failure)."""
+    server.define_agent(scripted("after", ["still here"]))
+    reply = await (await server.send(server.current_session("after"), "hi")).wait()
+    assert reply.content == "still here"
+
+
+async def test_remove_and_stop_end_the_server_processes(store):
+    server = Server(store)
+    server.add_mcp_server("time", command=TIME)
+    server.add_mcp_server("flaky", command=fake("mcp_flaky"))
+    await ready(server, "time")
+    await ready(server, "flaky")
+    assert children_running("mcp_server_time") and children_running("mcp_flaky")
+    await server.remove_mcp_server("time")
+    assert "time__get_current_time" not in server.tools
+    assert not children_running("mcp_server_time")
+    assert [s["name"] for s in server.mcp_servers()] == ["flaky"]
+    await server.stop()
+    assert not children_running("mcp_flaky")
+    assert server.mcp_servers() == []
+
+
+async def test_bad_configuration_is_one_clear_error(server):
+    with pytest.raises(ServerError, match="either command"):
+        server.add_mcp_server("x")
+    with pytest.raises(ServerError, match="NAME__TOOL"):
+        server.add_mcp_server("a__b", command=TIME)
+    with pytest.raises(ServerError, match="approval must be one of"):
+        server.add_mcp_server("t", command=TIME, approval="sometimes")
+    with pytest.raises(ServerError, match="list of words"):
+        server.add_mcp_server("t", command="python -m mcp_server_time")
+    with pytest.raises(ServerError, match="no MCP server named 'nope'"):
+        server.mcp.remove("nope")
+    assert server.mcp_servers() == []
+
+
+def test_migration_adds_the_mcp_server_column(tmp_path):
+    store = SessionStore(str(tmp_path / "s.duckdb"))
+    columns = [r[0] for r in store.execute("DESCRIBE tool_calls")]
+    store.close()
+    assert "mcp_server" in columns
