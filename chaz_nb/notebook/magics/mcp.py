@@ -9,21 +9,19 @@ is ready, or why it failed. ``--wait`` waits for it to settle (notebooks run top
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from IPython.core.error import UsageError
 
 from ...engine.tools import APPROVAL_MODES, RISK_LEVELS
 from ...errors import ServerError
 from .args import CommandParser, split_words, table, usage_of
+from .host import MagicsHost
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..controller import ExtensionState
 
 MCP_KEYS = ("command", "url", "env", "risk", "approval", "tool_approval", "timeout", "start_timeout",
             "sensitive_params", "cwd")
@@ -56,10 +54,9 @@ def _env(items: list[str]) -> dict[str, str]:
     return env
 
 
-class McpCommands:
+class McpCommands(MagicsHost):
     """The ``%chaz mcp`` sub-commands (a mixin of ChazMagics)."""
 
-    state: ExtensionState  # the host (ChazMagics) provides it
 
     def _cmd_mcp(self, rest: str) -> None:
         head, _, tail = rest.strip().partition(" ")
