@@ -24,6 +24,7 @@ from .turns import check_agent, open_view, parse_session, send_turn, wait_sessio
 from .mcp import MCP_USAGE, McpCommands
 from .multi import ROOM_USAGE, SCHEDULE_USAGE, MultiAgentCommands
 from .sql import AUDIT_USAGE, SQL_USAGE, SqlCommands
+from .stop import STOP_USAGE, StopCommands
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...server.agents import Agent
@@ -48,6 +49,7 @@ _HELP = """\
 %chaz log [SESSION]         a session's transcript (SESSION: an id or @NAME; default: the last one)
 %chaz new @NAME             start a fresh session with NAME
 %chaz wait [SESSION]        wait for a session's run to finish
+%chaz stop [SESSION|all]    stop a run (and its spawned children): tools cancelled, approvals closed, Ack cancelled
 %chaz pending               tool calls waiting for your approval
 %chaz approve ID|last|all   approve (--all-calls: every call to that tool in the session)
 %chaz deny ID|last [--reason TEXT...]   deny; the agent is told, with the reason (the rest of the line)
@@ -134,6 +136,7 @@ USAGE = "usage: %chaz " + " | ".join(
         "log [SESSION]",
         "new @NAME",
         "wait [SESSION]",
+        _forms(STOP_USAGE),
         _forms(PENDING_USAGE),
         _forms(APPROVE_USAGE),
         _forms(DENY_USAGE),
@@ -311,7 +314,7 @@ def describe_agent(agent: Agent, server: Server) -> str:
 
 # ------------------------------------------------------------------ the magics
 @magics_class
-class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, McpCommands, Magics):
+class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, McpCommands, StopCommands, Magics):
     """``%chaz`` / ``%%chaz``.
 
     Sub-command ``%chaz NAME ...`` is the method ``_cmd_NAME``; the approval, SQL/audit and
