@@ -6,6 +6,11 @@
 
 Targets (issue 2): append + callback p50 < 1 ms; server overhead < 5 % of the bare loop.
 Run: python bench/bench_core.py [--entries 10000] [--runs 30]
+
+``--http`` (issue 14): a one-step turn and an 8-step run through the Server against a bare
+``litellm.acompletion`` loop, both over HTTP to the same local OpenAI-compatible fake
+(tests/fakes/openai_server.py) answering after ``--latency`` seconds (20 ms). Runs are
+interleaved; medians over ``--runs``. Targets: < 5 % (one step), < 2 % (8 steps).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import os
 import platform
 import statistics
 import tempfile
+import sys
 import time
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -121,12 +127,88 @@ async def bench_overhead(runs: int) -> None:
             store.close()
 
 
+async def bare_http(litellm, fake, steps: int, options: dict) -> float:
+    """``steps`` tool-calling model calls and the final answer, litellm alone, over HTTP."""
+    tools = [add.schema]
+    messages: list[dict] = [{"role": "user", "content": "go"}]
+    t0 = time.perf_counter()
+    while True:
+        resp = await litellm.acompletion(model="openai/bench", messages=messages, tools=tools, **options)
+        msg = resp.choices[0].message
+        if not msg.tool_calls:
+            break
+        messages.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
+            for c in msg.tool_calls]})
+        for c in msg.tool_calls:
+            out = await add.fn(**json.loads(c.function.arguments))
+            messages.append({"role": "tool", "tool_call_id": c.id, "content": json.dumps(out)})
+    return time.perf_counter() - t0
+
+
+def http_script(fake, steps: int, latency: float) -> None:
+    from fakes.openai_server import Call, Reply
+
+    fake.script(*[Reply(tool_calls=[Call("add", {"a": i, "b": 1})], delay=latency) for i in range(steps)],
+                Reply("done", delay=latency))
+
+
+async def bench_http(runs: int, latency: float) -> None:
+    """Server vs bare litellm over HTTP (issue 14): medians of interleaved runs."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    from fakes.openai_server import FakeModelServer
+
+    litellm = litellm_module()
+    with FakeModelServer() as fake, tempfile.TemporaryDirectory() as tmp:
+        options = {"api_base": fake.openai_base, "api_key": "sk-bench"}
+        store = SessionStore(os.path.join(tmp, "http.duckdb"))
+        server = Server(store, [Agent("bench", model="openai/bench", tools=["add"], max_iterations=STEPS + 2,
+                                      api_base=fake.openai_base, model_options={"api_key": "sk-bench"})],
+                        ToolRegistry([add]))
+        for steps, target in ((0, 5.0), (STEPS, 2.0)):
+            http_script(fake, steps, latency)
+            await bare_http(litellm, fake, steps, options)  # warm-up: connections, caches
+            http_script(fake, steps, latency)
+            await server_http(server)
+            bare, served = [], []
+            for i in range(runs):
+                # interleaved, alternating which goes first, so machine noise hits both alike
+                for first in ((0, 1) if i % 2 else (1, 0)):
+                    http_script(fake, steps, latency)
+                    if first:
+                        bare.append(await bare_http(litellm, fake, steps, options))
+                    else:
+                        served.append(await server_http(server))
+            b, s = statistics.median(bare) * 1000, statistics.median(served) * 1000
+            overhead = (s - b) / b * 100
+            label = "one-step turn" if steps == 0 else f"{steps + 1}-call run ({steps} tool steps)"
+            print(f"HTTP, {latency * 1000:.0f} ms latency, {label}: bare litellm {b:.1f} ms, "
+                  f"through the server {s:.1f} ms, overhead {s - b:+.1f} ms = {overhead:+.1f} % "
+                  f"(target < {target:.0f} %: {'met' if overhead < target else 'NOT met'})")
+            assert not fake.unscripted and not fake.pending(), "the fake was asked more or less than scripted"
+        store.close()
+
+
+async def server_http(server: Server) -> float:
+    session = server.new_session("bench")
+    t0 = time.perf_counter()
+    reply = await (await server.send(session, "go")).wait()
+    elapsed = time.perf_counter() - t0
+    assert reply is not None and reply.content == "done", reply
+    return elapsed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--entries", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--http", action="store_true", help="only the local-HTTP overhead benchmark")
+    parser.add_argument("--latency", type=float, default=0.02, help="seconds the HTTP fake waits (--http)")
     args = parser.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    if args.http:
+        asyncio.run(bench_http(args.runs, args.latency))
+        return
     bench_append(args.entries)
     asyncio.run(bench_overhead(args.runs))
 

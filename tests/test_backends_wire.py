@@ -98,6 +98,28 @@ async def test_plain_reply_comes_over_the_openai_wire(make, store, model_server)
     assert not model_server.unscripted
 
 
+async def test_price_lookup_of_an_unpriced_model_happens_once(make, store, model_server, monkeypatch):
+    from chaz_nb.engine import backends
+
+    litellm = backends.litellm_module()
+    lookups: list[str] = []
+    real = litellm.completion_cost
+
+    def counting(*args, **kwargs):
+        lookups.append(kwargs.get("model"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(litellm, "completion_cost", counting)
+    model = "openai/unpriced-once"
+    model_server.script(Reply("one"), Reply("two"), Reply("three"))
+    server = make(wire_agent("w", model_server.openai_base, model=model))
+    s = server.current_session("w")
+    for text in ("a", "b", "c"):
+        reply = await (await server.send(s, text)).wait()
+        assert reply.payload["cost_usd"] is None
+    assert lookups == [model]  # decided on the first reply, never asked again
+
+
 async def test_planted_key_reaches_the_server_but_no_entry(make, store, model_server):
     model_server.script(Reply(f"you sent {KEY}"), ServerError(500, f"bad header Authorization: Bearer {KEY}"))
     server = make(wire_agent("w", model_server.openai_base, max_retries=0))

@@ -373,11 +373,24 @@ def _reply_from_response(litellm: Any, model: str, response: Any) -> ModelReply:
     return ModelReply(content=message.content or "", tool_calls=calls, usage=usage)
 
 
+#: models litellm's price map does not know: decided once per model, no more lookups
+_UNPRICED: set[str] = set()
+
+
 def _cost(litellm: Any, model: str, response: Any) -> float | None:
+    """The call's price, or None (NULL, not a guess) for a model litellm cannot price.
+
+    ``completion_cost`` of an unmapped model costs ~1-2 ms a call (it searches the price map
+    several ways, then raises); that answer does not change within a process, so it is kept.
+    """
+    if model in _UNPRICED:
+        return None
     try:
         return float(litellm.completion_cost(completion_response=response, model=model))
-    except Exception:  # noqa: BLE001 - litellm raises a bare Exception for an unpriced model
-        # Models missing from litellm's price map: NULL cost, not a guess.
+    except Exception as exc:  # noqa: BLE001 - litellm raises a bare Exception for an unpriced model
+        # Models missing from litellm's price map: NULL cost, not a guess, and not asked again.
+        if type(exc).__name__ == "ModelNotMappedError" or "not mapped" in str(exc).lower():
+            _UNPRICED.add(model)
         return None
 
 

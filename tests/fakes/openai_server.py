@@ -317,6 +317,9 @@ def ollama_lines(reply: Reply, model: str) -> list[dict[str, Any]]:
 def _handler_for(server: FakeModelServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive and chunked bodies, as real providers use
+        # Headers and body go out in separate writes: with Nagle on, the client's delayed ACK
+        # holds the body back ~40 ms per request, which would drown any measurement.
+        disable_nagle_algorithm = True
 
         def log_message(self, *args: Any) -> None:  # quiet in test output
             pass
