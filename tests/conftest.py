@@ -73,3 +73,31 @@ def backend_store(request):
     s = SessionStore(":memory:") if request.param == "duckdb" else SessionStore.open(request.getfixturevalue("pg_url"))
     yield s
     s.close()
+
+
+PARK_TOOL = """
+import chaz_nb
+
+@chaz_nb.tool(approval="always")
+def wipe(path: str) -> str:
+    '''Delete a file.'''
+    return f"wiped {path}"
+"""
+
+
+@pytest.fixture
+def parked(chaz, capsys):
+    """A janitor run parked on its wipe call (in IPython's test shell); the session id."""
+    from ipython_harness import ip
+
+    ip.run_cell(PARK_TOOL).raise_error()
+    ip.run_line_magic(
+        "chaz",
+        "agent janitor --model chaz/script --tools wipe --script "
+        "'[{\"tool\": \"wipe\", \"args\": {\"path\": \"/tmp/x\"}}, \"done: {result}\"]'",
+    )
+    ip.run_line_magic("chaz", "@janitor clean up")  # returns when the run parks
+    sid = chaz.current_session("janitor")
+    assert chaz.session_status(sid) == "parked"
+    capsys.readouterr()
+    return sid

@@ -8,31 +8,6 @@ from chaz_nb.core.entries import EntryType
 
 from ipython_harness import ip, one_line_error
 
-PARK_TOOL = """
-import chaz_nb
-
-@chaz_nb.tool(approval="always")
-def wipe(path: str) -> str:
-    '''Delete a file.'''
-    return f"wiped {path}"
-"""
-
-
-@pytest.fixture
-def parked(chaz, capsys):
-    """A janitor run parked on its wipe call; the session id."""
-    ip.run_cell(PARK_TOOL).raise_error()
-    ip.run_line_magic(
-        "chaz",
-        "agent janitor --model chaz/script --tools wipe --script "
-        "'[{\"tool\": \"wipe\", \"args\": {\"path\": \"/tmp/x\"}}, \"done: {result}\"]'",
-    )
-    ip.run_line_magic("chaz", "@janitor clean up")  # returns when the run parks
-    sid = chaz.current_session("janitor")
-    assert chaz.session_status(sid) == "parked"
-    capsys.readouterr()
-    return sid
-
 
 def test_stop_ends_a_parked_run_with_a_cancelled_ack_and_closes_its_request(chaz, parked, capsys):
     ip.run_line_magic("chaz", "stop")
