@@ -299,3 +299,35 @@ def test_reading_a_file_is_refused_in_one_line(filled, tmp_path):
     refused = r"^%chaz sql is read-only: file access is refused \(it queries the session store"
     with pytest.raises(SQLRefused, match=refused):
         run_query(f"SELECT * FROM read_csv('{tmp_path / 'x.csv'}')", filled)
+
+
+@pytest.mark.parametrize("query", [
+    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid()",
+    "SELECT pg_catalog.pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity",
+    "SELECT pg_read_file('PG_VERSION')",
+    "SELECT pg_advisory_lock(1), pg_sleep(0)",
+    "SELECT query_to_xml('SELECT pg_terminate_backend(pid) FROM pg_stat_activity', true, true, '')",
+    "SELECT rolname, rolpassword FROM pg_authid",
+    "SELECT set_config('default_transaction_read_only', 'off', false)",
+    "EXPLAIN SELECT pg_sleep(10)",
+])
+def test_chaz_sql_on_postgres_refuses_server_functions_and_catalogs(pg_url, query):
+    """READ ONLY does not stop these: one ends another kernel's lease connection (its sessions
+    would be taken over while it runs them), others read the server's files and roles."""
+    with SessionStore.open(pg_url) as serving, SessionStore.open(pg_url) as querying:
+        sid = serving.create_session("alice")
+        assert serving.claim(sid)
+        with pytest.raises(SQLRefused, match="read-only: .* refused"):
+            run_query(query, querying)
+        assert querying.held_elsewhere(sid), "the serving kernel lost its lease"
+
+
+def test_chaz_sql_on_postgres_still_reads_the_store_with_ordinary_sql(pg_url):
+    with SessionStore.open(pg_url) as store:
+        sid = store.create_session("alice")
+        store.append(sid, EntryType.MESSAGE, "user", '{"a": 1}')
+        result = run_query("SELECT pg_typeof(seq)::text, content::jsonb ->> 'a', now() > now() - interval '1 day' "
+                           "FROM entries", store)
+        assert result.rows == [("bigint", "1", True)]
+        columns = run_query("SELECT count(*) FROM information_schema.columns WHERE table_name = 'runs'", store)
+        assert columns.rows[0][0] > 0

@@ -26,6 +26,11 @@ What the database layer alone would still allow (the parser refuses all of it): 
 catalog no query can write), ``VACUUM``/``ANALYZE`` (statistics) and per-cursor state
 (``SET VARIABLE``, temporary objects) that is gone with the query's cursor.
 
+On a PostgreSQL store the database layer is a ``READ ONLY`` transaction (as ``CHAZ_DB_READER``'s
+role when set), which still runs server functions that act on other connections
+(``pg_terminate_backend``) or read the server's files; ``check_postgres_query`` refuses those
+and the system catalogs, and fails closed on a statement it cannot parse.
+
 ``--db PATH`` opens another notebook's store read-only (DuckDB refuses it while a kernel holds
 the file: we say so).
 """
@@ -229,6 +234,71 @@ def check_read_only(query: str) -> None:
         _check_statement(_statement_kind(st), st.query)
 
 
+#: PostgreSQL functions a READ ONLY transaction still runs although they act on the server:
+#: ``pg_terminate_backend`` ends another kernel's lease connection (its sessions would be taken
+#: over while it runs them), ``pg_advisory_lock`` + ``pg_sleep`` stall every writer,
+#: ``pg_read_file`` reads the server's files, ``query_to_xml`` runs SQL the check never saw.
+#: Every ``pg_``/``lo_``/``dblink`` function is refused but for these harmless ones:
+PG_ALLOWED_FUNCTIONS = {"pg_typeof", "pg_size_pretty", "pg_column_size"}
+PG_REFUSED_FUNCTIONS = {"set_config", "nextval", "setval", "currval", "txid_current",
+                        "query_to_xml", "query_to_xmlschema", "query_to_xml_and_xmlschema",
+                        "cursor_to_xml", "cursor_to_xmlschema", "table_to_xml", "table_to_xmlschema",
+                        "table_to_xml_and_xmlschema", "schema_to_xml", "schema_to_xmlschema",
+                        "schema_to_xml_and_xmlschema", "database_to_xml", "database_to_xmlschema",
+                        "database_to_xml_and_xmlschema"}
+
+
+def _pg_refused_function(name: str) -> bool:
+    name = name.lower()
+    if name in PG_ALLOWED_FUNCTIONS:
+        return False
+    return name in PG_REFUSED_FUNCTIONS or name.startswith(("pg_", "lo_", "dblink"))
+
+
+def _pg_parts(tree: Any) -> tuple[set[str], set[str]]:
+    """(server functions, system catalogs) that a PostgreSQL statement's parse tree names."""
+    functions: set[str] = set()
+    catalogs: set[str] = set()
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            name = node.get("function_name")
+            if isinstance(name, str) and _pg_refused_function(name):
+                functions.add(name.lower())
+            table = node.get("table_name")
+            if isinstance(table, str) and node.get("type") == "BASE_TABLE":
+                schema = str(node.get("schema_name") or "").lower()
+                if table.lower().startswith("pg_") or schema.startswith("pg_"):
+                    catalogs.add(table.lower())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return functions, catalogs
+
+
+def check_postgres_query(query: str) -> None:
+    """On a PostgreSQL store, also refuse what READ ONLY does not stop: server functions and
+    system catalogs (other kernels' connections and queries, the server's files and roles).
+
+    Fails closed: a SELECT that DuckDB's parser cannot read is refused, not passed on."""
+    for st in duckdb.extract_statements(query):
+        kind, text = _statement_kind(st), st.query
+        if kind == "EXPLAIN":
+            check_postgres_query(_explained(text)[1])
+            continue
+        tree = _parse_tree(text)
+        if tree is None:
+            raise _refused("a statement the check cannot read", "on PostgreSQL only checked statements run")
+        functions, catalogs = _pg_parts(tree)
+        if functions:
+            raise _refused(f"{sorted(functions)[0]}()", "server functions act on the database server, "
+                           "not only on the session store")
+        if catalogs:
+            raise _refused(f"the system catalog {sorted(catalogs)[0]}", "it shows other connections and "
+                           "server settings; query tool_calls, runs, approvals or messages")
+
+
 # ------------------------------------------------------------------ the database layer
 def open_read_only(path: str) -> duckdb.DuckDBPyConnection:
     """Another notebook's store, read-only and locked down like this kernel's."""
@@ -283,6 +353,7 @@ def run_query(
     if db is not None and store is not None and os.path.abspath(db) == os.path.abspath(store.path):
         db = None  # our own file: DuckDB would refuse a second connection from this process
     if db is None and getattr(store, "dialect", "duckdb") == "postgresql":
+        check_postgres_query(query)
         return _run_on_postgres(query, store, max_rows)
     if db is None:
         if store is None:
