@@ -1,5 +1,6 @@
 import asyncio
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -292,3 +293,16 @@ def test_python_api_errors_are_clear(store):
     assert "#1 @bot 'every 1m'" in str(server.schedules.list()[0])
     server.schedules.remove(s.id)
     assert server.schedules.list() == []
+
+
+def test_a_key_in_a_wake_prompt_never_reaches_the_database_file(db_path, monkeypatch):
+    key = "sk-test-4f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    store = SessionStore(db_path)
+    server = make(store)
+    s = server.schedules.add("bot", "every 1m", f"check the balance with key {key}")
+    assert key not in s.prompt and "[REDACTED]" in s.prompt
+    assert store.execute("SELECT prompt FROM schedules") == [(s.prompt,)]
+    store.close()
+    data = b"".join(p.read_bytes() for p in Path(db_path).parent.glob(Path(db_path).name + "*"))
+    assert key.encode() not in data

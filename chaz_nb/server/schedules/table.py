@@ -113,6 +113,11 @@ class ScheduleTable:
         return self._cache
 
     def save(self, s: Schedule) -> None:
+        # The wake prompt is user text like a Message, so a key pasted into it is masked before
+        # it is stored, as the entries it becomes are (in memory too: the fires use this copy).
+        s.prompt = self.store.redact(s.prompt)
+        if s.disabled_reason:
+            s.disabled_reason = self.store.redact(s.disabled_reason)
         values = [getattr(s, c.strip()) for c in self._columns.split(",")]
         marks = ", ".join("?" * len(values))
         self.store.execute(f"INSERT OR REPLACE INTO schedules ({self._columns}) VALUES ({marks})", values)
