@@ -23,7 +23,8 @@ def test_meet_is_the_narrower_of_both():
     a = Ceiling(frozenset({"add", "wipe"}), (frozenset({"add"}),), call_depth=1, max_call_depth=5)
     b = Ceiling(frozenset({"add"}), (frozenset({"*"}),), call_depth=2, max_call_depth=3)
     m = a.meet(b)
-    assert m.tools == {"add"}
+    assert m.tools == (frozenset({"add", "wipe"}), frozenset({"add"}))  # every level must admit a tool
+    assert m.scope(ToolRegistry([add, wipe]), None).names == {"add"}
     assert m.auto_approve == (frozenset({"add"}), frozenset({"*"}))  # every level must agree
     assert (m.call_depth, m.max_call_depth) == (2, 3)
     assert Ceiling().meet(b) == b and b.meet(None) == b and b.meet(Ceiling()).tools == b.tools
@@ -41,6 +42,11 @@ def test_stored_ceiling_round_trips_and_garbage_is_refused():
     c = Ceiling(frozenset({"add"}), (frozenset(), frozenset({"add"})), 1, 4)
     assert Ceiling.from_json(c.to_json()) == c
     assert Ceiling.from_json(None) is None
+    # a ceiling stored as one list of names (before scopes were rules) is one level
+    old = Ceiling.from_json('{"tools": ["add"], "auto_approve": [], "call_depth": 1, "max_call_depth": 2}')
+    assert old is not None and old.tools == (frozenset({"add"}),)
+    assert old.scope(ToolRegistry([add, wipe]), None).names == {"add"}
+    assert Ceiling(()).tools is None and Ceiling.from_json(Ceiling().to_json()) == Ceiling()
     with pytest.raises(CeilingError, match="unreadable"):
         Ceiling.from_json('{"tools": ["add"]}')
 

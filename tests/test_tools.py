@@ -132,6 +132,34 @@ def test_scope_narrow_keeps_within_scope():
     assert [s["function"]["name"] for s in scope.schemas()] == ["search"]
 
 
+def test_scopes_are_rules_over_the_live_registry_and_a_child_never_exceeds_its_parent():
+    reg = ToolRegistry([search])
+    parent = reg.scope(["late__*", "search"])
+    child = reg.scope(None, parent=parent)  # asks for everything
+    narrowed = parent.narrow(["late__x"])
+    other = reg.scope(["search"])
+    assert parent.names == child.names == {"search"} and narrowed.names == frozenset()
+
+    @tool(name="late__x")
+    def late_x() -> str:
+        return "x"
+
+    @tool(name="late__y")
+    def late_y() -> str:
+        return "y"
+
+    reg.register(late_x)  # joins after the scopes were made (an MCP server became ready)
+    reg.register(late_y)
+    assert parent.names == child.names == {"search", "late__x", "late__y"}
+    assert narrowed.names == {"late__x"} and "late__y" not in narrowed
+    assert "late__x" not in other and other.get("search") is search
+    assert [s["function"]["name"] for s in narrowed.schemas()] == ["late__x"]
+    reg.unregister("late__x")  # and leaves
+    assert "late__x" not in parent and narrowed.names == frozenset()
+    with pytest.raises(ToolError, match="no longer registered"):
+        narrowed.get("late__x")
+
+
 def test_a_sync_function_cannot_be_made_to_run_on_the_kernel_loop():
     from chaz_nb.engine.tools import Tool
 

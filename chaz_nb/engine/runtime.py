@@ -195,11 +195,13 @@ async def execute(
     steps = 0
     last_key: tuple[str, str] | None = None
     repeats = 0
-    schemas = tools.schemas() if tools is not None else []
     stream_kw: dict[str, Any] = {"on_delta": on_delta} if on_delta is not None and streams(backend) else {}
 
     async def call_model(offer_tools: bool) -> ModelReply:
         nonlocal steps
+        # Asked at every step: a scope is live (a tool that joined the registry during the
+        # run, such as an MCP server's, is offered from the next step).
+        schemas = tools.schemas() if offer_tools and tools is not None else []
         try:
             async with limiter if limiter is not None else contextlib.nullcontext():
                 reply = await backend.complete(

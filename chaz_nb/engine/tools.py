@@ -307,10 +307,8 @@ class ToolRegistry:
 
     def scope(self, patterns: Iterable[str] | None, parent: ScopedTools | None = None) -> ScopedTools:
         """The tools an agent defined with ``patterns`` may use, within ``parent``'s scope."""
-        allowed = self.match(patterns)
-        if parent is not None:
-            allowed &= parent.names
-        return ScopedTools(self, allowed)
+        rules = parent.rules if parent is not None else ()
+        return ScopedTools(self, _add_level(rules, patterns))
 
 
 ToolsLike = ToolRegistry | Iterable[Tool | Callable[..., Any]] | None
@@ -343,15 +341,44 @@ def as_registry(tools: ToolsLike, where: str = "Server(tools=...)") -> ToolRegis
     return ToolRegistry(items)
 
 
-class ScopedTools:
-    """The set of tools one agent may use. A child's scope never exceeds its parent's."""
+#: levels of name patterns; a tool is in a scope when it matches a pattern of every level
+Rules = tuple[frozenset[str], ...]
 
-    def __init__(self, registry: ToolRegistry, names: Iterable[str]) -> None:
+
+def _add_level(rules: Rules, patterns: Iterable[str] | None) -> Rules:
+    """``rules`` with one more level (``None`` adds none: it narrows nothing)."""
+    if patterns is None:
+        return rules
+    level = frozenset(patterns)
+    return rules if level in rules else (*rules, level)
+
+
+def matches_rules(name: str, rules: Rules) -> bool:
+    """Whether ``name`` matches a pattern of every level of ``rules``."""
+    return all(any(fnmatch.fnmatchcase(name, p) for p in level) for level in rules)
+
+
+class ScopedTools:
+    """The tools one agent may use: rules evaluated over the live registry.
+
+    A scope is a chain of pattern levels (the agent's ``tools``, its parent's, every
+    ceiling above it); a tool is in it when it is registered now and matches every level. So
+    a tool that joins the registry during a run (an MCP server that became ready) is offered
+    from the run's next step, and one that leaves is gone at once. A child's scope is its
+    parent's levels plus its own, so it never holds a tool its parent lacks, whenever asked.
+    """
+
+    def __init__(self, registry: ToolRegistry, rules: Iterable[frozenset[str]] = ()) -> None:
         self.registry = registry
-        self.names = frozenset(names)
+        self.rules: Rules = tuple(frozenset(level) for level in rules)
+
+    @property
+    def names(self) -> frozenset[str]:
+        """The tool names in scope now."""
+        return frozenset(n for n in self.registry.names() if matches_rules(n, self.rules))
 
     def __contains__(self, name: object) -> bool:
-        return name in self.names and name in self.registry
+        return isinstance(name, str) and name in self.registry and matches_rules(name, self.rules)
 
     def __repr__(self) -> str:
         return f"ScopedTools({sorted(self.names)})"
@@ -360,10 +387,10 @@ class ScopedTools:
         """This scope intersected with ``patterns`` (``None`` keeps it whole)."""
         if patterns is None:
             return self
-        return ScopedTools(self.registry, self.names & self.registry.match(patterns))
+        return ScopedTools(self.registry, _add_level(self.rules, patterns))
 
     def get(self, name: str) -> Tool:
-        if name not in self.names:
+        if not matches_rules(name, self.rules):
             available = ", ".join(sorted(self.names)) or "none"
             raise ToolError(f"unknown tool {name!r}; tools available: {available}")
         t = self.registry.get(name)

@@ -1,6 +1,9 @@
 """The authority ceiling of a run: the most it may do, whoever started it.
 
-A run's tools are its agent's tools within the ceiling's ``tools``; its auto-approve chain is
+A run's tools are its agent's tools within the ceiling's ``tools``: levels of name patterns
+(each the ``tools`` of one run above it), evaluated over the live registry like every scope
+(engine/tools.py ``ScopedTools``), so a tool that joins later (an MCP server that became
+ready) is within a ceiling exactly when every level above admits it; its auto-approve chain is
 the ceiling's chain plus its agent's own list (a tool is auto-approved only when every level
 allows it); its spawn depth starts at the ceiling's ``call_depth`` and may not pass its
 ``max_call_depth``.
@@ -49,8 +52,9 @@ class RunFacts(Protocol):
 
 @dataclass(frozen=True)
 class Ceiling:
-    #: tool names the run may have at most; ``None`` = no cap
-    tools: frozenset[str] | None = None
+    #: pattern levels the run's tools must all match (one set of names counts as one level);
+    #: ``None`` = no cap
+    tools: Chain | frozenset[str] | None = None
     #: auto-approve patterns of every level above the run
     auto_approve: Chain = ()
     #: the spawn depth the run stands at
@@ -58,21 +62,33 @@ class Ceiling:
     #: the deepest spawn the run may make; ``None`` = its agent's own limit
     max_call_depth: int | None = None
 
+    def __post_init__(self) -> None:
+        if isinstance(self.tools, (frozenset, set)):  # a set of names: one level
+            object.__setattr__(self, "tools", (frozenset(self.tools),))
+        elif self.tools is not None:  # no level at all caps nothing: None, as it is stored
+            levels = _join(tuple(frozenset(level) for level in self.tools), ())
+            object.__setattr__(self, "tools", levels or None)
+
+    @property
+    def levels(self) -> Chain | None:
+        """``tools`` as pattern levels (``None``: no cap)."""
+        return self.tools  # type: ignore[return-value]  # normalised in __post_init__
+
     @classmethod
     def of_run(cls, ctx: RunFacts) -> Ceiling:
         """What a run may do: the cap it puts on the runs it triggers or spawns."""
-        return cls(ctx.scope.names, tuple(ctx.auto_approve), ctx.call_depth, ctx.max_call_depth)
+        return cls(ctx.scope.rules, tuple(ctx.auto_approve), ctx.call_depth, ctx.max_call_depth)
 
     def meet(self, other: Ceiling | None) -> Ceiling:
-        """The narrower of two ceilings: tools intersected, chains joined, depth the deeper."""
+        """The narrower of two ceilings: tool levels and chains joined, depth the deeper."""
         if other is None:
             return self
-        if self.tools is None:
-            tools = other.tools
-        elif other.tools is None:
-            tools = self.tools
+        if self.levels is None:
+            tools = other.levels
+        elif other.levels is None:
+            tools = self.levels
         else:
-            tools = self.tools & other.tools
+            tools = _join(self.levels, other.levels)
         limits = [d for d in (self.max_call_depth, other.max_call_depth) if d is not None]
         return Ceiling(
             tools,
@@ -85,10 +101,7 @@ class Ceiling:
         """An agent's tools (``patterns``) within this ceiling."""
         from ..engine.tools import ScopedTools
 
-        scope = registry.scope(patterns)
-        if self.tools is None:
-            return scope
-        return ScopedTools(registry, scope.names & self.tools)
+        return registry.scope(patterns, ScopedTools(registry, self.levels or ()))
 
     def chain(self, own: Iterable[str]) -> Chain:
         """The run's auto-approve chain: every level above it, then its agent's own list."""
@@ -101,7 +114,7 @@ class Ceiling:
     def to_json(self) -> str:
         return json.dumps(
             {
-                "tools": None if self.tools is None else sorted(self.tools),
+                "tools": None if self.levels is None else [sorted(level) for level in self.levels],
                 "auto_approve": [sorted(level) for level in self.auto_approve],
                 "call_depth": self.call_depth,
                 "max_call_depth": self.max_call_depth,
@@ -120,8 +133,16 @@ class Ceiling:
                 isinstance(chain, list) and all(isinstance(level, list) for level in chain)
             ):
                 raise TypeError("tools must be a list or null, auto_approve a list of lists")
+            if tools is not None and all(isinstance(t, str) for t in tools):
+                levels: Chain | None = (frozenset(tools),)  # stored by older versions: one list of names
+            elif tools is not None and all(isinstance(level, list) for level in tools):
+                levels = tuple(frozenset(str(p) for p in level) for level in tools)
+            elif tools is not None:
+                raise TypeError("tools must be a list of names or a list of lists of patterns")
+            else:
+                levels = None
             return cls(
-                None if tools is None else frozenset(str(t) for t in tools),
+                levels,
                 tuple(frozenset(str(p) for p in level) for level in chain),
                 int(data["call_depth"]),
                 None if data["max_call_depth"] is None else int(data["max_call_depth"]),

@@ -192,7 +192,7 @@ class RunEngine:
         depth limit) for every later run there, across restarts (see ceiling.py).
         """
         self.agent(agent_name)
-        ceiling = Ceiling(spawn.parent_tools.names, spawn.auto_approve, spawn.call_depth, spawn.max_call_depth)
+        ceiling = Ceiling(spawn.parent_tools.rules, spawn.auto_approve, spawn.call_depth, spawn.max_call_depth)
         session_id = self.store.create_session(
             agent_name, kind, parent_id=spawn.parent_session, depth=spawn.call_depth,
             ceiling=ceiling.to_json(),
