@@ -156,7 +156,7 @@ def test_scopes_are_rules_over_the_live_registry_and_a_child_never_exceeds_its_p
     assert [s["function"]["name"] for s in narrowed.schemas()] == ["late__x"]
     reg.unregister("late__x")  # and leaves
     assert "late__x" not in parent and narrowed.names == frozenset()
-    with pytest.raises(ToolError, match="no longer registered"):
+    with pytest.raises(ToolError, match="unknown tool 'late__x'; tools available: none"):
         narrowed.get("late__x")
 
 

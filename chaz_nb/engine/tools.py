@@ -390,12 +390,10 @@ class ScopedTools:
         return ScopedTools(self.registry, _add_level(self.rules, patterns))
 
     def get(self, name: str) -> Tool:
-        if not matches_rules(name, self.rules):
+        t = self.registry.get(name) if matches_rules(name, self.rules) else None
+        if t is None:  # out of scope, never registered, or gone (an MCP server that stopped)
             available = ", ".join(sorted(self.names)) or "none"
             raise ToolError(f"unknown tool {name!r}; tools available: {available}")
-        t = self.registry.get(name)
-        if t is None:
-            raise ToolError(f"tool {name!r} is no longer registered")
         return t
 
     def tools(self) -> list[Tool]:
