@@ -45,6 +45,16 @@ def model_server():
     server.close()
 
 
+@pytest.fixture
+def mcp_http():
+    """A Streamable HTTP MCP server (the SDK's own) on 127.0.0.1 that wants a bearer token."""
+    from fakes.mcp_http_server import McpHttpServer
+
+    server = McpHttpServer(token="tok-8c1f2e9d7a")
+    yield server
+    server.close()
+
+
 @pytest.fixture(scope="session")
 def pg_cluster():
     """A throw-away PostgreSQL cluster for the whole test run (tests/fakes/postgres.py)."""

@@ -81,3 +81,89 @@ def test_a_failed_server_is_listed_with_its_reason(chaz, capsys, tmp_path):
 def test_bad_lines_are_one_clear_error(chaz, line, message):
     with pytest.raises(UsageError, match=message):
         ip.run_line_magic("chaz", line)
+
+
+def test_every_flag_of_mcp_add_is_in_the_usage():
+    from chaz_nb.notebook.magics.mcp import MCP_USAGE, _add_parser
+
+    flags = [opt for action in _add_parser()._actions for opt in action.option_strings if opt.startswith("--")]
+    assert {"--url", "--env", "--header", "--risk", "--approval", "--tool-approval", "--sensitive", "--timeout",
+            "--start-timeout", "--wait"} <= set(flags)
+    for flag in flags:
+        if flag != "--help":
+            assert flag in MCP_USAGE, flag
+
+
+def test_sensitive_and_tool_approval_flags(chaz, capsys):
+    ip.run_line_magic(
+        "chaz", f"mcp add time --wait --sensitive timezone,other --tool-approval get_current_time=never -- {TIME}"
+    )
+    assert "ready" in capsys.readouterr().out
+    now, convert = chaz.tools.get("time__get_current_time"), chaz.tools.get("time__convert_time")
+    assert now.approval == "never" and convert.approval == "unless_auto_approved"
+    assert now.sensitive_params == ("timezone",)  # "other" is no parameter of it: not masked there
+
+
+def test_a_failure_after_the_cell_returned_is_shown_in_that_cell(chaz, monkeypatch, tmp_path):
+    import asyncio
+
+    import IPython.display as ipd
+
+    shown: dict[str, str] = {}
+
+    def show(obj, display_id=None, **kw):
+        shown[display_id] = obj["text/plain"]
+
+    monkeypatch.setattr(ipd, "display", show)
+    monkeypatch.setattr(ipd, "update_display", show)
+    script = tmp_path / "crash.py"
+    script.write_text("import sys\nprint('no config found', file=sys.stderr)\nsys.exit(2)\n")
+    ip.run_line_magic("chaz", f"mcp add crash -- {sys.executable} {script}")  # returns at once
+    [(display_id, line)] = shown.items()
+    assert line.startswith("MCP server crash: starting")
+    from chaz_nb.notebook.kernel_loop import run_sync
+
+    settled = chaz.mcp.get("crash").settled
+    run_sync(asyncio.wait_for(settled.wait(), 60), chaz.mcp.port.loop())  # its listeners ran before
+    assert shown[display_id].startswith("MCP server crash: failed: exited") and "no config found" in shown[display_id]
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("mcp add t --tool-approval get_current_time=sometimes -- x", "--tool-approval takes TOOL=POLICY"),
+        ("mcp add t --tool-approval nopolicy -- x", "--tool-approval takes TOOL=POLICY"),
+        ("mcp add t --sensitive a,,b -- x", "--sensitive takes parameter names"),
+        ("mcp add t --url http://127.0.0.1:9/mcp --header 'Authorization: Bearer s3cr3t-v4lue'",
+         "--header takes NAME=VALUE"),
+        ("mcp add t --header A=b -- x", "--header is for a --url server"),
+    ],
+)
+def test_bad_flag_values_are_one_clear_error(chaz, capsys, line, message):
+    from ipython_harness import one_line_error
+
+    err = one_line_error(capsys, f"%chaz {line}", message)
+    assert "s3cr3t" not in err
+
+
+def test_a_url_server_with_a_header_whose_value_is_never_shown(chaz, capsys, mcp_http):
+    token = "tok-8c1f2e9d7a"  # the mcp_http fixture's
+    ip.run_line_magic("chaz", f"mcp add docs --url {mcp_http.url} --header 'Authorization=Bearer {token}' "
+                              "--approval never --wait")
+    assert "MCP server docs: ready" in capsys.readouterr().out
+    ip.run_line_magic("chaz", f"mcp add bad --url {mcp_http.url} --header 'Authorization=Bearer wrong-v4lue' --wait")
+    ip.run_line_magic("chaz", "mcp list")
+    out = capsys.readouterr().out
+    assert "docs  ready" in out and "docs__whoami" in out and token not in out
+    assert "bad: failed" in out and "HTTP 401" in out and "wrong-v4lue" not in out
+    ip.run_line_magic(
+        "chaz",
+        "agent reader --model chaz/script --tools 'docs__*' --script "
+        "'[{\"tool\": \"docs__whoami\", \"args\": {}}, \"{result}\"]'",
+    )
+    ip.run_line_magic("chaz", "@reader who am I?")
+    sid = chaz.current_session("reader")
+    ip.run_line_magic("chaz", f"wait {sid}")
+    entries = chaz.store.entries(sid)
+    assert entries[-1].content == "you sent [REDACTED]"
+    assert not [e for e in entries if token in e.content or token in str(e.payload)]

@@ -7,6 +7,8 @@ whose tools fail in each way a server can).
 
 from __future__ import annotations
 
+import asyncio
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -252,3 +254,117 @@ def test_migration_adds_the_mcp_server_column(tmp_path):
     columns = [r[0] for r in store.execute("DESCRIBE tool_calls")]
     store.close()
     assert "mcp_server" in columns
+
+
+class OfferedTools:
+    """A model that records the tools offered at each step and follows a fixed plan of calls."""
+
+    def __init__(self, plan: list[tuple[str, dict] | str]) -> None:
+        self.plan = list(plan)
+        self.offered: list[list[str]] = []
+
+    async def complete(self, model, messages, tools=None, *, script=None, options=None):
+        from chaz_nb.engine.backends import ModelReply, ToolCallRequest
+
+        self.offered.append(sorted(t["function"]["name"] for t in tools or []))
+        step = self.plan.pop(0)
+        if isinstance(step, str):
+            return ModelReply(step)
+        name, args = step
+        return ModelReply("", [ToolCallRequest(f"c{len(self.offered)}", name, json.dumps(args))])
+
+
+async def test_a_server_ready_during_a_run_is_offered_from_its_next_step(store):
+    """Scopes are rules over the live registry: ``late__*`` admits late__echo once it exists."""
+    from chaz_nb.engine.tools import tool
+
+    entered, gate = asyncio.Event(), asyncio.Event()
+
+    @tool
+    async def hold() -> str:
+        """Wait for the test."""
+        entered.set()
+        await gate.wait()
+        return "held"
+
+    model = OfferedTools([("hold", {}), ("late__echo", {"text": "hi late"}), "done"])
+    server = Server(store, [Agent("a", model="any/model", tools=["late__*", "hold"])], [hold], backend=model)
+    try:
+        handle = await server.send(server.current_session("a"), "go")
+        await entered.wait()  # the run is in its first step's tool call
+        server.add_mcp_server("late", command=fake("mcp_flaky"), approval="never")
+        await ready(server, "late")
+        gate.set()
+        reply = await handle.wait()
+        assert reply.content == "done"
+        assert "late__echo" not in model.offered[0] and "late__echo" in model.offered[1]
+        assert "hold" in model.offered[1]
+        [_, result] = [e for e in store.entries(handle.session_id) if e.entry_type is T.TOOL_RESULT]
+        assert result.payload["output"] == "hi late" and not result.payload["is_error"]
+    finally:
+        await server.stop()
+
+
+TOKEN = "tok-8c1f2e9d7a"  # the mcp_http fixture's (tests/conftest.py)
+
+
+async def test_streamable_http_server_with_a_bearer_header_and_the_value_never_shown(mcp_http, server):
+    server.add_mcp_server("docs", url=mcp_http.url, headers={"Authorization": f"Bearer {TOKEN}"}, approval="never")
+    await ready(server, "docs")
+    assert {"docs__echo", "docs__fail"} <= set(server.tools.names())
+    [status] = server.mcp_servers()
+    assert status["headers"] == {"Authorization": "[REDACTED]"} and TOKEN not in json.dumps(status)
+    assert TOKEN not in repr(server.mcp.get("docs"))
+    server.define_agent(scripted("a", [
+        {"tool": "docs__echo", "args": {"text": "over http"}},
+        {"tool": "docs__whoami", "args": {}},
+        {"tool": "docs__fail", "args": {"why": "no such page"}},
+        "{result}",
+    ], tools=["docs__*"]))
+    session = server.current_session("a")
+    await (await server.send(session, "go")).wait()
+    results = [e for e in server.store.entries(session) if e.entry_type is T.TOOL_RESULT]
+    assert results[0].payload["output"] == "over http" and not results[0].payload["is_error"]
+    assert results[1].payload["output"] == "you sent [REDACTED]"  # the server's echo of the header, masked
+    assert results[2].payload["is_error"] and "no such page" in results[2].payload["output"]
+    assert TOKEN not in json.dumps([e.payload for e in server.store.entries(session)]) + "".join(
+        e.content for e in server.store.entries(session))
+
+
+async def test_streamable_http_server_refusing_the_credential_is_failed_without_showing_it(mcp_http, server):
+    server.add_mcp_server("docs", url=mcp_http.url, headers={"Authorization": "Bearer wrong-value-123"},
+                          start_timeout=20)
+    conn = await server.mcp.wait_settled("docs", timeout=60)
+    assert conn.state == "failed" and "401" in conn.reason, conn.reason
+    assert "wrong-value-123" not in json.dumps(server.mcp_servers())
+    assert not [n for n in server.tools.names() if n.startswith("docs__")]
+
+
+async def test_headers_are_for_url_servers(server):
+    with pytest.raises(ServerError, match="headers are for a url"):
+        server.add_mcp_server("t", command=TIME, headers={"Authorization": "x"})
+
+
+async def test_a_run_naming_a_failed_server_is_told_and_goes_on_with_its_other_tools(server):
+    from chaz_nb.engine.tools import tool
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add."""
+        return a + b
+
+    server.tools.register(add)
+    server.add_mcp_server("broken", command=fake("mcp_exit_at_start"))
+    assert (await server.mcp.wait_settled("broken", timeout=60)).state == "failed"
+    server.define_agent(scripted("a", [{"tool": "add", "args": {"a": 2, "b": 3}}, "sum {result}"],
+                                 tools=["broken__*", "add"]))
+    server.define_agent(scripted("other", ["fine"], tools=["add"]))  # names no broken server: no note
+    session = server.current_session("a")
+    reply = await (await server.send(session, "go")).wait()
+    assert reply.content == "sum 5"
+    [note] = [e for e in server.store.entries(session) if e.entry_type is T.ERROR]
+    assert note.content.startswith("MCP server broken failed: exited")
+    assert "cannot open the widget database" in note.content and note.payload["mcp_server"] == "broken"
+    other = server.current_session("other")
+    await (await server.send(other, "go")).wait()
+    assert not [e for e in server.store.entries(other) if e.entry_type is T.ERROR]

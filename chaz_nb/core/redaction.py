@@ -102,6 +102,11 @@ def redact(text: str, environ: dict[str, str] | None = None) -> str:
     return text
 
 
+def is_secret_name(name: str) -> bool:
+    """Whether an environment variable called ``name`` holds a key (its value is masked)."""
+    return name in KNOWN_KEY_VARS or bool(_SECRET_NAME.search(name))
+
+
 def is_credential_field(name: str) -> bool:
     """Whether a header or field called ``name`` holds a credential (its value is masked)."""
     return bool(_CREDENTIAL_FIELD.fullmatch(name))

@@ -58,8 +58,13 @@ def mcp_tool(
     risk: RiskLevel = "medium",
     timeout: float | None = None,
     sensitive_params: Sequence[str] = (),
+    mask: Callable[[str], str] = str,
 ) -> Tool:
-    """The registry tool for ``spec`` (a tool ``server`` listed); calls go through ``call``."""
+    """The registry tool for ``spec`` (a tool ``server`` listed); calls go through ``call``.
+
+    ``mask``: applied to what the server returns (its own credentials, such as the value of an
+    Authorization header it echoes, never reach the model or the log).
+    """
     parameters = dict(spec.input_schema or {})
     parameters.setdefault("type", "object")
     parameters.setdefault("properties", {})
@@ -67,7 +72,7 @@ def mcp_tool(
 
     async def call_mcp(**arguments: Any) -> str:
         result = await call(mcp_name, arguments)
-        text = result_text(result)
+        text = mask(result_text(result))
         if result.is_error:
             raise ToolError(text or f"{server} reported an error from {mcp_name} (no text)")
         return text

@@ -285,8 +285,9 @@ class Server:
                        **options: Any) -> McpServer:
         """Connect to an MCP server in the background (``command=[...]`` stdio, or ``url=``).
 
-        Options: ``env``, ``risk``, ``approval``, ``tool_approval``, ``timeout``,
-        ``start_timeout``, ``sensitive_params``, ``cwd``. Its tools join as ``NAME__TOOL``
+        Options: ``env``, ``headers`` (a URL server's, e.g. Authorization; values never
+        shown), ``risk``, ``approval``, ``tool_approval``, ``timeout``, ``start_timeout``,
+        ``sensitive_params``, ``cwd``. Its tools join as ``NAME__TOOL``
         when it is ready; ``await server.mcp.wait_settled(NAME)`` waits for that.
         """
         return self.mcp.add(name, command, url, **options)

@@ -28,18 +28,22 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Literal
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import anyio
 from mcp import ClientSession, StdioServerParameters, stdio_client, types
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.types import CONNECTION_CLOSED
 
-from ..engine.mcp_tools import check_server_name, mcp_tool
+from ..core.entries import EntryType
+from ..core.redaction import REDACTED, is_secret_name, redact
+from ..engine.mcp_tools import SEPARATOR, check_server_name, mcp_tool
+from ..engine.runtime import ToolExecutor, ToolOutcome
 from ..engine.tools import APPROVAL_MODES, RISK_LEVELS, ApprovalMode, RiskLevel, Tool
 from ..errors import ServerError, ToolError
-from .ports import Part, ServerPort
+from .ports import Part, RunContext, ServerPort
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +59,11 @@ class McpServer:
     name: str
     command: list[str] | None = None
     url: str | None = None
-    env: dict[str, str] = field(default_factory=dict)
+    #: the process's environment (values never shown: they may be keys)
+    env: dict[str, str] = field(default_factory=dict, repr=False)
+    #: HTTP headers of a URL server (``Authorization``...): their values are credentials,
+    #: never shown nor stored (``status`` lists the names, errors have them masked)
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
     risk: RiskLevel = "medium"
     approval: ApprovalMode = "unless_auto_approved"
     #: per-tool approval override, by the server's own tool name
@@ -74,17 +82,49 @@ class McpServer:
     closing: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
     errlog: Any = None
+    #: the last HTTP error status a URL server answered (the SDK's error does not say it)
+    http_error: str | None = None
+    #: called with the server each time it becomes ready or failed (the cell that added it)
+    listeners: list[Callable[[McpServer], None]] = field(default_factory=list, repr=False)
+
+    def names_server(self, pattern: str) -> bool:
+        """Whether a tool pattern (``time__*``, ``time__get_current_time``) names this server."""
+        return pattern.startswith(f"{self.name}{SEPARATOR}")
+
+    def _notify(self) -> None:
+        for listener in list(self.listeners):
+            try:
+                listener(self)
+            except Exception:  # noqa: BLE001 - a display that fails must not break the server
+                log.exception("MCP server %s: a state listener failed", self.name)
 
     @property
     def target(self) -> str:
-        return " ".join(self.command) if self.command else str(self.url)
+        return self.mask(" ".join(self.command) if self.command else str(self.url))
 
     def status(self) -> dict[str, Any]:
-        """What ``mcp_servers()`` and ``%chaz mcp list`` show."""
+        """What ``mcp_servers()`` and ``%chaz mcp list`` show (header values masked)."""
         return {
             "name": self.name, "state": self.state, "reason": self.reason, "target": self.target,
             "tools": list(self.tools), "approval": self.approval, "risk": self.risk, "timeout": self.timeout,
+            "headers": {k: REDACTED for k in self.headers},
         }
+
+    def secrets(self) -> list[str]:
+        """Values never to show: every header value (and its credential after a scheme such as
+        ``Bearer``), and the env values whose names look like keys; longest first."""
+        values = set()
+        for value in self.headers.values():
+            values.add(value)
+            values.update(part for part in value.split() if len(part) >= 4)
+        values.update(v for k, v in self.env.items() if is_secret_name(k) and len(v) >= 4)
+        return sorted((v for v in values if v.strip()), key=len, reverse=True)
+
+    def mask(self, text: str) -> str:
+        """``text`` with this server's credentials and any key-like value replaced by [REDACTED]."""
+        for value in self.secrets():
+            text = text.replace(value, REDACTED)
+        return redact(text)
 
     def stderr_tail(self) -> str:
         """The last ``STDERR_TAIL`` characters the server wrote to stderr."""
@@ -116,6 +156,7 @@ class McpServers(Part):
         url: str | None = None,
         *,
         env: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
         risk: RiskLevel = "medium",
         approval: ApprovalMode = "unless_auto_approved",
         tool_approval: Mapping[str, ApprovalMode] | None = None,
@@ -134,6 +175,8 @@ class McpServers(Part):
             raise ServerError(str(exc)) from None
         if (command is None) == (url is None):
             raise ServerError(f"MCP server {name}: give either command=[...] or url=..., not both or neither")
+        if headers and url is None:
+            raise ServerError(f"MCP server {name}: headers are for a url=... server (a process gets env=...)")
         if command is not None and (isinstance(command, str) or not command):
             raise ServerError(
                 f"MCP server {name}: command is a list of words, e.g. ['python', '-m', 'mcp_server_time']"
@@ -154,6 +197,7 @@ class McpServers(Part):
         previous = self._servers.get(name)
         conn = McpServer(
             name, command=list(command) if command is not None else None, url=url, env=dict(env or {}),
+            headers={str(k): str(v) for k, v in (headers or {}).items()},
             risk=risk, approval=approval, tool_approval=dict(tool_approval or {}), timeout=float(timeout),
             start_timeout=float(start_timeout), sensitive_params=tuple(sensitive_params), cwd=cwd,
         )
@@ -187,6 +231,18 @@ class McpServers(Part):
         await asyncio.wait_for(conn.settled.wait(), timeout)
         return conn
 
+    def wrap_executor(self, ctx: RunContext, executor: ToolExecutor) -> ToolExecutor:
+        """A run whose tool globs name a server (``time__*``) is told when that server failed."""
+        patterns = ctx.agent.tools
+        if not patterns:
+            return executor
+        return _FailedServerNotes(self, ctx, executor, list(patterns))
+
+    def failed_for(self, patterns: Sequence[str]) -> list[McpServer]:
+        """The failed servers that one of ``patterns`` names."""
+        return [c for c in self._servers.values()
+                if c.state == "failed" and any(c.names_server(p) for p in patterns)]
+
     async def stop(self) -> None:
         """The chaz server stops: close every connection (ends every server process)."""
         tasks = [t for t in (self._close(c) for c in self._servers.values()) if t is not None]
@@ -216,7 +272,7 @@ class McpServers(Part):
             return
         tail = conn.stderr_tail()
         conn.state = "failed"
-        conn.reason = f"{reason}; stderr: {tail}" if tail else reason
+        conn.reason = conn.mask(f"{reason}; stderr: {tail}" if tail else reason)
         self._unregister(conn)
         conn.tools = []
         conn.session = None
@@ -254,14 +310,17 @@ class McpServers(Part):
                 self._register_tools(conn, listed)
                 conn.state = "ready"
                 conn.settled.set()
+                conn._notify()
                 await conn.closing.wait()
         except Exception as exc:  # noqa: BLE001 - any failure of the server is its state, never the kernel's
             if not conn.closing.is_set():
-                self._fail(conn, _describe(exc))
+                self._fail(conn, _describe(exc) + (f" ({conn.http_error})" if conn.http_error else ""))
         finally:
             conn.session = None
             conn.settled.set()
             conn.errlog.close()
+            if conn.state == "failed":
+                conn._notify()
 
     async def _connect(self, conn: McpServer, stack: contextlib.AsyncExitStack) -> ClientSession:
         if conn.command is not None:
@@ -271,7 +330,14 @@ class McpServers(Part):
             read, write = await stack.enter_async_context(stdio_client(params, errlog=conn.errlog))
         else:
             assert conn.url is not None
-            read, write = await stack.enter_async_context(streamable_http_client(conn.url))
+            client = await stack.enter_async_context(create_mcp_http_client(headers=conn.headers or None))
+
+            async def note_status(response: Any) -> None:
+                if response.status_code >= 400:
+                    conn.http_error = f"HTTP {response.status_code} {response.reason_phrase}".strip()
+
+            client.event_hooks = {**client.event_hooks, "response": [*client.event_hooks["response"], note_status]}
+            read, write = await stack.enter_async_context(streamable_http_client(conn.url, http_client=client))
         return await stack.enter_async_context(ClientSession(read, write))
 
     @staticmethod
@@ -295,6 +361,7 @@ class McpServers(Part):
             mcp_tool(
                 conn.name, spec, call, approval=conn.tool_approval.get(spec.name, conn.approval),
                 risk=conn.risk, timeout=conn.timeout, sensitive_params=conn.sensitive_params,
+                mask=conn.mask,
             )
             for spec in listed
         ]
@@ -313,10 +380,38 @@ class McpServers(Part):
             return await session.call_tool(tool_name, arguments, read_timeout_seconds=conn.timeout)
         except MCPError as exc:
             if exc.code != CONNECTION_CLOSED:  # the server answered with a JSON-RPC error
-                raise ToolError(f"{conn.name} {tool_name}: {exc.message}") from None
+                raise ToolError(conn.mask(f"{conn.name} {tool_name}: {exc.message}")) from None
             # A closed connection means the server died: it is failed for every later call too.
             self._fail(conn, f"connection lost during {tool_name}")
             raise ToolError(f"MCP server {conn.name} failed during {tool_name}: {conn.reason}") from None
+
+
+class _FailedServerNotes:
+    """A run's executor that writes an Error entry once per failed server its globs name.
+
+    Checked at every step (when the tools are offered), so a server that failed before the
+    run or during it is reported in the run's session: ``MCP server NAME failed: reason; the
+    run goes on without its tools``. The run itself goes on with the other tools.
+    """
+
+    def __init__(self, servers: McpServers, ctx: RunContext, inner: ToolExecutor, patterns: list[str]) -> None:
+        self.servers, self.ctx, self.inner, self.patterns = servers, ctx, inner, patterns
+        self.noted: set[int] = set()
+
+    def schemas(self) -> list[dict[str, Any]]:
+        for conn in self.servers.failed_for(self.patterns):
+            if id(conn) in self.noted:
+                continue
+            self.noted.add(id(conn))
+            self.servers.port.store.append(
+                self.ctx.session_id, EntryType.ERROR, "system",
+                f"MCP server {conn.name} failed: {conn.reason}; the run goes on without its tools",
+                payload={"mcp_server": conn.name, "run_id": self.ctx.run_id, "note": True},
+            )
+        return self.inner.schemas()
+
+    async def call(self, call_id: str, name: str, arguments: dict[str, Any]) -> ToolOutcome:
+        return await self.inner.call(call_id, name, arguments)
 
 
 def _import_validators() -> None:

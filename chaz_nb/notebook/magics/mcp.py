@@ -9,7 +9,8 @@ is ready, or why it failed. ``--wait`` waits for it to settle (notebooks run top
 from __future__ import annotations
 
 import sys
-from typing import Any
+import uuid
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
@@ -18,12 +19,15 @@ from ...errors import ServerError
 from .args import CommandParser, split_words, table, usage_of
 from .host import MagicsHost
 
+if TYPE_CHECKING:  # pragma: no cover
+    from ...server.mcp import McpServer
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-MCP_KEYS = ("command", "url", "env", "risk", "approval", "tool_approval", "timeout", "start_timeout",
+MCP_KEYS = ("command", "url", "env", "headers", "risk", "approval", "tool_approval", "timeout", "start_timeout",
             "sensitive_params", "cwd")
 
 
@@ -32,8 +36,13 @@ def _add_parser() -> CommandParser:
     p.add_argument("name", metavar="NAME")
     p.add_argument("--url", metavar="URL", help="a Streamable HTTP server")
     p.add_argument("--env", metavar="K=V", action="append", default=[], help="environment of the process")
+    p.add_argument("--header", metavar="K=V", action="append", default=[],
+                   help="an HTTP header of a --url server (Authorization=...); its value is never shown")
     p.add_argument("--risk", choices=RISK_LEVELS, default="medium")
     p.add_argument("--approval", choices=APPROVAL_MODES, default="unless_auto_approved")
+    p.add_argument("--tool-approval", metavar="TOOL=POLICY", action="append", default=[],
+                   help="one tool's approval (the server's own tool name)")
+    p.add_argument("--sensitive", metavar="P1,P2", default="", help="parameters masked in the log")
     p.add_argument("--timeout", metavar="S", type=float, default=60.0, help="seconds per call")
     p.add_argument("--start-timeout", metavar="S", type=float, default=30.0)
     p.add_argument("--wait", action="store_true", help="wait until it is ready or failed")
@@ -52,6 +61,36 @@ def _env(items: list[str]) -> dict[str, str]:
             raise UsageError(f"%chaz mcp add: --env takes K=V, got {item!r}")
         env[key] = value
     return env
+
+
+def _headers(items: list[str]) -> dict[str, str]:
+    headers = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip() or not value:
+            # the value may be a credential: never echoed back
+            raise UsageError("%chaz mcp add: --header takes NAME=VALUE, e.g. --header 'Authorization=Bearer $TOKEN'")
+        headers[key.strip()] = value
+    return headers
+
+
+def _tool_approval(items: list[str]) -> dict[str, str]:
+    modes = ", ".join(APPROVAL_MODES)
+    policies = {}
+    for item in items:
+        tool, eq, policy = item.partition("=")
+        if not eq or not tool or policy not in APPROVAL_MODES:
+            raise UsageError(f"%chaz mcp add: --tool-approval takes TOOL=POLICY with POLICY one of {modes}, "
+                             f"got {item!r}")
+        policies[tool] = policy
+    return policies
+
+
+def _sensitive(value: str) -> list[str]:
+    names = [n.strip() for n in value.split(",")] if value else []
+    if any(not n for n in names):
+        raise UsageError(f"%chaz mcp add: --sensitive takes parameter names separated by commas, got {value!r}")
+    return names
 
 
 class McpCommands(MagicsHost):
@@ -75,10 +114,15 @@ class McpCommands(MagicsHost):
         cmd = split_words(command, MCP_USAGE) if dashes else []
         if bool(cmd) == bool(args.url):
             raise UsageError(f"%chaz mcp add {args.name}: give -- COMMAND ARGS... or --url URL; {MCP_USAGE}")
+        if args.header and not args.url:
+            raise UsageError(f"%chaz mcp add {args.name}: --header is for a --url server (a process takes --env)")
         options: dict[str, Any] = {
             "env": _env(args.env), "risk": args.risk, "approval": args.approval,
             "timeout": args.timeout, "start_timeout": args.start_timeout,
+            "tool_approval": _tool_approval(args.tool_approval), "sensitive_params": _sensitive(args.sensitive),
         }
+        if args.header:
+            options["headers"] = _headers(args.header)
         self._mcp_start(args.name, cmd or None, args.url, options, wait=args.wait)
 
     def _mcp_cell(self, rest: str, body: str) -> None:
@@ -106,7 +150,7 @@ class McpCommands(MagicsHost):
         except (ServerError, TypeError) as exc:
             raise UsageError(f"%chaz mcp add {name}: {exc}") from None
         if not wait:
-            print(f"MCP server {name}: starting ({conn.target}); %chaz mcp list shows when it is ready")
+            _show_in_this_cell(conn)
             return
         from ..kernel_loop import run_sync
 
@@ -136,6 +180,24 @@ class McpCommands(MagicsHost):
         except ServerError as exc:
             raise UsageError(f"%chaz mcp remove: {exc}") from None
         print(f"MCP server {name}: removed")
+
+
+def _show_in_this_cell(conn: McpServer) -> None:
+    """The server's line in the cell that added it, updated when it is ready or has failed.
+
+    Through a display_id, so the line is rewritten in this cell's output even when the
+    server settles after the cell ended (stdout would land in whichever cell is running).
+    """
+    from IPython.display import display, update_display
+
+    display_id = f"chaz-mcp-{conn.name}-{uuid.uuid4().hex[:8]}"
+    line = f"MCP server {conn.name}: starting ({conn.target}); %chaz mcp list shows when it is ready"
+    display({"text/plain": line}, raw=True, display_id=display_id)
+
+    def settled(c: McpServer) -> None:
+        update_display({"text/plain": _one_line(c.status())}, raw=True, display_id=display_id)
+
+    conn.listeners.append(settled)
 
 
 def _one_line(status: dict[str, Any]) -> str:
