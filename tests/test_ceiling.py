@@ -61,3 +61,24 @@ async def test_session_with_an_unreadable_ceiling_does_not_run_open(store):
     assert reply.entry_type is T.ERROR
     assert reply.content.startswith("the session's stored ceiling is unreadable")
     assert not any(e.entry_type is T.ACK for e in store.entries(sid))
+
+
+def test_a_stored_ceiling_admits_a_tool_that_joins_later_only_within_every_level():
+    registry = ToolRegistry([add])
+    # what a child session keeps of the run that spawned it, through the database
+    open_parent = Ceiling.from_json(Ceiling(registry.scope(["late__*", "add"]).rules).to_json())
+    narrow_parent = Ceiling.from_json(Ceiling(registry.scope(["add"]).rules).to_json())
+    assert open_parent is not None and narrow_parent is not None
+    child = open_parent.scope(registry, None)  # the child agent asks for everything
+    grandchild = open_parent.meet(narrow_parent).scope(registry, ["late__*"])
+    capped = narrow_parent.scope(registry, ["late__*", "add"])
+
+    @tool(name="late__x")
+    def late_x() -> str:
+        """Late."""
+        return "x"
+
+    registry.register(late_x)  # an MCP server became ready after the spawn
+    assert child.names == {"add", "late__x"}
+    assert "late__x" not in capped and capped.names == {"add"}  # never more than the parent had
+    assert grandchild.names == frozenset()

@@ -368,3 +368,20 @@ async def test_a_run_naming_a_failed_server_is_told_and_goes_on_with_its_other_t
     other = server.current_session("other")
     await (await server.send(other, "go")).wait()
     assert not [e for e in server.store.entries(other) if e.entry_type is T.ERROR]
+
+
+async def test_a_call_over_the_server_timeout_is_a_tool_error_and_keys_in_results_are_redacted(server):
+    server.add_mcp_server("flaky", command=fake("mcp_flaky"), approval="never", timeout=1)
+    await ready(server, "flaky")
+    key = "sk-" + "a1B2c3D4e5F6g7H8i9J0k1L2"
+    server.define_agent(scripted("a", [
+        {"tool": "flaky__stall", "args": {}},
+        {"tool": "flaky__echo", "args": {"text": f"the key is {key}"}},
+        "{result}",
+    ]))
+    session = server.current_session("a")
+    await (await server.send(session, "go")).wait()
+    stalled, echoed = [e for e in server.store.entries(session) if e.entry_type is T.TOOL_RESULT]
+    assert stalled.payload["is_error"] and "timed out after 1 s" in stalled.payload["output"]
+    assert not echoed.payload["is_error"] and echoed.payload["output"] == "the key is [REDACTED]"
+    assert server.mcp.get("flaky").state == "ready"  # a slow call does not fail the server

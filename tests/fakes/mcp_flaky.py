@@ -3,7 +3,8 @@
 - ``echo(text)``: the text back;
 - ``fail(why)``: an MCP error result (``isError``) with ``why`` as its text;
 - ``picture()``: an image and an embedded text resource (binary content the client summarises);
-- ``die()``: the process exits in the middle of the call (a crash mid-call).
+- ``die()``: the process exits in the middle of the call (a crash mid-call);
+- ``stall()``: never answers (until the client gives up on the call).
 """
 
 import os
@@ -48,6 +49,15 @@ def picture() -> list[types.ContentBlock]:
             resource=types.TextResourceContents(uri="file:///notes.txt", mime_type="text/plain", text="a note"),
         ),
     ]
+
+
+@server.tool()
+async def stall() -> str:
+    """Never answer."""
+    import anyio
+
+    await anyio.sleep_forever()
+    return "unreachable"
 
 
 @server.tool()
