@@ -148,8 +148,10 @@ def test_bad_flag_values_are_one_clear_error(chaz, capsys, line, message):
 
 def test_a_url_server_with_a_header_whose_value_is_never_shown(chaz, capsys, mcp_http):
     token = "tok-8c1f2e9d7a"  # the mcp_http fixture's
-    ip.run_line_magic("chaz", f"mcp add docs --url {mcp_http.url} --header 'Authorization=Bearer {token}' "
-                              "--approval never --wait")
+    ip.user_ns["TOKEN"] = token  # as the README says: the cell names a variable, not the value
+    header = '--header "Authorization=Bearer $TOKEN"'
+    ip.run_cell(f"%chaz mcp add docs --url {mcp_http.url} {header} --approval never --wait")
+    del ip.user_ns["TOKEN"]
     assert "MCP server docs: ready" in capsys.readouterr().out
     ip.run_line_magic("chaz", f"mcp add bad --url {mcp_http.url} --header 'Authorization=Bearer wrong-v4lue' --wait")
     ip.run_line_magic("chaz", "mcp list")

@@ -69,7 +69,7 @@ def _headers(items: list[str]) -> dict[str, str]:
         key, eq, value = item.partition("=")
         if not eq or not key.strip() or not value:
             # the value may be a credential: never echoed back
-            raise UsageError("%chaz mcp add: --header takes NAME=VALUE, e.g. --header 'Authorization=Bearer $TOKEN'")
+            raise UsageError("%chaz mcp add: --header takes NAME=VALUE, e.g. --header \"Authorization=Bearer $TOKEN\"")
         headers[key.strip()] = value
     return headers
 
