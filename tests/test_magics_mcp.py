@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 
 import psutil
@@ -26,25 +28,39 @@ def time_servers() -> list[psutil.Process]:
     return found
 
 
-def test_add_list_and_an_agent_call_approved_with_chaz_approve(chaz, capsys):
-    ip.run_line_magic("chaz", f"mcp add time --approval always --timeout 20 --wait -- {TIME}")
+def test_add_list_and_an_agent_call_approved_with_chaz_approve(chaz, capsys, tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (repo / "README").write_text("hello\n")
+    subprocess.run([*git, "add", "README"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "first commit"], check=True)
+    (repo / "new.txt").write_text("untracked\n")
+    ip.run_line_magic("chaz", f"mcp add time --approval never --timeout 20 --wait -- {TIME}")
     assert "MCP server time: ready, 2 tools" in capsys.readouterr().out
+    ip.run_line_magic("chaz", f"mcp add git --wait -- {sys.executable} -m mcp_server_git --repository {repo}")
+    assert "MCP server git: ready" in capsys.readouterr().out
     ip.run_line_magic("chaz", "mcp list")
     out = capsys.readouterr().out
-    assert "time  ready  2" in out and "time__get_current_time" in out
-    ip.run_line_magic(
-        "chaz",
-        "agent clock --model chaz/script --tools 'time__*' --script "
-        "'[{\"tool\": \"time__get_current_time\", \"args\": {\"timezone\": \"UTC\"}}, \"now: {result}\"]'",
-    )
-    ip.run_line_magic("chaz", "@clock what time is it?")  # returns when the run parks
+    assert "time  ready  2" in out and "time__get_current_time" in out and "git__git_status" in out
+    script = json.dumps([
+        {"tool": "time__get_current_time", "args": {"timezone": "UTC"}},
+        {"tool": "git__git_status", "args": {"repo_path": str(repo)}},
+        "now: {result}",
+    ])
+    ip.run_line_magic("chaz", f"agent clock --model chaz/script --tools 'time__*,git__git_status' --script '{script}'")
+    ip.run_line_magic("chaz", "@clock what time is it, and what changed?")  # returns when the run parks
     sid = chaz.current_session("clock")
     assert chaz.session_status(sid) == "parked"
+    [request] = chaz.pending_approvals()  # the git tool: the time tool's server needs no approval
+    assert request["tool_name"] == "git__git_status"
     ip.run_line_magic("chaz", "approve last")
     ip.run_line_magic("chaz", f"wait {sid}")
     [reply] = [e for e in chaz.store.entries(sid) if e.entry_type is EntryType.MESSAGE and e.sender == "clock"]
-    assert '"timezone": "UTC"' in reply.content
-    assert chaz.store.execute("SELECT mcp_server, approval FROM tool_calls") == [("time", "approved")]
+    assert "new.txt" in reply.content
+    assert chaz.store.execute("SELECT tool, mcp_server, approval FROM tool_calls ORDER BY started_at") == [
+        ("time__get_current_time", "time", "none"), ("git__git_status", "git", "approved")]
 
 
 def test_cell_form_remove_and_unload_stop_every_process(chaz, capsys):
@@ -96,11 +112,14 @@ def test_every_flag_of_mcp_add_is_in_the_usage():
 
 def test_sensitive_and_tool_approval_flags(chaz, capsys):
     ip.run_line_magic(
-        "chaz", f"mcp add time --wait --sensitive timezone,other --tool-approval get_current_time=never -- {TIME}"
+        "chaz", "mcp add time --wait --sensitive timezone,other --tool-approval get_current_time=never "
+                f"--risk high --env TZ=UTC --start-timeout 50 -- {TIME}"
     )
     assert "ready" in capsys.readouterr().out
+    conn = chaz.mcp.get("time")
+    assert (conn.env, conn.risk, conn.start_timeout) == ({"TZ": "UTC"}, "high", 50.0)
     now, convert = chaz.tools.get("time__get_current_time"), chaz.tools.get("time__convert_time")
-    assert now.approval == "never" and convert.approval == "unless_auto_approved"
+    assert now.approval == "never" and convert.approval == "unless_auto_approved" and now.risk == "high"
     assert now.sensitive_params == ("timezone",)  # "other" is no parameter of it: not masked there
 
 
