@@ -385,3 +385,12 @@ async def test_a_call_over_the_server_timeout_is_a_tool_error_and_keys_in_result
     assert stalled.payload["is_error"] and "timed out after 1 s" in stalled.payload["output"]
     assert not echoed.payload["is_error"] and echoed.payload["output"] == "the key is [REDACTED]"
     assert server.mcp.get("flaky").state == "ready"  # a slow call does not fail the server
+
+
+async def test_a_server_still_starting_holds_up_nothing(server):
+    """The start runs in its own task: runs go on, and removing it ends the process."""
+    conn = server.add_mcp_server("slow", command=fake("mcp_hang_at_start"), start_timeout=120)
+    await assert_session_goes_on(server)  # a whole run on the loop while it is starting
+    assert conn.state == "starting" and not conn.settled.is_set()
+    await server.remove_mcp_server("slow")
+    assert conn.state == "stopped" and not children_running("mcp_hang_at_start")

@@ -253,11 +253,16 @@ class McpServers(Part):
     # ----------------------------------------------------------- internal
     def _close(self, conn: McpServer) -> asyncio.Task[None] | None:
         self._unregister(conn)
+        starting = conn.state == "starting"
         if conn.state in ("starting", "ready"):
             conn.state = "stopped"
             conn.reason = "removed"
         conn.settled.set()
         conn.closing.set()
+        if starting and conn.task is not None:
+            # A handshake in progress does not watch ``closing`` (it would wait out its whole
+            # start_timeout, with its process running): cancel it, which closes the transport.
+            conn.task.cancel()
         return conn.task
 
     def _unregister(self, conn: McpServer) -> None:
