@@ -172,7 +172,8 @@ def test_a_url_server_with_a_header_whose_value_is_never_shown(chaz, capsys, mcp
     ip.run_cell(f"%chaz mcp add docs --url {mcp_http.url} {header} --approval never --wait")
     del ip.user_ns["TOKEN"]
     assert "MCP server docs: ready" in capsys.readouterr().out
-    ip.run_line_magic("chaz", f"mcp add bad --url {mcp_http.url} --header 'Authorization=Bearer wrong-v4lue' --wait")
+    ip.run_cell_magic("chaz", "mcp bad --wait",  # the TOML form: headers = {...}
+                      f'url = "{mcp_http.url}"\nheaders = {{Authorization = "Bearer wrong-v4lue"}}\n')
     ip.run_line_magic("chaz", "mcp list")
     out = capsys.readouterr().out
     assert "docs  ready" in out and "docs__whoami" in out and token not in out
