@@ -340,6 +340,18 @@ async def test_streamable_http_server_refusing_the_credential_is_failed_without_
     assert not [n for n in server.tools.names() if n.startswith("docs__")]
 
 
+def test_what_is_masked_of_a_url_server():
+    from chaz_nb.server.mcp import McpServer
+
+    conn = McpServer("docs", url="http://127.0.0.1:1/mcp?api_key=q1w2e3r4t5y6",
+                     headers={"Authorization": "Bearer abcd1234", "X-Team-Token": "t0k3n-xyz", "Accept": "text/plain"},
+                     env={"GITHUB_TOKEN": "ghx-1234", "TZ": "UTC"})
+    assert conn.mask("Bearer abcd1234 / abcd1234 / t0k3n-xyz / ghx-1234 / text/plain / UTC") == (
+        "[REDACTED] / [REDACTED] / [REDACTED] / [REDACTED] / text/plain / UTC")
+    assert "q1w2e3r4t5y6" not in conn.target
+    assert conn.status()["headers"] == dict.fromkeys(("Authorization", "X-Team-Token", "Accept"), "[REDACTED]")
+
+
 async def test_headers_are_for_url_servers(server):
     with pytest.raises(ServerError, match="headers are for a url"):
         server.add_mcp_server("t", command=TIME, headers={"Authorization": "x"})

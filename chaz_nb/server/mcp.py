@@ -38,7 +38,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import CONNECTION_CLOSED
 
 from ..core.entries import EntryType
-from ..core.redaction import REDACTED, is_secret_name, redact
+from ..core.redaction import REDACTED, is_credential_field, is_secret_name, redact
 from ..engine.mcp_tools import SEPARATOR, check_server_name, mcp_tool
 from ..engine.runtime import ToolExecutor, ToolOutcome
 from ..engine.tools import APPROVAL_MODES, RISK_LEVELS, ApprovalMode, RiskLevel, Tool
@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 State = Literal["starting", "ready", "failed", "stopped"]
 STDERR_TAIL = 800  # characters of a failed server's stderr kept in its reason
 STOP_TIMEOUT = 10.0  # seconds one connection may take to close
+MIN_MASKED = 4  # a credential shorter than this is not searched for in text (it would mask words)
 
 
 @dataclass
@@ -111,14 +112,20 @@ class McpServer:
         }
 
     def secrets(self) -> list[str]:
-        """Values never to show: every header value (and its credential after a scheme such as
-        ``Bearer``), and the env values whose names look like keys; longest first."""
+        """Values never to show, longest first: the value of each credential header
+        (Authorization, ``*-api-key``, ``*-token``, a name with KEY, SECRET, TOKEN, PASSWORD, or
+        Cookie), whole and its credential after a scheme such as ``Bearer``; and the env values
+        whose names look like keys. (``status`` hides every header value.)"""
         values = set()
-        for value in self.headers.values():
-            values.add(value)
-            values.update(part for part in value.split() if len(part) >= 4)
-        values.update(v for k, v in self.env.items() if is_secret_name(k) and len(v) >= 4)
-        return sorted((v for v in values if v.strip()), key=len, reverse=True)
+        for name, value in self.headers.items():
+            if not _credential_header(name):
+                continue
+            values.add(value.strip())
+            scheme, _, credential = value.strip().partition(" ")
+            if credential and scheme.isalpha():
+                values.add(credential.strip())
+        values.update(v for k, v in self.env.items() if is_secret_name(k))
+        return sorted((v for v in values if len(v) >= MIN_MASKED), key=len, reverse=True)
 
     def mask(self, text: str) -> str:
         """``text`` with this server's credentials and any key-like value replaced by [REDACTED]."""
@@ -417,6 +424,12 @@ class _FailedServerNotes:
 
     async def call(self, call_id: str, name: str, arguments: dict[str, Any]) -> ToolOutcome:
         return await self.inner.call(call_id, name, arguments)
+
+
+def _credential_header(name: str) -> bool:
+    """Whether an HTTP header called ``name`` carries a credential (its value is masked in text)."""
+    return (is_credential_field(name) or is_secret_name(name.replace("-", "_"))
+            or name.lower() in ("cookie", "x-api-key") or "key" in name.lower())
 
 
 def _import_validators() -> None:
