@@ -107,6 +107,14 @@ def _m008(cur: Any) -> None:
     create_audit_views(cur)  # tool_calls.mcp_server
 
 
+def _m011(cur: Any) -> None:
+    # Schedule and fire ids: several kernels create schedules and fires at once, so max(id) + 1
+    # would hand two of them the same id (ScheduleTable.next_id takes nextval instead).
+    for table in ("schedules", "schedule_fires"):
+        cur.execute(f"CREATE SEQUENCE {table}_id_seq")
+        cur.execute(f"SELECT setval('{table}_id_seq', coalesce((SELECT max(id) FROM {table}), 0) + 1, false)")
+
+
 #: the same names as chaz_nb.core.migrations.MIGRATIONS (tests check it)
 PG_MIGRATIONS: list[PgMigration] = [
     PgMigration("001_sessions_entries", _m001),
@@ -117,6 +125,7 @@ PG_MIGRATIONS: list[PgMigration] = [
     PgMigration("006_runs_answers", _m006),
     PgMigration("007_runs_cancelled", _m007),
     PgMigration("008_tool_calls_mcp_server", _m008),
+    PgMigration("011_schedule_id_sequences", _m011),
 ]
 
 _IGNORED = """
