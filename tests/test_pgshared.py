@@ -110,7 +110,11 @@ async def test_every_kernel_lists_the_stores_schedules_and_a_tick_fires_once(pg_
         b = Server(second, [Agent("bot")])
         a.schedules.start()
         b.schedules.start()
+        heard_by_b: list[int] = []
+        b.schedules.subscribe(heard_by_b.append)
         recurring = a.schedules.add("bot", "every 0.2s", "tick", session="fresh", max_fires=4)
+        # a change in one kernel is a notice to the others (their fire loops wake for it)
+        await until(lambda: recurring.id in heard_by_b, b.schedules.subscribe, what="kernel B to hear of it")
         once = b.schedules.add("bot", "in 0.3s", "reminder", session="fresh")
         # each kernel lists both (the `%chaz schedule list` of either notebook)
         assert [s.id for s in a.schedules.list()] == [s.id for s in b.schedules.list()] == [recurring.id, once.id]

@@ -12,7 +12,8 @@ Several kernels on one shared store (PostgreSQL) each run this loop over the sto
 schedules. A kernel fires only what it can serve: schedules of agents it defines whose pinned
 session no other live kernel holds (it takes that session's lease, as ``process_session``
 does). A due tick is taken by one kernel (``ScheduleTable.advance``, a compare-and-set of
-``next_fire_at``), so it fires once across kernels. Schedules another kernel adds are seen
+``next_fire_at``), so it fires once across kernels. A schedule another kernel adds or
+changes wakes the loop (a notice, ``ScheduleTable.changed``); a lost notice is made good
 within ``SHARED_POLL`` seconds.
 """
 
@@ -37,7 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 ONE_SHOT_RETRY = 5.0  # seconds before a one-shot whose session was busy tries again
-SHARED_POLL = 1.0  # on a shared store, seconds between looks for other kernels' changes
+SHARED_POLL = 5.0  # on a shared store, a look at the table this often besides the notices
 
 
 class Scheduler:

@@ -6,7 +6,8 @@ happen after the run's last entry). ``subscribe`` is that hook: callbacks get th
 after each change of a schedule or of one of its fire records.
 
 On a shared store (PostgreSQL, several kernels) the table is not cached: every read is the
-store's, so each kernel lists and fires every kernel's schedules. Ids come from sequences
+store's, so each kernel lists and fires every kernel's schedules; each change is a notice
+(``NOTIFY chaz_schedules``) that wakes the other kernels' fire loops and listeners. Ids come from sequences
 (``next_id``), a due tick is taken by one kernel only (``advance``: a compare-and-set of
 ``next_fire_at``), and a finished fire changes only the columns it owns (``count_fire``,
 ``update``), so it never writes back a ``next_fire_at`` another kernel has moved on.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -27,6 +29,7 @@ from ...errors import ScheduleError
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_FAILURES = 3
+NOTICE_CHANNEL = "chaz_schedules"  # pgstore.NOTICE_CHANNELS
 
 
 @dataclass
@@ -107,6 +110,12 @@ class ScheduleTable:
         self._listeners: list[Callable[[int], None]] = []
         #: called after each change (the fire loop sets it: a change may move the next fire)
         self.wake: Callable[[], None] = lambda: None
+        #: on a shared store, each change is announced to the other kernels (their fire loops
+        #: wake, their listeners hear of it); this kernel knows its own notices by this token
+        self._token = uuid.uuid4().hex[:12]
+        on_notice = getattr(store, "on_notice", None)
+        if self.shared and on_notice is not None:
+            on_notice(NOTICE_CHANNEL, self._heard)
         if not self.store.read_only:  # fires a previous process left running never finished
             now = utcnow()
             for fire_id, session_id in self.store.execute(
@@ -156,7 +165,21 @@ class ScheduleTable:
 
         return unsubscribe
 
+    def _heard(self, payload: str) -> None:
+        """Another kernel changed a schedule (or one of its fires)."""
+        token, _, schedule_id = payload.partition(":")
+        if token == self._token or not schedule_id.isdigit():
+            return
+        self.wake()
+        self._tell(int(schedule_id))
+
     def changed(self, schedule_id: int) -> None:
+        notify = getattr(self.store, "notify", None)
+        if self.shared and notify is not None and not self.store.closed:
+            notify(NOTICE_CHANNEL, f"{self._token}:{schedule_id}")
+        self._tell(schedule_id)
+
+    def _tell(self, schedule_id: int) -> None:
         for callback in list(self._listeners):
             try:
                 callback(schedule_id)
