@@ -143,10 +143,13 @@ async def kernel(url: str, sessions: int, turns: int) -> None:
     store = SessionStore.open(url)
     server = Server(store, [Agent("loader", model="chaz/script", tools=["lookup", "add"], script=SCRIPT)],
                     ToolRegistry([lookup, add]), max_concurrent_calls=sessions)
-    await (await server.send(server.new_session("loader"), "warm up")).wait()
+    # This kernel serves its sessions: it takes their leases before it writes to them (every
+    # kernel defines the agent, so another one could otherwise take a new session's first turn).
+    warm = server.new_session("loader")
     ids = [server.new_session("loader") for _ in range(sessions)]
-    for sid in ids:
-        assert store.claim(sid)  # this kernel serves its sessions (the others' writes wake it)
+    for sid in [warm, *ids]:
+        assert store.claim(sid)
+    await (await server.send(warm, "warm up")).wait()
     print("ready", flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)  # all kernels at once
     latencies: list[float] = []
