@@ -64,8 +64,10 @@ class Scheduler:
             return
         loop = self.port.loop()
         now = utcnow()
+        # On a shared store a tick due a moment ago is a live kernel's to fire, not a missed one.
+        missed = now - timedelta(seconds=2 * SHARED_POLL) if self.table.shared else now
         for s in self.table.all().values():  # no back-fill: recurring schedules skip missed ticks
-            if s.enabled and s.kind != "once" and s.next_fire_at is not None and s.next_fire_at < now:
+            if s.enabled and s.kind != "once" and s.next_fire_at is not None and s.next_fire_at < missed:
                 self.table.advance(s, s.next_fire_at, parse_trigger(s.trigger, now).first_fire(now))
         self._task = loop.create_task(self._run(), name="chaz-scheduler")
 
