@@ -6,6 +6,14 @@ difference in wall time divided by turns is what the server adds), RSS sampled o
 to show whether memory stays flat, and the store's size.
 Target (issue 8): server overhead per turn < 2 ms p50 on this 2-core machine; memory flat.
 Run: python bench/load.py [--sessions 50] [--turns 20] [--db file|memory]
+
+Several kernels on one PostgreSQL store (issue 16): ``--db postgresql://...`` (or ``--db
+postgres``: a throw-away cluster from tests/fakes/postgres.py, stopped at the end) runs
+``--kernels`` processes (default 4), each with its own Server and ``--sessions`` sessions
+(default 25 there) of ``--turns`` turns, all at once on one database. Then it checks the
+store: every session has each turn's Message, Ack and reply exactly once, every session's seq
+is 1..n with no gap, and entry ids are gapless; and prints turns/s and p50/p99 over all kernels.
+Run: python bench/load.py --db postgres [--kernels 4] [--sessions 25] [--turns 20]
 """
 
 from __future__ import annotations
@@ -16,6 +24,8 @@ import os
 import platform
 import json
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -127,13 +137,121 @@ async def bare_loop_turns(litellm, turns: int) -> None:
         await bare_turn(litellm)
 
 
+# ------------------------------------------------- several kernels on one PostgreSQL store
+async def kernel(url: str, sessions: int, turns: int) -> None:
+    """One kernel process of the PostgreSQL run: its sessions' turns, timed; a JSON line out."""
+    store = SessionStore.open(url)
+    server = Server(store, [Agent("loader", model="chaz/script", tools=["lookup", "add"], script=SCRIPT)],
+                    ToolRegistry([lookup, add]), max_concurrent_calls=sessions)
+    # This kernel serves its sessions: it takes their leases before it writes to them (every
+    # kernel defines the agent, so another one could otherwise take a new session's first turn).
+    warm = server.new_session("loader")
+    ids = [server.new_session("loader") for _ in range(sessions)]
+    for sid in [warm, *ids]:
+        assert store.claim(sid)
+    await (await server.send(warm, "warm up")).wait()
+    print("ready", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)  # all kernels at once
+    latencies: list[float] = []
+
+    async def session_loop(session_id: int) -> None:
+        for turn in range(turns):
+            t = time.perf_counter()
+            handle = await server.send(session_id, f"turn {turn}")
+            reply = await handle.wait()
+            latencies.append(time.perf_counter() - t)
+            assert reply is not None and reply.content.startswith("done"), reply
+
+    start = time.time()
+    await asyncio.gather(*(session_loop(s) for s in ids))
+    end = time.time()
+    await server.stop()
+    store.close()
+    print(json.dumps({"sessions": ids, "latencies": latencies, "start": start, "end": end}), flush=True)
+
+
+def check_store(url: str, sessions: list[int], turns: int) -> int:
+    """No entry lost or duplicated, seq gapless, ids gapless; the number of entries checked."""
+    store = SessionStore.open(url)
+    try:
+        ids = [row[0] for row in store.execute("SELECT id FROM entries ORDER BY id")]
+        assert ids == list(range(1, len(ids) + 1)), "entry ids have a gap or a duplicate"
+        for sid in sessions:
+            log = store.entries(sid)
+            assert [e.seq for e in log] == list(range(1, len(log) + 1)), f"session {sid}: seq has a gap"
+            asked = [e.content for e in log if e.entry_type.value == "Message" and e.sender == "user"]
+            assert asked == [f"turn {t}" for t in range(turns)], f"session {sid}: Messages lost or duplicated"
+            acks = [e for e in log if e.entry_type.value == "Ack"]
+            replies = [e for e in log if e.entry_type.value == "Message" and e.sender == "loader"]
+            assert len(acks) == len(replies) == turns, f"session {sid}: {len(acks)} runs, {len(replies)} replies"
+            calls = [e for e in log if e.entry_type.value in ("ToolCall", "ToolResult")]
+            assert len(calls) == 4 * turns, f"session {sid}: {len(calls)} tool entries"
+        return len(ids)
+    finally:
+        store.close()
+
+
+def run_postgres(url: str | None, kernels: int, sessions: int, turns: int) -> None:
+    cluster = None
+    if url is None or url == "postgres":
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+        from fakes.postgres import PostgresCluster
+
+        cluster = PostgresCluster()
+        url = cluster.new_database()
+    procs: list[subprocess.Popen] = []
+    try:
+        command = [sys.executable, os.path.abspath(__file__), "--kernel", url,
+                   "--sessions", str(sessions), "--turns", str(turns)]
+        procs = [subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                 for _ in range(kernels)]
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready", "a kernel did not start"
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        results = []
+        for p in procs:
+            out, _ = p.communicate(timeout=1800)
+            assert p.returncode == 0, f"a kernel failed ({p.returncode})"
+            results.append(json.loads(out.strip().splitlines()[-1]))
+        wall = max(r["end"] for r in results) - min(r["start"] for r in results)
+        ms = [x * 1000 for r in results for x in r["latencies"]]
+        n = kernels * sessions * turns
+        checked = check_store(url, [s for r in results for s in r["sessions"]], turns)
+        print(f"PostgreSQL {'(throw-away cluster) ' if cluster else ''}{kernels} kernel processes x {sessions} "
+              f"sessions x {turns} turns = {n} turns, 3 model calls and 2 tool calls each")
+        print(f"all kernels: {n / wall:.1f} turns/s (wall {wall:.1f} s); latency Message -> reply: "
+              f"p50 {pct(ms, 50):.0f} ms, p99 {pct(ms, 99):.0f} ms")
+        print(f"store checked: {checked:,} entries, none lost or duplicated, every session's seq gapless, ids gapless")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        if cluster is not None:
+            cluster.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sessions", type=int, default=50)
+    parser.add_argument("--sessions", type=int, default=None, help="per kernel (default 50; 25 on PostgreSQL)")
     parser.add_argument("--turns", type=int, default=20)
-    parser.add_argument("--db", choices=["file", "memory"], default="file")
+    parser.add_argument("--db", default="file", help="file | memory | postgres | postgresql://...")
+    parser.add_argument("--kernels", type=int, default=4, help="kernel processes on PostgreSQL")
+    parser.add_argument("--kernel", metavar="URL", help=argparse.SUPPRESS)  # one kernel process of a run
     args = parser.parse_args()
+    if args.kernel:
+        asyncio.run(kernel(args.kernel, args.sessions, args.turns))
+        return
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    if args.db == "postgres" or args.db.startswith(("postgresql://", "postgres://")):
+        run_postgres(args.db, args.kernels, args.sessions or 25, args.turns)
+        return
+    if args.db not in ("file", "memory"):
+        parser.error("--db is file, memory, postgres or a postgresql:// URL")
+    args.sessions = args.sessions or 50
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "load.duckdb") if args.db == "file" else ":memory:"
         asyncio.run(run(args.sessions, args.turns, path))

@@ -149,6 +149,13 @@ def _m008_tool_calls_mcp_server(con: duckdb.DuckDBPyConnection) -> None:
     create_audit_views(con)
 
 
+def _m011_schedule_id_sequences(con: duckdb.DuckDBPyConnection) -> None:
+    # PostgreSQL takes schedule and fire ids from sequences (several kernels create them at
+    # once; core/pgschema.py). A DuckDB file has one writing process: max(id) + 1 stays right,
+    # so there is nothing to change here; the record keeps both stores' migration lists equal.
+    del con
+
+
 MIGRATIONS: list[Migration] = [
     Migration("001_sessions_entries", _m001_sessions_entries),
     Migration("002_session_title_metadata", _m002_session_title_metadata),
@@ -158,6 +165,7 @@ MIGRATIONS: list[Migration] = [
     Migration("006_runs_answers", _m006_runs_answers),
     Migration("007_runs_cancelled", _m007_runs_cancelled),
     Migration("008_tool_calls_mcp_server", _m008_tool_calls_mcp_server),
+    Migration("011_schedule_id_sequences", _m011_schedule_id_sequences),
 ]
 
 

@@ -4,8 +4,9 @@
 DuckDB's JSON functions that the server's own SQL uses (``json_extract_string(payload,
 '$.key')``, ``json_extract``) exist here as SQL functions of the same name, so that SQL runs on
 both stores unchanged, and ``%chaz sql`` queries written for one mostly run on the other. The
-audit views are written in PostgreSQL's dialect (``->>``, casts that yield NULL on bad input,
-``extract(epoch ...)``); ``tests/test_pgstore.py`` checks they have DuckDB's columns.
+audit views come from ``core/auditsql.py``, written once for both dialects (here: ``->>``, the
+``chaz_try_*`` casts that yield NULL on bad input, ``extract(epoch ...)``);
+``tests/test_pgstore.py`` checks they have DuckDB's columns.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from .auditsql import POSTGRES
 
 PgMigrationFn = Callable[[Any], None]
 
@@ -107,6 +110,14 @@ def _m008(cur: Any) -> None:
     create_audit_views(cur)  # tool_calls.mcp_server
 
 
+def _m011(cur: Any) -> None:
+    # Schedule and fire ids: several kernels create schedules and fires at once, so max(id) + 1
+    # would hand two of them the same id (ScheduleTable.next_id takes nextval instead).
+    for table in ("schedules", "schedule_fires"):
+        cur.execute(f"CREATE SEQUENCE {table}_id_seq")
+        cur.execute(f"SELECT setval('{table}_id_seq', coalesce((SELECT max(id) FROM {table}), 0) + 1, false)")
+
+
 #: the same names as chaz_nb.core.migrations.MIGRATIONS (tests check it)
 PG_MIGRATIONS: list[PgMigration] = [
     PgMigration("001_sessions_entries", _m001),
@@ -117,146 +128,13 @@ PG_MIGRATIONS: list[PgMigration] = [
     PgMigration("006_runs_answers", _m006),
     PgMigration("007_runs_cancelled", _m007),
     PgMigration("008_tool_calls_mcp_server", _m008),
+    PgMigration("011_schedule_id_sequences", _m011),
 ]
-
-_IGNORED = """
-    SELECT chaz_try_bigint(payload->>'ignored_entry') AS id
-    FROM entries WHERE entry_type = 'Error' AND payload->'ignored_entry' IS NOT NULL
-"""
-
-APPROVALS_VIEW = f"""
-CREATE OR REPLACE VIEW approvals AS
-WITH requests AS (
-    SELECT e.id AS entry_id, e.session_id, e.seq, e.payload->>'request_id' AS request_id,
-           coalesce(e.payload->>'agent', e.sender) AS agent, e.run_id, e.tool_call_id,
-           e.payload->>'tool_name' AS tool_name, e.payload->>'risk_level' AS risk_level,
-           e.payload->'arguments_display' AS arguments_display,
-           chaz_try_double(e.payload->>'timeout_secs') AS timeout_secs, e.created_at AS requested_at
-    FROM entries e WHERE e.entry_type = 'ApprovalRequest'
-),
-decisions AS (
-    SELECT d.id, d.payload->>'request_id' AS request_id, d.payload->>'decision' AS decision,
-           coalesce(d.payload->>'decided_by', d.sender) AS decided_by, d.payload->>'reason' AS reason,
-           d.created_at AS decided_at
-    FROM entries d
-    WHERE d.entry_type = 'ApprovalDecision' AND d.id NOT IN (SELECT id FROM ({_IGNORED}) i WHERE id IS NOT NULL)
-),
-effective AS (
-    SELECT * FROM (
-        SELECT *, row_number() OVER (
-            PARTITION BY request_id ORDER BY (decision = 'timed_out') DESC, id) AS rank
-        FROM decisions) ranked
-    WHERE rank = 1
-)
-SELECT r.request_id, r.session_id, r.agent, r.run_id, r.tool_call_id, r.tool_name, r.risk_level,
-       r.arguments_display, r.timeout_secs, r.requested_at,
-       coalesce(d.decision, 'pending') AS decision, d.decided_by, d.reason, d.decided_at,
-       CASE WHEN d.decided_at IS NULL THEN NULL
-            ELSE extract(epoch FROM (d.decided_at - r.requested_at))::double precision * 1000.0 END AS wait_ms,
-       r.entry_id
-FROM requests r LEFT JOIN effective d ON d.request_id = r.request_id
-"""
-
-TOOL_CALLS_VIEW = """
-CREATE OR REPLACE VIEW tool_calls AS
-WITH calls AS (
-    SELECT id, session_id, sender AS agent, run_id, tool_call_id, tool_name, payload->'arguments' AS arguments,
-           payload->>'mcp_server' AS mcp_server, created_at
-    FROM entries WHERE entry_type = 'ToolCall'
-),
-results AS (
-    SELECT id, session_id, run_id, tool_call_id, payload->>'output' AS output,
-           coalesce(chaz_try_bool(payload->>'is_error'), false) AS is_error,
-           chaz_try_double(payload->>'duration_ms') AS total_ms,
-           coalesce(chaz_try_double(payload->>'approval_wait_ms'), 0) AS wait_ms,
-           payload->>'approval' AS approval, payload->>'decided_by' AS decided_by, created_at
-    FROM entries WHERE entry_type = 'ToolResult'
-)
-SELECT c.session_id, c.agent, c.run_id, c.tool_call_id, c.tool_name AS tool, c.arguments,
-       r.output, r.is_error,
-       c.created_at AS started_at, r.created_at AS finished_at,
-       greatest(r.total_ms - r.wait_ms, 0) AS duration_ms,
-       coalesce(r.approval, 'none') AS approval, r.decided_by,
-       c.id AS call_entry_id, r.id AS result_entry_id,
-       c.mcp_server  -- the MCP server of the tool; NULL for Python tools
-FROM calls c
-LEFT JOIN results r
-  ON r.session_id = c.session_id AND r.run_id IS NOT DISTINCT FROM c.run_id AND r.tool_call_id = c.tool_call_id
-"""
-
-RUNS_VIEW = """
-CREATE OR REPLACE VIEW runs AS
-WITH acks AS (
-    SELECT a.id AS run_id, a.session_id, a.sender AS agent, a.created_at AS started_at,
-           chaz_try_bigint(a.payload->>'trigger_id') AS trigger_entry_id,
-           a.payload->>'trigger_type' AS trigger_kind, a.payload->>'schedule_id' AS schedule_id,
-           a.payload->>'model' AS model, chaz_try_bigint(a.payload->>'parent_run') AS parent_run,
-           chaz_try_bigint(a.payload->>'answers_count')::integer AS answers
-    FROM entries a
-    WHERE a.entry_type = 'Ack' AND a.run_id = a.id
-),
-ends AS (
-    SELECT * FROM (
-        SELECT run_id, entry_type, created_at, payload,
-               row_number() OVER (PARTITION BY run_id ORDER BY id) AS rank
-        FROM entries
-        WHERE entry_type IN ('Message', 'Error', 'Ack') AND run_id IS NOT NULL AND run_id <> id) ranked
-    WHERE rank = 1
-),
-steps_seen AS (
-    SELECT run_id, count(*) AS tool_calls FROM entries WHERE entry_type = 'ToolCall' GROUP BY 1
-),
-unfinished AS (
-    SELECT a.run_id FROM acks a WHERE a.run_id NOT IN (SELECT run_id FROM ends)
-),
-open_requests AS (
-    SELECT DISTINCT r.run_id FROM entries r
-    WHERE r.entry_type = 'ApprovalRequest' AND r.run_id IN (SELECT run_id FROM unfinished)
-      AND NOT EXISTS (
-        SELECT 1 FROM entries d WHERE d.entry_type = 'ApprovalDecision'
-          AND d.run_id = r.run_id AND d.tool_call_id = r.tool_call_id)
-)
-SELECT a.session_id, a.agent, a.run_id,
-       a.trigger_entry_id,
-       a.trigger_kind AS trigger_type,
-       a.schedule_id,
-       a.started_at, e.created_at AS finished_at,
-       CASE WHEN e.run_id IS NULL AND o.run_id IS NOT NULL THEN 'parked'
-            WHEN e.run_id IS NULL THEN 'running'
-            WHEN e.entry_type = 'Error' AND e.payload->>'interrupted' = 'true' THEN 'interrupted'
-            WHEN e.entry_type = 'Error' THEN 'error'
-            -- stopped by a person (%chaz stop, a Stop button): a closing Ack, not an error
-            WHEN e.entry_type = 'Ack' AND e.payload->>'status' = 'cancelled' THEN 'cancelled'
-            ELSE 'ok' END AS status,
-       chaz_try_bigint(e.payload->>'steps')::integer AS steps,
-       coalesce(s.tool_calls, 0) AS tool_calls,
-       chaz_try_bigint(e.payload->>'prompt_tokens') AS prompt_tokens,
-       chaz_try_bigint(e.payload->>'completion_tokens') AS completion_tokens,
-       chaz_try_double(e.payload->>'cost_usd') AS cost_usd,
-       CASE WHEN e.created_at IS NULL THEN NULL
-            ELSE extract(epoch FROM (e.created_at - a.started_at))::double precision * 1000.0 END AS latency_ms,
-       a.model, a.parent_run,
-       coalesce(a.answers, CASE WHEN a.trigger_entry_id IS NULL THEN 0 ELSE 1 END) AS answers
-FROM acks a
-LEFT JOIN ends e ON e.run_id = a.run_id
-LEFT JOIN steps_seen s ON s.run_id = a.run_id
-LEFT JOIN open_requests o ON o.run_id = a.run_id
-"""
-
-MESSAGES_VIEW = """
-CREATE OR REPLACE VIEW messages AS
-SELECT e.session_id, s.agent AS session_agent, s.kind AS session_kind, e.seq, e.entry_type,
-       e.sender, e.content, e.created_at, e.id AS entry_id
-FROM entries e JOIN sessions s ON s.id = e.session_id
-WHERE e.entry_type IN ('Message', 'Directive', 'Summary')
-"""
-
 
 def create_audit_views(cur: Any) -> None:
     """Create (or replace) the audit views. A changed view is dropped first: PostgreSQL's
     CREATE OR REPLACE VIEW cannot change a column's type or order."""
-    for name, ddl in (("approvals", APPROVALS_VIEW), ("tool_calls", TOOL_CALLS_VIEW),
-                      ("runs", RUNS_VIEW), ("messages", MESSAGES_VIEW)):
+    for name, ddl in POSTGRES.views():
         cur.execute(f"DROP VIEW IF EXISTS {name}")
         cur.execute(ddl)
 

@@ -60,6 +60,8 @@ log = logging.getLogger(__name__)
 
 OnWrite = Callable[[Entry], None]
 CHANNEL = "chaz_entries"
+#: other channels the listener relays to ``on_notice`` callbacks (schedule changes)
+NOTICE_CHANNELS = ("chaz_schedules",)
 #: advisory lock keys (first int: this project's namespace; second: what is locked)
 _WRITE_LOCK = (7261, 1)
 _LEASE_NS = 7262
@@ -147,6 +149,7 @@ class PgSessionStore:
         self._lease_con: psycopg.Connection | None = None
         self._held: set[int] = set()
         self._subscribers: list[OnWrite] = []
+        self._notice: dict[str, list[Callable[[str], None]]] = {}
         self._queue: deque[Entry] = deque()
         self._dispatching = False
         self._closed = False
@@ -460,6 +463,26 @@ class PgSessionStore:
 
         return unsubscribe
 
+    def notify(self, channel: str, payload: str) -> None:
+        """Tell every kernel's ``on_notice(channel)`` callbacks (this one's too) ``payload``."""
+        self._check_open()
+        self._rows("SELECT pg_notify(?, ?)", [channel, payload])
+
+    def on_notice(self, channel: str, callback: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``callback(payload)`` on the loop for each ``notify(channel, ...)`` of any kernel
+        (one of ``NOTICE_CHANNELS``); a notice lost while the listener reconnects is not replayed."""
+        if channel not in NOTICE_CHANNELS:
+            raise StoreError(f"no notices on {channel!r}; channels: {', '.join(NOTICE_CHANNELS)}")
+        self._notice.setdefault(channel, []).append(callback)
+        with contextlib.suppress(RuntimeError):
+            self.start_listener(asyncio.get_running_loop())
+
+        def unsubscribe() -> None:
+            with contextlib.suppress(ValueError):
+                self._notice[channel].remove(callback)
+
+        return unsubscribe
+
     def _enqueue(self, local: list[Entry]) -> None:
         """Queue ``local`` (just committed) behind the others' entries committed before them."""
         first = local[0].id if local else None
@@ -515,11 +538,19 @@ class PgSessionStore:
         while not self._closed:
             try:
                 async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as con:
-                    await con.execute(f"LISTEN {CHANNEL}")
+                    for channel in (CHANNEL, *NOTICE_CHANNELS):
+                        await con.execute(f"LISTEN {channel}")
                     delay = 0.1
                     self.catch_up()  # what was committed before LISTEN took effect
-                    async for _notify in con.notifies():
-                        self.catch_up()
+                    async for notice in con.notifies():
+                        if notice.channel == CHANNEL:
+                            self.catch_up()
+                            continue
+                        for callback in list(self._notice.get(notice.channel, ())):
+                            try:
+                                callback(notice.payload)
+                            except Exception:
+                                log.exception("notice callback %r failed on %s", callback, notice.channel)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - any connection failure: reconnect and catch up

@@ -23,6 +23,10 @@ the session's single agent:
 - a mention (or an explicit ``to``) of a name that is not a member is shown as an Error
   entry, not dropped silently.
 
+On a shared store (PostgreSQL, several kernels) a room is served like any session: the
+kernel that holds its lease (``store.claim``) routes its entries and runs its turns; the others
+leave them alone, so every woken member takes one turn across kernels.
+
 Turns in a room run one at a time, in order (one run per room, like turns in a chat room):
 an agent's turn reads the transcript as it is when the turn starts, so a later turn sees the
 replies of the earlier ones; a wake of an agent whose turn is still queued joins that turn
@@ -151,7 +155,9 @@ class Rooms(Part):
 
     def room(self, session_id: int) -> Room | None:
         """The room of a session, or None when it is not a room."""
-        if session_id not in self._cache:
+        shared = getattr(self.port.store, "claim", None) is not None
+        if session_id not in self._cache or (shared and self._cache[session_id] is not None):
+            # (on a shared store another kernel may attach or detach members: read them again)
             try:
                 info = self.port.store.session(session_id)
             except StoreError:
@@ -313,6 +319,9 @@ class Rooms(Part):
         room = self.room(entry.session_id)
         if room is None:
             return False
+        claim = getattr(self.port.store, "claim", None)  # a shared store (pgstore.py): one server per room
+        if claim is not None and not claim(room.id):
+            return True  # another kernel serves this room; the write woke it
         self._route(room, entry)
         return True
 

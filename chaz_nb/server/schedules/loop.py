@@ -7,6 +7,14 @@ never written as a Directive; the Ack (with ``trigger_type="schedule"`` and the
 fire. A fire whose session is busy is skipped and recorded; missed cron and interval ticks are
 not back-filled; a one-shot that came due while the kernel was down fires when the loop
 starts, and is removed after it fires.
+
+Several kernels on one shared store (PostgreSQL) each run this loop over the store's
+schedules. A kernel fires only what it can serve: schedules of agents it defines whose pinned
+session no other live kernel holds (it takes that session's lease, as ``process_session``
+does). A due tick is taken by one kernel (``ScheduleTable.advance``, a compare-and-set of
+``next_fire_at``), so it fires once across kernels. A schedule another kernel adds or
+changes wakes the loop (a notice, ``ScheduleTable.changed``); a lost notice is made good
+within ``SHARED_POLL`` seconds.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 ONE_SHOT_RETRY = 5.0  # seconds before a one-shot whose session was busy tries again
+SHARED_POLL = 5.0  # on a shared store, a look at the table this often besides the notices
 
 
 class Scheduler:
@@ -55,10 +64,11 @@ class Scheduler:
             return
         loop = self.port.loop()
         now = utcnow()
+        # On a shared store a tick due a moment ago is a live kernel's to fire, not a missed one.
+        missed = now - timedelta(seconds=2 * SHARED_POLL) if self.table.shared else now
         for s in self.table.all().values():  # no back-fill: recurring schedules skip missed ticks
-            if s.enabled and s.kind != "once" and s.next_fire_at is not None and s.next_fire_at < now:
-                s.next_fire_at = parse_trigger(s.trigger, now).first_fire(now)
-                self.table.save(s)
+            if s.enabled and s.kind != "once" and s.next_fire_at is not None and s.next_fire_at < missed:
+                self.table.advance(s, s.next_fire_at, parse_trigger(s.trigger, now).first_fire(now))
         self._task = loop.create_task(self._run(), name="chaz-scheduler")
 
     async def stop(self) -> None:
@@ -88,31 +98,47 @@ class Scheduler:
         while True:
             self._waker = loop.create_future()
             now = utcnow()
-            for s in list(self.table.all().values()):
-                if s.enabled and s.next_fire_at is not None and s.next_fire_at <= now:
+            mine = [s for s in self.table.all().values() if s.enabled and s.next_fire_at and self._serves(s)]
+            for s in mine:
+                if s.next_fire_at is not None and s.next_fire_at <= now:
                     self._dispatch(s, now)
-            upcoming = [s.next_fire_at for s in self.table.all().values() if s.enabled and s.next_fire_at]
+            upcoming = [s.next_fire_at for s in mine if s.enabled and s.next_fire_at]
             timeout = None
             if upcoming:
                 timeout = max(0.0, (min(upcoming) - utcnow()).total_seconds())
+            if self.table.shared:  # other kernels add, move and take schedules
+                timeout = SHARED_POLL if timeout is None else min(timeout, SHARED_POLL)
             # asyncio.wait, not wait_for: on 3.11 wait_for can swallow a cancellation
             await asyncio.wait({self._waker}, timeout=timeout)
 
+    def _serves(self, s: Schedule) -> bool:
+        """Whether this kernel fires ``s``: always on an embedded store; on a shared one only
+        a schedule of an agent it defines whose pinned session it may serve (its lease)."""
+        if not self.table.shared:
+            return True
+        if s.agent not in self.port.agents:
+            return False  # a kernel that defines it fires it
+        claim = getattr(self.store, "claim", None)
+        return s.session_id is None or claim is None or bool(claim(s.session_id))
+
     def _dispatch(self, s: Schedule, now: datetime) -> None:
         if s.expires_at is not None and now >= s.expires_at:
-            s.enabled, s.disabled_reason = False, "expired"
-            self.table.save(s)
+            self.table.update(s.id, enabled=False, disabled_reason="expired")
             return
         due = s.next_fire_at or now
-        s.next_fire_at = parse_trigger(s.trigger, now).next_fire(due, now)
-        inflight = self._inflight.get(s.id, 0)
+        next_at = parse_trigger(s.trigger, now).next_fire(due, now)
+        local = inflight = self._inflight.get(s.id, 0)
+        if self.table.shared and s.max_fires is not None:  # other kernels' fires in flight count too
+            inflight = max(inflight, self.table.running_fires(s.id))
         if s.max_fires is not None and s.fire_count + inflight >= s.max_fires:
+            if not self.table.advance(s, s.next_fire_at, next_at):
+                return
             if not inflight:  # the fires in flight disable it when they finish
-                s.enabled, s.disabled_reason = False, "max_fires reached"
-            self.table.save(s)
+                self.table.update(s.id, enabled=False, disabled_reason="max_fires reached")
             return
-        self.table.save(s)
-        self._inflight[s.id] = inflight + 1
+        if not self.table.advance(s, s.next_fire_at, next_at):
+            return  # another kernel took this tick
+        self._inflight[s.id] = local + 1
         task = self.port.loop().create_task(self._fire_task(replace(s), due), name=f"chaz-fire-{s.id}")
         self._fires.add(task)
         task.add_done_callback(self._fires.discard)
@@ -144,11 +170,20 @@ class Scheduler:
         if session_id is not None and self.port.is_busy(session_id):
             fire = Fire(fire_id, s.id, "skipped", session_id, reason=f"session {session_id} is busy")
             return self._finish(s, fire, count=False)
+        claim = getattr(self.store, "claim", None)  # a shared store: one server per session
+        if session_id is not None and claim is not None and not claim(session_id):
+            reason = f"session {session_id} is served by another kernel"
+            fire = Fire(fire_id, s.id, "skipped", session_id, reason=reason)
+            return self._finish(s, fire, count=False)
         if session_id is None:
             session_id = self.store.create_session(
                 s.agent, "schedule", title=f"schedule #{s.id} fire {fire_id}",
                 metadata={"schedule_id": s.id, "fire_id": fire_id}, ceiling=s.ceiling,
             )
+            if claim is not None:
+                claim(session_id)
+        # the fire's session is known while it runs: a kernel starting meanwhile leaves it alone
+        self.store.execute("UPDATE schedule_fires SET session_id = ? WHERE id = ?", [session_id, fire_id])
         invocation = Invocation(
             ceiling=Ceiling.from_json(s.ceiling),
             agent=s.agent,
@@ -186,30 +221,28 @@ class Scheduler:
              usage.get("completion_tokens"), usage.get("cost_usd"), utcnow(), fire.id],
         )
         self.table.changed(s.id)  # a removed or skipped schedule is not saved again below
+        # Only the columns a fire owns are written: next_fire_at is the loop's (another
+        # kernel may have moved it on while this fire ran).
         current = self.table.all().get(s.id)
         if current is None:
             return fire  # removed while it ran
         if fire.status == "skipped":
             if current.kind == "once":
-                current.next_fire_at = utcnow() + timedelta(seconds=ONE_SHOT_RETRY)
-                self.table.save(current)
+                self.table.update(current.id, next_fire_at=utcnow() + timedelta(seconds=ONE_SHOT_RETRY))
             return fire
         if count:
-            current.fire_count += 1
-            current.last_fired_at = utcnow()
-            if fire.status == "ok":
-                current.consecutive_failures = 0
-            else:
-                current.consecutive_failures += 1
-                if current.enabled and current.consecutive_failures >= current.max_failures:
-                    current.enabled = False
-                    current.disabled_reason = f"{current.consecutive_failures} failures in a row: {fire.reason}"
+            current = self.table.count_fire(s.id, fire.status == "ok", utcnow())
+            if current is None:
+                return fire
+            if current.enabled and current.consecutive_failures >= current.max_failures:
+                reason = f"{current.consecutive_failures} failures in a row: {fire.reason}"
+                self.table.update(current.id, enabled=False, disabled_reason=reason)
+                current = self.table.all().get(s.id) or current
         if current.kind == "once":
             self.table.delete(current.id)
             return fire
-        if current.max_fires is not None and current.fire_count >= current.max_fires:
-            current.enabled, current.disabled_reason = False, "max_fires reached"
-        self.table.save(current)
+        if current.enabled and current.max_fires is not None and current.fire_count >= current.max_fires:
+            self.table.update(current.id, enabled=False, disabled_reason="max_fires reached")
         return fire
 
 

@@ -4,23 +4,32 @@ Schedule state lives in its own tables, not in the session log, so a store ``on_
 callback does not see a fire being counted or a schedule being disabled or removed (those
 happen after the run's last entry). ``subscribe`` is that hook: callbacks get the schedule id
 after each change of a schedule or of one of its fire records.
+
+On a shared store (PostgreSQL, several kernels) the table is not cached: every read is the
+store's, so each kernel lists and fires every kernel's schedules; each change is a notice
+(``NOTIFY chaz_schedules``) that wakes the other kernels' fire loops and listeners. Ids come from sequences
+(``next_id``), a due tick is taken by one kernel only (``advance``: a compare-and-set of
+``next_fire_at``), and a finished fire changes only the columns it owns (``count_fire``,
+``update``), so it never writes back a ``next_fire_at`` another kernel has moved on.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from collections.abc import Callable
 
-from ...core.store import SessionStore, utcnow
+from ...core.store import SessionStore, served_elsewhere, utcnow
 from ...errors import ScheduleError
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_FAILURES = 3
+NOTICE_CHANNEL = "chaz_schedules"  # pgstore.NOTICE_CHANNELS
 
 
 @dataclass
@@ -93,21 +102,36 @@ class ScheduleTable:
 
     def __init__(self, store: SessionStore) -> None:
         self.store = store
+        #: several kernels write the store (PostgreSQL): read it each time, cache nothing
+        self.shared = getattr(store, "claim", None) is not None
         self._cache: dict[int, Schedule] | None = None
         # A read-only file of an older schema has no ceiling column.
         self._columns = _COLUMNS + (", ceiling" if self.store.has_column("schedules", "ceiling") else "")
         self._listeners: list[Callable[[int], None]] = []
         #: called after each change (the fire loop sets it: a change may move the next fire)
         self.wake: Callable[[], None] = lambda: None
+        #: on a shared store, each change is announced to the other kernels (their fire loops
+        #: wake, their listeners hear of it); this kernel knows its own notices by this token
+        self._token = uuid.uuid4().hex[:12]
+        on_notice = getattr(store, "on_notice", None)
+        if self.shared and on_notice is not None:
+            on_notice(NOTICE_CHANNEL, self._heard)
         if not self.store.read_only:  # fires a previous process left running never finished
-            self.store.execute(
-                "UPDATE schedule_fires SET status = 'error', reason = 'interrupted: kernel stopped', "
-                "finished_at = ? WHERE status = 'running'",
-                [utcnow()],
-            )
+            now = utcnow()
+            for fire_id, session_id in self.store.execute(
+                "SELECT id, session_id FROM schedule_fires WHERE status = 'running'"
+            ):
+                # on a shared store a fire in a session a live kernel serves is that kernel's
+                if session_id is not None and served_elsewhere(self.store, session_id):
+                    continue
+                self.store.execute(
+                    "UPDATE schedule_fires SET status = 'error', reason = 'interrupted: kernel stopped', "
+                    "finished_at = ? WHERE id = ? AND status = 'running'",
+                    [now, fire_id],
+                )
 
     def all(self) -> dict[int, Schedule]:
-        if self._cache is None:
+        if self._cache is None or self.shared:
             rows = self.store.execute(f"SELECT {self._columns} FROM schedules ORDER BY id")
             self._cache = {row[0]: Schedule(*row) for row in rows}
         return self._cache
@@ -141,7 +165,21 @@ class ScheduleTable:
 
         return unsubscribe
 
+    def _heard(self, payload: str) -> None:
+        """Another kernel changed a schedule (or one of its fires)."""
+        token, _, schedule_id = payload.partition(":")
+        if token == self._token or not schedule_id.isdigit():
+            return
+        self.wake()
+        self._tell(int(schedule_id))
+
     def changed(self, schedule_id: int) -> None:
+        notify = getattr(self.store, "notify", None)
+        if self.shared and notify is not None and not self.store.closed:
+            notify(NOTICE_CHANNEL, f"{self._token}:{schedule_id}")
+        self._tell(schedule_id)
+
+    def _tell(self, schedule_id: int) -> None:
         for callback in list(self._listeners):
             try:
                 callback(schedule_id)
@@ -149,7 +187,65 @@ class ScheduleTable:
                 log.exception("schedule listener %r failed for schedule %s", callback, schedule_id)
 
     def next_id(self, table: str) -> int:
+        """A new id for ``schedules`` or ``schedule_fires``: max + 1 in the one writing process
+        of a DuckDB file, a sequence on a shared store (kernels create them at once)."""
+        if self.shared:
+            return int(self.store.execute(f"SELECT nextval('{table}_id_seq')")[0][0])
         return int(self.store.execute(f"SELECT coalesce(max(id), 0) + 1 FROM {table}")[0][0])
+
+    def running_fires(self, schedule_id: int) -> int:
+        """Fires of the schedule in flight in any kernel (their rows say ``running``)."""
+        return int(self.store.execute(
+            "SELECT count(*) FROM schedule_fires WHERE schedule_id = ? AND status = 'running'", [schedule_id]
+        )[0][0])
+
+    def advance(self, s: Schedule, due: datetime | None, next_at: datetime | None) -> bool:
+        """Move ``next_fire_at`` from ``due`` to ``next_at`` if no one has: True for the one
+        caller (of every kernel on the store) that takes this tick."""
+        rows = self.store.execute(
+            "UPDATE schedules SET next_fire_at = ? WHERE id = ? AND enabled AND next_fire_at "
+            + ("IS NULL" if due is None else "= ?") + " RETURNING id",
+            [next_at, s.id] + ([] if due is None else [due]),
+        )
+        if not rows:
+            return False
+        s.next_fire_at = next_at
+        if self._cache is not None and s.id in self._cache:
+            self._cache[s.id].next_fire_at = next_at
+        self.wake()
+        self.changed(s.id)
+        return True
+
+    def update(self, schedule_id: int, **values: Any) -> None:
+        """Set only these columns (a finished fire must not write back what another kernel changed)."""
+        if "disabled_reason" in values and values["disabled_reason"]:
+            values["disabled_reason"] = self.store.redact(values["disabled_reason"])
+        sets = ", ".join(f"{name} = ?" for name in values)
+        self.store.execute(f"UPDATE schedules SET {sets} WHERE id = ?", [*values.values(), schedule_id])
+        cached = (self._cache or {}).get(schedule_id)
+        if cached is not None:
+            for name, value in values.items():
+                setattr(cached, name, value)
+        self.wake()
+        self.changed(schedule_id)
+
+    def count_fire(self, schedule_id: int, ok: bool, at: datetime) -> Schedule | None:
+        """Count one finished fire in the row itself (fire_count + 1: fires of two kernels both
+        count); the schedule as it is now, or None when it was removed."""
+        self.store.execute(
+            "UPDATE schedules SET fire_count = fire_count + 1, last_fired_at = ?, consecutive_failures = "
+            "CASE WHEN ? THEN 0 ELSE consecutive_failures + 1 END WHERE id = ?",
+            [at, ok, schedule_id],
+        )
+        if self._cache is not None and schedule_id in self._cache:
+            cached = self._cache[schedule_id]
+            cached.fire_count += 1
+            cached.last_fired_at = at
+            cached.consecutive_failures = 0 if ok else cached.consecutive_failures + 1
+        current = self.all().get(schedule_id)
+        self.wake()
+        self.changed(schedule_id)
+        return current
 
 
     def live(self, schedule_id: int) -> Schedule:

@@ -1,0 +1,256 @@
+"""The audit views (tool_calls, runs, approvals, messages), written once for both SQL dialects.
+
+Each view is a function of a ``Dialect``: the few things DuckDB and PostgreSQL spell
+differently (reading a JSON field, a cast that yields NULL on bad input, milliseconds between
+two timestamps, one JSON parse for several fields) are its methods, and everything else is
+plain SQL both run. ``core/audit.py`` (DuckDB) and ``core/pgschema.py`` (PostgreSQL) create
+``DUCKDB.views()`` and ``POSTGRES.views()``; a change to a view is made here, once, and ships
+as a new migration in both lists (the record keeps the names).
+
+The views read only what was recorded at write time (token usage and cost live in the
+entries' payload), so they need no model at query time and work on any notebook's store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+#: the view names, in creation order (approvals first: nothing reads it, runs reads entries)
+VIEWS = ("approvals", "tool_calls", "runs", "messages")
+
+
+class Dialect:
+    """DuckDB's spelling; ``PostgresDialect`` overrides what PostgreSQL spells differently."""
+
+    name = "duckdb"
+
+    def text(self, obj: str, key: str) -> str:
+        """A JSON field as text (NULL when absent)."""
+        return f"json_extract_string({obj}, '$.{key}')"
+
+    def json(self, obj: str, key: str) -> str:
+        """A JSON field as JSON."""
+        return f"json_extract({obj}, '$.{key}')"
+
+    def try_cast(self, expr: str, sql_type: str) -> str:
+        """``expr`` as BIGINT, INTEGER, DOUBLE or BOOLEAN; NULL where it is not one."""
+        return f"TRY_CAST({expr} AS {sql_type})"
+
+    def ms_between(self, start: str, end: str) -> str:
+        return f"date_diff('microsecond', {start}, {end}) / 1000.0"
+
+    def fields(self, obj: str, keys: Sequence[str], alias: str) -> str:
+        """Several fields of one JSON value in one parse (a parse per field costs 3x on big
+        stores), selected as ``alias``; ``field`` reads one of them."""
+        paths = ", ".join(f"'$.{k}'" for k in keys)
+        return f"json_extract_string({obj}, [{paths}]) AS {alias}"
+
+    def field(self, alias: str, keys: Sequence[str], key: str) -> str:
+        return f"{alias}[{list(keys).index(key) + 1}]"
+
+    # ------------------------------------------------------------- the views
+    def views(self) -> list[tuple[str, str]]:
+        """``(name, CREATE OR REPLACE VIEW ...)`` of every audit view, in creation order."""
+        return [("approvals", self.approvals()), ("tool_calls", self.tool_calls()),
+                ("runs", self.runs()), ("messages", MESSAGES_VIEW)]
+
+    def approvals(self) -> str:
+        t, j, cast = self.text, self.json, self.try_cast
+        # Decisions that the approval book ignored (an agent's, or a second one) carry an
+        # Error entry pointing at them; the view leaves them out.
+        ignored = (
+            f"SELECT {cast(t('payload', 'ignored_entry'), 'BIGINT')} AS id FROM entries"
+            f" WHERE entry_type = 'Error' AND {j('payload', 'ignored_entry')} IS NOT NULL"
+        )
+        return f"""
+CREATE OR REPLACE VIEW approvals AS
+WITH requests AS (
+    SELECT e.id AS entry_id, e.session_id, e.seq,
+           {t('e.payload', 'request_id')} AS request_id,
+           coalesce({t('e.payload', 'agent')}, e.sender) AS agent,
+           e.run_id,
+           e.tool_call_id,
+           {t('e.payload', 'tool_name')} AS tool_name,
+           {t('e.payload', 'risk_level')} AS risk_level,
+           {j('e.payload', 'arguments_display')} AS arguments_display,
+           {cast(t('e.payload', 'timeout_secs'), 'DOUBLE')} AS timeout_secs,
+           e.created_at AS requested_at
+    FROM entries e WHERE e.entry_type = 'ApprovalRequest'
+),
+decisions AS (
+    SELECT d.id, {t('d.payload', 'request_id')} AS request_id,
+           {t('d.payload', 'decision')} AS decision,
+           coalesce({t('d.payload', 'decided_by')}, d.sender) AS decided_by,
+           {t('d.payload', 'reason')} AS reason,
+           d.created_at AS decided_at
+    FROM entries d
+    WHERE d.entry_type = 'ApprovalDecision'
+      AND d.id NOT IN (SELECT id FROM ({ignored}) i WHERE id IS NOT NULL)
+),
+effective AS (
+    -- timed_out wins over any other decision; otherwise the first in entry order
+    SELECT * FROM (
+        SELECT *, row_number() OVER (
+            PARTITION BY request_id ORDER BY (decision = 'timed_out') DESC, id) AS rank
+        FROM decisions) ranked
+    WHERE rank = 1
+)
+SELECT r.request_id, r.session_id, r.agent, r.run_id, r.tool_call_id, r.tool_name, r.risk_level,
+       r.arguments_display, r.timeout_secs, r.requested_at,
+       coalesce(d.decision, 'pending') AS decision, d.decided_by, d.reason, d.decided_at,
+       CASE WHEN d.decided_at IS NULL THEN NULL
+            ELSE {self.ms_between('r.requested_at', 'd.decided_at')} END AS wait_ms,
+       r.entry_id
+FROM requests r LEFT JOIN effective d ON d.request_id = r.request_id
+"""
+
+    def tool_calls(self) -> str:
+        t, j, cast = self.text, self.json, self.try_cast
+        return f"""
+CREATE OR REPLACE VIEW tool_calls AS
+WITH calls AS (
+    SELECT id, session_id, sender AS agent, run_id, tool_call_id, tool_name,
+           {j('payload', 'arguments')} AS arguments,
+           {t('payload', 'mcp_server')} AS mcp_server, created_at
+    FROM entries WHERE entry_type = 'ToolCall'
+),
+results AS (
+    SELECT id, session_id, run_id, tool_call_id,
+           {t('payload', 'output')} AS output,
+           coalesce({cast(t('payload', 'is_error'), 'BOOLEAN')}, false) AS is_error,
+           {cast(t('payload', 'duration_ms'), 'DOUBLE')} AS total_ms,
+           coalesce({cast(t('payload', 'approval_wait_ms'), 'DOUBLE')}, 0) AS wait_ms,
+           {t('payload', 'approval')} AS approval,
+           {t('payload', 'decided_by')} AS decided_by,
+           created_at
+    FROM entries WHERE entry_type = 'ToolResult'
+)
+SELECT c.session_id, c.agent, c.run_id, c.tool_call_id, c.tool_name AS tool, c.arguments,
+       r.output, r.is_error,
+       c.created_at AS started_at, r.created_at AS finished_at,
+       -- time in the tool itself; the wait for a person is in the approvals view
+       greatest(r.total_ms - r.wait_ms, 0) AS duration_ms,
+       coalesce(r.approval, 'none') AS approval, r.decided_by,
+       c.id AS call_entry_id, r.id AS result_entry_id,
+       c.mcp_server  -- the MCP server of the tool; NULL for Python tools
+FROM calls c
+LEFT JOIN results r
+  ON r.session_id = c.session_id AND r.run_id IS NOT DISTINCT FROM c.run_id AND r.tool_call_id = c.tool_call_id
+"""
+
+    def runs(self) -> str:
+        cast = self.try_cast
+        ack = ("trigger_id", "trigger_type", "schedule_id", "model", "parent_run", "answers_count")
+        end = ("steps", "prompt_tokens", "completion_tokens", "cost_usd", "interrupted", "status")
+
+        def a(key: str) -> str:
+            return self.field("f", ack, key)
+
+        def e(key: str) -> str:
+            return self.field("e.f", end, key)
+
+        return f"""
+CREATE OR REPLACE VIEW runs AS
+WITH acks AS (
+    -- a run's opening Ack is the run (its id is the run id); one JSON parse for its fields
+    SELECT run_id, session_id, agent, started_at,
+           {cast(a('trigger_id'), 'BIGINT')} AS trigger_entry_id, {a('trigger_type')} AS trigger_kind,
+           {a('schedule_id')} AS schedule_id, {a('model')} AS model,
+           {cast(a('parent_run'), 'BIGINT')} AS parent_run, {cast(a('answers_count'), 'INTEGER')} AS answers
+    FROM (
+        SELECT a.id AS run_id, a.session_id, a.sender AS agent, a.created_at AS started_at,
+               {self.fields('a.payload', ack, 'f')}
+        FROM entries a
+        WHERE a.entry_type = 'Ack' AND a.run_id = a.id) opening
+),
+ends AS (
+    -- the first Message, Error or closing Ack of the run (the opening Ack is the run itself)
+    SELECT * FROM (
+        SELECT run_id, entry_type, created_at,
+               {self.fields('payload', end, 'f')},
+               row_number() OVER (PARTITION BY run_id ORDER BY id) AS rank
+        FROM entries
+        WHERE entry_type IN ('Message', 'Error', 'Ack') AND run_id IS NOT NULL AND run_id <> id) ranked
+    WHERE rank = 1
+),
+steps_seen AS (
+    SELECT run_id, count(*) AS tool_calls FROM entries WHERE entry_type = 'ToolCall' GROUP BY 1
+),
+unfinished AS (
+    SELECT a.run_id FROM acks a WHERE a.run_id NOT IN (SELECT run_id FROM ends)
+),
+open_requests AS (
+    -- only runs with no end can be parked; decisions carry the request's run and tool call
+    SELECT DISTINCT r.run_id FROM entries r
+    WHERE r.entry_type = 'ApprovalRequest' AND r.run_id IN (SELECT run_id FROM unfinished)
+      AND NOT EXISTS (
+        SELECT 1 FROM entries d WHERE d.entry_type = 'ApprovalDecision'
+          AND d.run_id = r.run_id AND d.tool_call_id = r.tool_call_id)
+)
+SELECT a.session_id, a.agent, a.run_id,
+       a.trigger_entry_id,
+       a.trigger_kind AS trigger_type,
+       a.schedule_id,
+       a.started_at, e.created_at AS finished_at,
+       CASE WHEN e.run_id IS NULL AND o.run_id IS NOT NULL THEN 'parked'
+            WHEN e.run_id IS NULL THEN 'running'
+            WHEN e.entry_type = 'Error' AND {e('interrupted')} = 'true' THEN 'interrupted'
+            WHEN e.entry_type = 'Error' THEN 'error'
+            -- stopped by a person (%chaz stop, a Stop button): a closing Ack, not an error
+            WHEN e.entry_type = 'Ack' AND {e('status')} = 'cancelled' THEN 'cancelled'
+            ELSE 'ok' END AS status,
+       {cast(e('steps'), 'INTEGER')} AS steps,
+       coalesce(s.tool_calls, 0) AS tool_calls,
+       {cast(e('prompt_tokens'), 'BIGINT')} AS prompt_tokens,
+       {cast(e('completion_tokens'), 'BIGINT')} AS completion_tokens,
+       {cast(e('cost_usd'), 'DOUBLE')} AS cost_usd,
+       CASE WHEN e.created_at IS NULL THEN NULL
+            ELSE {self.ms_between('a.started_at', 'e.created_at')} END AS latency_ms,
+       a.model, a.parent_run,
+       -- Messages/Directives the run answers together (a burst coalesced into one run);
+       -- runs recorded before the Ack had the field answered their one trigger
+       coalesce(a.answers, CASE WHEN a.trigger_entry_id IS NULL THEN 0 ELSE 1 END) AS answers
+FROM acks a
+LEFT JOIN ends e ON e.run_id = a.run_id
+LEFT JOIN steps_seen s ON s.run_id = a.run_id
+LEFT JOIN open_requests o ON o.run_id = a.run_id
+"""
+
+
+class PostgresDialect(Dialect):
+    """PostgreSQL: ``->>``/``->``, the ``chaz_try_*`` functions of core/pgschema.py, epoch
+    arithmetic; a JSON value is kept whole and read with ``->>`` (no multi-path extract)."""
+
+    name = "postgresql"
+    _TRY = {"BIGINT": "chaz_try_bigint({})", "INTEGER": "chaz_try_bigint({})::integer",
+            "DOUBLE": "chaz_try_double({})", "BOOLEAN": "chaz_try_bool({})"}
+
+    def text(self, obj: str, key: str) -> str:
+        return f"{obj}->>'{key}'"
+
+    def json(self, obj: str, key: str) -> str:
+        return f"{obj}->'{key}'"
+
+    def try_cast(self, expr: str, sql_type: str) -> str:
+        return self._TRY[sql_type].format(expr)
+
+    def ms_between(self, start: str, end: str) -> str:
+        return f"extract(epoch FROM ({end} - {start}))::double precision * 1000.0"
+
+    def fields(self, obj: str, keys: Sequence[str], alias: str) -> str:
+        return f"{obj} AS {alias}"
+
+    def field(self, alias: str, keys: Sequence[str], key: str) -> str:
+        return f"({alias}->>'{key}')"
+
+
+MESSAGES_VIEW = """
+CREATE OR REPLACE VIEW messages AS
+SELECT e.session_id, s.agent AS session_agent, s.kind AS session_kind, e.seq, e.entry_type,
+       e.sender, e.content, e.created_at, e.id AS entry_id
+FROM entries e JOIN sessions s ON s.id = e.session_id
+WHERE e.entry_type IN ('Message', 'Directive', 'Summary')
+"""
+
+DUCKDB = Dialect()
+POSTGRES = PostgresDialect()
