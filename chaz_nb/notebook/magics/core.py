@@ -153,7 +153,10 @@ USAGE = "usage: %chaz " + " | ".join(
     ]
 )
 HELP = _HELP.replace(
-    "{agent}", textwrap.fill(AGENT_FORM, width=100, initial_indent="%chaz ", subsequent_indent=" " * 28)
+    "{agent}",
+    # never cut a flag at its hyphen ("--model-" / "timeout")
+    textwrap.fill(AGENT_FORM, width=100, initial_indent="%chaz ", subsequent_indent=" " * 28,
+                  break_on_hyphens=False, break_long_words=False),
 )
 
 
