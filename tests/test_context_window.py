@@ -41,6 +41,7 @@ def test_the_window_is_the_newest_entries_within_the_budget(backend_store):
 def test_the_summary_boundary_holds_inside_and_beyond_the_budget(backend_store):
     sid = backend_store.create_session("bot")
     fill(backend_store, sid, 30)
+    assert backend_store.context_window(sid, 50)[0].content.startswith("m00025")  # no Summary yet
     backend_store.append(sid, T.SUMMARY, "system", "the first thirty")
     fill(backend_store, sid, 30, start=30)
     # a budget past the Summary: nothing older than it
@@ -169,3 +170,16 @@ def test_context_tokens_from_the_magic_and_toml(chaz):
     assert chaz.agents["short"].context_tokens == 500
     ip.run_cell_magic("chaz", "agent long", "context_tokens = 64000\n")
     assert chaz.agents["long"].context_tokens == 64000
+
+
+def test_a_summary_older_than_the_cached_window_still_heads_the_context(backend_store, monkeypatch):
+    monkeypatch.setattr(store_module, "LOG_CACHE_MAX_ENTRIES", 10)
+    sid = backend_store.create_session("bot")
+    fill(backend_store, sid, 4)
+    backend_store.append(sid, T.SUMMARY, "system", "early")
+    backend_store.entries(sid, after_seq=90)  # the cache, where there is one, holds seq 96..
+    fill(backend_store, sid, 100, start=4)
+    window = backend_store.context_window(sid, 30)
+    assert [e.content for e in window[:1]] == ["early"]
+    assert contents(window[1:]) == ["m00101", "m00102", "m00103"]
+    assert len(backend_store.context_window(sid, 10_000)) == 101
