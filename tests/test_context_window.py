@@ -183,3 +183,22 @@ def test_a_summary_older_than_the_cached_window_still_heads_the_context(backend_
     assert [e.content for e in window[:1]] == ["early"]
     assert contents(window[1:]) == ["m00101", "m00102", "m00103"]
     assert len(backend_store.context_window(sid, 10_000)) == 101
+
+
+async def test_a_fire_in_a_long_session_reads_its_window_not_the_session(backend_store, monkeypatch):
+    server = Server(backend_store, [Agent("bot", context_tokens=100)])
+    sid = server.current_session("bot")
+    # the agent's own entries: they start no run
+    backend_store.append_many(NewEntry(sid, T.ACK, "bot", f"old run {i}") for i in range(2000))
+    backend_store.append_many(NewEntry(sid, T.MESSAGE, "bot", f"note {i}") for i in range(20))
+    schedule = server.schedules.add("bot", "every 1h", "wake up", session=sid)
+    built = []
+    for module, name in ((store_module, "_entry_from_row"), (pgstore_module, "_entry")):
+        original = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda row, original=original: built.append(row[2]) or original(row))
+    fire = await server.fire_agent_schedule(schedule)
+    assert fire.status == "ok" and fire.reply.content == "echo: wake up"
+    ack = backend_store.entries(sid, after_seq=2020)[0]
+    assert ack.payload["fire_id"] == fire.id and fire.run_id == ack.id  # the fire's run is found
+    assert len(built) <= 1100  # and the 2,000 old Acks are not read for it (DuckDB: its cache window)
+    await server.stop()
