@@ -547,8 +547,10 @@ class SessionStore:
 
         From the latest Summary on, newest first, only as far as ``max_tokens`` reaches
         (``None``: everything since the Summary). The session's cached window serves the
-        newest entries; older ones are read in seq ranges going back (the (session_id, seq)
-        index), so the cost follows the budget, not the session's length.
+        newest entries; older ones are read in seq ranges of the session going back, each
+        range twice the last (DuckDB filters the seq column by its zone maps and vectors: its
+        ART index serves point lookups, not ranges), and only the rows in range are built, so
+        the cost follows the budget, not the session's length (bench/bench_context.py).
         """
         self._check_open()
         session_id = int(session_id)
