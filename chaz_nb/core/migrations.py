@@ -149,6 +149,14 @@ def _m008_tool_calls_mcp_server(con: duckdb.DuckDBPyConnection) -> None:
     create_audit_views(con)
 
 
+def _m009_context_window(con: duckdb.DuckDBPyConnection) -> None:
+    # context_window (chaz_nb/core/window.py) needs nothing new here: its newest-first reads
+    # are seq ranges of one session, and the store keeps each session's latest Summary in
+    # memory. No (session_id, entry_type, seq) index as on PostgreSQL: an ART index on it
+    # would slow every insert (see 003). The record keeps both back ends' migrations equal.
+    del con
+
+
 def _m011_schedule_id_sequences(con: duckdb.DuckDBPyConnection) -> None:
     # PostgreSQL takes schedule and fire ids from sequences (several kernels create them at
     # once; core/pgschema.py). A DuckDB file has one writing process: max(id) + 1 stays right,
@@ -165,6 +173,7 @@ MIGRATIONS: list[Migration] = [
     Migration("006_runs_answers", _m006_runs_answers),
     Migration("007_runs_cancelled", _m007_runs_cancelled),
     Migration("008_tool_calls_mcp_server", _m008_tool_calls_mcp_server),
+    Migration("009_context_window", _m009_context_window),
     Migration("011_schedule_id_sequences", _m011_schedule_id_sequences),
 ]
 

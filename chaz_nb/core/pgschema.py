@@ -110,6 +110,12 @@ def _m008(cur: Any) -> None:
     create_audit_views(cur)  # tool_calls.mcp_server
 
 
+def _m009(cur: Any) -> None:
+    # context_window (chaz_nb/core/window.py): a session's latest Summary is one index probe,
+    # whatever the session's length (entries_session_seq serves the newest-first reads)
+    cur.execute("CREATE INDEX entries_session_type_seq ON entries (session_id, entry_type, seq)")
+
+
 def _m011(cur: Any) -> None:
     # Schedule and fire ids: several kernels create schedules and fires at once, so max(id) + 1
     # would hand two of them the same id (ScheduleTable.next_id takes nextval instead).
@@ -128,6 +134,7 @@ PG_MIGRATIONS: list[PgMigration] = [
     PgMigration("006_runs_answers", _m006),
     PgMigration("007_runs_cancelled", _m007),
     PgMigration("008_tool_calls_mcp_server", _m008),
+    PgMigration("009_context_window", _m009),
     PgMigration("011_schedule_id_sequences", _m011),
 ]
 

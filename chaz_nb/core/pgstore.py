@@ -47,6 +47,7 @@ import psycopg
 from psycopg.types.string import TextLoader
 
 from .entries import Entry, EntryType
+from .window import ContextWindow, chunk_rows, fill_window, window_types
 from .pgschema import PG_MIGRATIONS, apply_pg_migrations
 from .redaction import redact as redact_secrets
 from .redaction import redact_data
@@ -429,6 +430,40 @@ class PgSessionStore:
             params.append([EntryType(t).value for t in types])
             query += " AND entry_type = ANY(?)"
         return [_entry(row) for row in self._rows(query + " ORDER BY seq", params)]
+
+    def context_window(
+        self, session_id: int, max_tokens: int | None, types: Iterable[EntryType] | None = None
+    ) -> ContextWindow:
+        """The entries a run's context is built from (``chaz_nb.core.window``), in seq order.
+
+        From the latest Summary on, newest first, only as far as ``max_tokens`` reaches
+        (``None``: everything since the Summary): keyset reads down the (session_id, seq)
+        index, and the Summary is one probe of (session_id, entry_type, seq) (migration 009).
+        """
+        self._check_open()
+        sid = int(session_id)
+        names = [t.value for t in window_types(types)]
+
+        def chunks() -> Iterable[list[Entry]]:
+            below, size = None, chunk_rows(max_tokens)
+            while True:
+                upto = "" if below is None else " AND seq < ?"
+                params: list[Any] = [sid, names] + ([] if below is None else [below]) + [size]
+                rows = self._rows(
+                    f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE session_id = ? AND entry_type = ANY(?){upto}"
+                    " ORDER BY seq DESC LIMIT ?", params)
+                yield [_entry(row) for row in rows]
+                if len(rows) < size:
+                    return
+                below, size = rows[-1][2], size * 2
+
+        def latest_summary() -> Entry | None:
+            rows = self._rows(
+                f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE session_id = ? AND entry_type = 'Summary'"
+                " ORDER BY seq DESC LIMIT 1", [sid])
+            return _entry(rows[0]) if rows else None
+
+        return fill_window(chunks(), max_tokens, latest_summary)
 
     def latest(self, session_id: int) -> Entry | None:
         self._check_open()

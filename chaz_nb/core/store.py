@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 import duckdb
 
 from .entries import Entry, EntryType
+from .window import ContextWindow, chunk_rows, fill_window, window_types
 from .migrations import MIGRATIONS, Migration, apply_migrations
 from .redaction import redact as redact_secrets
 from .redaction import redact_data
@@ -40,10 +41,14 @@ log = logging.getLogger(__name__)
 
 OnWrite = Callable[[Entry], None]
 
-#: sessions whose logs are kept in memory (least recently used dropped first)
+#: sessions whose newest entries are kept in memory (least recently used dropped first)
 LOG_CACHE_SESSIONS = 128
-#: a session with a longer log is read from DuckDB each time (bounds the memory)
-LOG_CACHE_MAX_ENTRIES = 5000
+#: the cache keeps a window of each session's newest entries, at most this many ...
+LOG_CACHE_MAX_ENTRIES = 1000
+#: ... and at most this many bytes (about: content + payload) ...
+LOG_CACHE_SESSION_BYTES = 1 << 20
+#: ... and all sessions' windows together at most this many bytes
+LOG_CACHE_BYTES = 16 << 20
 
 _ENTRY_COLUMNS = (
     "id, session_id, seq, entry_type, sender, content, tool_call_id, tool_name, payload, created_at"
@@ -165,7 +170,8 @@ class SessionStore:
         self._next_seq: dict[int, int] = {}
         self._latest: dict[int, Entry] = {}
         self._sessions: dict[int, SessionInfo] = {}
-        self._logs: OrderedDict[int, list[Entry]] = OrderedDict()
+        self._logs: OrderedDict[int, _LogWindow] = OrderedDict()
+        self._log_bytes = 0  # the cached windows' bytes together
         self._pending_writes: list[tuple[list[NewEntry], asyncio.Future]] = []
         self._flush_scheduled = False
         self._has_run_id = self.has_column("entries", "run_id")
@@ -421,12 +427,7 @@ class SessionStore:
             self._next_seq.update(next_seq)
             for entry in entries:
                 self._latest[entry.session_id] = entry
-                cached = self._logs.get(entry.session_id)
-                if cached is not None:
-                    if len(cached) >= LOG_CACHE_MAX_ENTRIES:
-                        del self._logs[entry.session_id]
-                    else:
-                        cached.append(entry)
+            self._cache_committed(entries)
         self._dispatch(entries)
         return entries
 
@@ -517,16 +518,17 @@ class SessionStore:
         after_seq: int = 0,
         types: Iterable[EntryType] | None = None,
     ) -> list[Entry]:
-        """Entries of a session in seq order (after ``after_seq``, of ``types`` when given)."""
+        """Entries of a session in seq order (after ``after_seq``, of ``types`` when given).
+
+        Served from the session's cached window when it reaches back past ``after_seq``
+        (the newest entries: a view's next entries, a short session's whole log), else read.
+        """
         self._check_open()
         session_id = int(session_id)
-        log_ = self._logs.get(session_id)
-        if log_ is None and not self.read_only:
-            log_ = self._load_log(session_id)
-        if log_ is not None:
-            self._logs.move_to_end(session_id)
+        window = self._cached_window(session_id)
+        if window is not None and window.covers(after_seq):
             wanted = None if types is None else {EntryType(t) for t in types}
-            return [e for e in log_ if e.seq > after_seq and (wanted is None or e.entry_type in wanted)]
+            return [e for e in window.entries if e.seq > after_seq and (wanted is None or e.entry_type in wanted)]
         query = f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE session_id = ? AND seq > ?"
         params: list[Any] = [int(session_id), int(after_seq)]
         if types is not None:
@@ -537,27 +539,119 @@ class SessionStore:
             rows = self._con.execute(query + " ORDER BY seq", params).fetchall()
         return [_entry_from_row(row) for row in rows]
 
-    def _load_log(self, session_id: int) -> list[Entry] | None:
-        """Read a session's whole log into the in-memory cache (LRU, small logs only).
+    # ------------------------------------------------------ context window
+    def context_window(
+        self, session_id: int, max_tokens: int | None, types: Iterable[EntryType] | None = None
+    ) -> ContextWindow:
+        """The entries a run's context is built from (``chaz_nb.core.window``), in seq order.
 
-        Every run reads its session's log to build the context; a DuckDB read costs ~1-3 ms
-        here. This process is the only writer, so a cached log is kept current by appending
-        each committed entry to it.
+        From the latest Summary on, newest first, only as far as ``max_tokens`` reaches
+        (``None``: everything since the Summary). The session's cached window serves the
+        newest entries; older ones are read in seq ranges of the session going back, each
+        range twice the last (DuckDB filters the seq column by its zone maps and vectors: its
+        ART index serves point lookups, not ranges), and only the rows in range are built, so
+        the cost follows the budget, not the session's length (bench/bench_context.py).
         """
+        self._check_open()
+        session_id = int(session_id)
+        wanted = window_types(types)
+        window = self._cached_window(session_id)
+
+        def chunks() -> Iterator[list[Entry]]:
+            if window is not None:
+                yield [e for e in reversed(window.entries) if e.entry_type in wanted]
+                if window.complete:
+                    return
+                hi = window.first_seq - 1
+            else:
+                hi = self._latest_seq(session_id)
+            size = chunk_rows(max_tokens)
+            names = [t.value for t in wanted]
+            marks = ", ".join("?" for _ in names)
+            while hi >= 1:
+                lo = max(1, hi - size + 1)
+                with self._lock:
+                    rows = self._con.execute(
+                        f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE session_id = ? AND seq BETWEEN ? AND ?"
+                        f" AND entry_type IN ({marks}) ORDER BY seq DESC",
+                        [session_id, lo, hi, *names],
+                    ).fetchall()
+                yield [_entry_from_row(row) for row in rows]
+                hi, size = lo - 1, size * 2
+
+        def latest_summary() -> Entry | None:
+            if window is not None and window.summary is not _UNKNOWN:
+                return window.summary  # type: ignore[return-value]
+            summary = self._latest_summary(session_id)
+            if window is not None:
+                window.summary = summary
+            return summary
+
+        return fill_window(chunks(), max_tokens, latest_summary)
+
+    def _latest_seq(self, session_id: int) -> int:
+        nxt = self._next_seq.get(session_id)
+        if nxt is not None:
+            return nxt - 1
+        return int(self._scalar("SELECT coalesce(max(seq), 0) FROM entries WHERE session_id = ?", [session_id]))
+
+    def _latest_summary(self, session_id: int) -> Entry | None:
         with self._lock:
-            count = self._con.execute(
-                "SELECT count(*) FROM entries WHERE session_id = ?", [session_id]
+            seq = self._con.execute(
+                "SELECT max(seq) FROM entries WHERE session_id = ? AND entry_type = 'Summary'", [session_id]
             ).fetchall()[0][0]
-            if count > LOG_CACHE_MAX_ENTRIES:
+            if seq is None:
                 return None
             rows = self._con.execute(
-                f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE session_id = ? ORDER BY seq", [session_id]
+                f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE session_id = ? AND seq = ?", [session_id, seq]
             ).fetchall()
-        log_ = [_entry_from_row(row) for row in rows]
-        self._logs[session_id] = log_
-        while len(self._logs) > LOG_CACHE_SESSIONS:
-            self._logs.popitem(last=False)
-        return log_
+        return _entry_from_row(rows[0]) if rows else None
+
+    # ------------------------------------------------------------ log cache
+    def _cached_window(self, session_id: int) -> _LogWindow | None:
+        """The session's cached window of newest entries (read on first use; None read-only).
+
+        Every run reads its session's newest entries; a DuckDB read costs ~1-5 ms here. This
+        process is the only writer, so a window is kept current by appending each committed
+        entry to it (``_cache_committed``); its oldest entries fall out past the bounds.
+        """
+        if self.read_only:
+            return None
+        window = self._logs.get(session_id)
+        if window is not None:
+            self._logs.move_to_end(session_id)
+            return window
+        latest = self._latest_seq(session_id)
+        with self._lock:
+            rows = self._con.execute(
+                f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE session_id = ? AND seq > ? ORDER BY seq",
+                [session_id, latest - LOG_CACHE_MAX_ENTRIES],
+            ).fetchall()
+        window = _LogWindow(first_seq=latest + 1 - len(rows) if rows else 1)
+        for row in rows:
+            window.add(_entry_from_row(row), _row_bytes(row))
+        window.trim()
+        self._logs[session_id] = window
+        self._log_bytes += window.nbytes
+        self._evict()
+        return window
+
+    def _cache_committed(self, entries: list[Entry]) -> None:
+        """Append committed entries to their sessions' cached windows (within the bounds)."""
+        for entry in entries:
+            window = self._logs.get(entry.session_id)
+            if window is None:
+                continue
+            before = window.nbytes
+            window.add(entry, _entry_bytes(entry))
+            window.trim()
+            self._log_bytes += window.nbytes - before
+        self._evict()
+
+    def _evict(self) -> None:
+        while self._logs and (len(self._logs) > LOG_CACHE_SESSIONS or self._log_bytes > LOG_CACHE_BYTES):
+            _, window = self._logs.popitem(last=False)
+            self._log_bytes -= window.nbytes
 
     def latest(self, session_id: int) -> Entry | None:
         """The last entry of a session (from memory once this store has written or read it)."""
@@ -641,6 +735,58 @@ class SessionStore:
         self._check_open()
         with self._lock:
             return self._con.execute(query, list(params or [])).fetchall()
+
+
+_UNKNOWN: Any = object()
+
+
+class _LogWindow:
+    """A session's newest entries in memory: contiguous in seq, bounded in count and bytes."""
+
+    __slots__ = ("entries", "sizes", "first_seq", "nbytes", "summary")
+
+    def __init__(self, first_seq: int) -> None:
+        self.entries: deque[Entry] = deque()
+        self.sizes: deque[int] = deque()
+        #: the seq the window starts at (1: the whole log)
+        self.first_seq = first_seq
+        self.nbytes = 0
+        #: the session's latest Summary (``_UNKNOWN`` until looked up or seen)
+        self.summary: Any = _UNKNOWN
+
+    @property
+    def complete(self) -> bool:
+        return self.first_seq <= 1
+
+    def covers(self, after_seq: int) -> bool:
+        """Whether every entry past ``after_seq`` is in the window."""
+        return after_seq >= self.first_seq - 1
+
+    def add(self, entry: Entry, size: int) -> None:
+        if not self.entries:
+            self.first_seq = entry.seq
+        self.entries.append(entry)
+        self.sizes.append(size)
+        self.nbytes += size
+        if entry.entry_type is EntryType.SUMMARY:
+            self.summary = entry
+
+    def trim(self) -> None:
+        while len(self.entries) > 1 and (
+            len(self.entries) > LOG_CACHE_MAX_ENTRIES or self.nbytes > LOG_CACHE_SESSION_BYTES
+        ):
+            self.entries.popleft()
+            self.nbytes -= self.sizes.popleft()
+            self.first_seq = self.entries[0].seq
+
+
+def _row_bytes(row: Sequence[Any]) -> int:
+    """About what an entry read from ``row`` holds in memory (its texts and a fixed part)."""
+    return 200 + len(row[5] or "") + len(row[8] or "")
+
+
+def _entry_bytes(entry: Entry) -> int:
+    return 200 + len(entry.content) + (len(str(entry.payload)) if entry.payload else 0)
 
 
 def _run_id_of(entry: Entry) -> int | None:

@@ -46,6 +46,9 @@ class Agent:
     max_spawns: int = DEFAULT_MAX_SPAWNS
     #: model calls in the whole run tree this agent starts (every run in it, see tree_budget)
     max_model_calls: int = DEFAULT_MAX_MODEL_CALLS
+    #: token budget of a run's context (about 4 characters a token), filled newest first from
+    #: the latest Summary; ``None`` takes the server's (``DEFAULT_CONTEXT_TOKENS``, 32k)
+    context_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
@@ -65,6 +68,11 @@ class Agent:
             value = getattr(self, limit)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise AgentError(f"agent {self.name}: {limit} must be an integer >= {least}")
+        if self.context_tokens is not None and (
+            isinstance(self.context_tokens, bool) or not isinstance(self.context_tokens, int)
+            or self.context_tokens < 1
+        ):
+            raise AgentError(f"agent {self.name}: context_tokens must be a positive integer (tokens)")
         if self.tools is not None:
             if isinstance(self.tools, str):
                 self.tools = [t.strip() for t in self.tools.split(",") if t.strip()]

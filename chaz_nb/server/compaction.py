@@ -7,8 +7,10 @@ older entries stay in the store for audit; the context of later runs simply star
 latest Summary (``entries.context_slice``).
 
 ``Compaction.run_messages`` builds the messages of one run: the room's labels and system note
-(rooms.py), the Summary boundary, an optional token budget filled newest-first
-(``context_tokens``) and a schedule fire's invocation-scoped wake prompt. ``after_run``
+(rooms.py), the Summary boundary, the token budget filled newest-first (the agent's
+``context_tokens``, else the server's, 32k by default) and a schedule fire's invocation-scoped
+wake prompt. The store reads only that window (``store.context_window``), so a turn costs
+the same in a session of 1,000 or 50,000 entries. ``after_run``
 compacts automatically once a run leaves a context larger than ``auto_compact_tokens``.
 """
 
@@ -19,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from .agents import Agent
 from ..engine.backends import TASK_KEY
-from ..core.entries import CONTEXT_TYPES, Entry, EntryType, approx_tokens, build_context, context_slice
+from ..core.entries import Entry, EntryType, approx_tokens, build_context, context_slice
+from ..core.window import DEFAULT_CONTEXT_TOKENS
 from .invocation import Invocation
 from ..engine.runtime import one_line_reason
 from ..engine.tools import ToolError, ToolRegistry, tool
@@ -47,23 +50,30 @@ class Compaction(Part):
     def __init__(self, port: ServerPort, rooms: Rooms) -> None:
         self.port = port
         self.rooms = rooms  # room labels and system notes go into the context
-        #: token budget of a run's context (approx. chars/4); None = the whole context
-        self.context_tokens: int | None = None
+        #: token budget of a run's context (approx. chars/4) for agents that set none;
+        #: None = everything since the latest Summary (a read that grows with the session)
+        self.context_tokens: int | None = DEFAULT_CONTEXT_TOKENS
         #: compact automatically after a run that leaves a context over this many tokens
         self.auto_compact_tokens: int | None = None
         install(port.tools)
 
     # ------------------------------------------------------------ context
-    def _context_entries(self, session_id: int) -> list[Entry]:
-        return self.port.store.entries(session_id, types=CONTEXT_TYPES)
+    def budget(self, agent: Agent) -> int | None:
+        """The token budget of ``agent``'s runs: its own, else the server's."""
+        return agent.context_tokens if agent.context_tokens is not None else self.context_tokens
+
+    def _context_entries(self, session_id: int, max_tokens: int | None = None) -> list[Entry]:
+        """The context entries since the latest Summary, newest first within ``max_tokens``."""
+        return self.port.store.context_window(session_id, max_tokens)
 
     async def run_messages(
         self, session_id: int, agent: Agent, invocation: Invocation | None = None
     ) -> list[dict[str, Any]]:
         """The messages a run of ``agent`` in ``session_id`` starts with."""
-        entries = self._context_entries(session_id)
+        budget = self.budget(agent)
+        entries = self._context_entries(session_id, budget)
         system, labels = self.rooms.context_for(session_id, agent)
-        messages = build_context(entries, agent.name, system, labels, context_tokens=self.context_tokens)
+        messages = build_context(entries, agent.name, system, labels, context_tokens=budget)
         if invocation is not None and invocation.input:
             messages.append({"role": "user", "content": invocation.input})
         return messages
@@ -77,8 +87,10 @@ class Compaction(Part):
         if self.auto_compact_tokens is None:
             return None
         system, labels = self.rooms.context_for(session_id, agent)
-        full = build_context(self._context_entries(session_id), agent.name, system, labels)
-        if sum(approx_tokens(str(m["content"] or "")) for m in full) <= self.auto_compact_tokens:
+        # read no further than the threshold: a window cut by it is over it
+        window = self.port.store.context_window(session_id, self.auto_compact_tokens)
+        full = build_context(window, agent.name, system, labels)
+        if window.complete and sum(approx_tokens(str(m["content"] or "")) for m in full) <= self.auto_compact_tokens:
             return None
         try:
             return await self.compact(session_id, by="auto")

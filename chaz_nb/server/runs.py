@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Awaitable, Callable
 
-from ..core.entries import CONTEXT_TYPES, Entry, EntryType, build_context
+from ..core.entries import Entry, EntryType, build_context
+from ..core.window import DEFAULT_CONTEXT_TOKENS
 from ..core.store import SessionStore, served_elsewhere
 from ..engine.backends import ModelBackend
 from ..engine.runtime import (
@@ -450,9 +451,10 @@ class RunEngine:
             messages = await part.run_messages(session_id, agent, invocation)
             if messages is not None:
                 return messages
-        # no part builds the context: the whole log, the agent's own system prompt
-        entries = self.store.entries(session_id, types=CONTEXT_TYPES)
-        messages = build_context(entries, agent.name, agent.system)
+        # no part builds the context: the agent's own system prompt and token budget
+        budget = agent.context_tokens if agent.context_tokens is not None else DEFAULT_CONTEXT_TOKENS
+        entries = self.store.context_window(session_id, budget)
+        messages = build_context(entries, agent.name, agent.system, context_tokens=budget)
         if invocation is not None and invocation.input:
             messages.append({"role": "user", "content": invocation.input})
         return messages

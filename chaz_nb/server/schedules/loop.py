@@ -191,6 +191,7 @@ class Scheduler:
             ack={"trigger_type": "schedule", "schedule_id": s.id, "fire_id": fire_id, "wake_prompt": s.prompt},
             unattended=True,
         )
+        last = self.store.latest(session_id)  # the fire's Ack comes after it
         future = self.port.start_run(session_id, invocation)
         if future is None:
             fire = Fire(fire_id, s.id, "skipped", session_id, reason=f"session {session_id} is busy")
@@ -202,7 +203,7 @@ class Scheduler:
             interrupted = True
         else:
             interrupted = False
-        run_id = _run_id_of(self.store, session_id, fire_id)
+        run_id = _run_id_of(self.store, session_id, fire_id, last.seq if last else 0)
         if interrupted or (outcome is None and self.port.stopped):
             fire = Fire(fire_id, s.id, "error", session_id, run_id, "interrupted", outcome)
             return self._finish(s, fire, count=False)
@@ -246,8 +247,9 @@ class Scheduler:
         return fire
 
 
-def _run_id_of(store: Any, session_id: int, fire_id: int) -> int | None:
-    for entry in reversed(store.entries(session_id, types=[EntryType.ACK])):
+def _run_id_of(store: Any, session_id: int, fire_id: int, after_seq: int = 0) -> int | None:
+    # only the Acks written since the fire started: a long session is not read whole
+    for entry in reversed(store.entries(session_id, after_seq=after_seq, types=[EntryType.ACK])):
         if entry.payload.get("fire_id") == fire_id:
             return entry.id
     return None
