@@ -98,3 +98,33 @@ def test_the_reply_entry_replaces_the_partial_block(store):
         assert not hub._listeners[sid]  # the view stopped following the stream too
 
     asyncio.run(scenario())
+
+
+def test_a_stopped_stream_ends_in_a_stopped_row_that_keeps_the_text_so_far(store):
+    async def scenario():
+        sid = store.create_session("calc")
+        hub = StreamHub()
+        view = live_view(store, hub, asyncio.get_running_loop(), sid)
+        ack = store.append(sid, EntryType.ACK, "calc", "calc is working")
+        hub.delta(sid, ack.id, "half a " + EVIL)
+        await until(lambda: view.transcript.partial is not None, view.on_update, what="the partial reply")
+        store.append(sid, EntryType.ACK, "calc", "calc was stopped by user",
+                     payload={"run_id": ack.id, "status": "cancelled", "partial_text": "half a " + EVIL})
+        hub.clear(sid, ack.id)
+        await until(lambda: view.transcript.rows, view.on_update, what="the stopped row")
+        assert view.transcript.status is None and view.transcript.partial is None
+        assert view.text().splitlines()[-1] == f"■ calc was stopped by user · it had written: half a {EVIL}"
+        assert "working" not in view.text()  # the run is over: no "calc is working…" line
+        assert EVIL not in view.html() and "it had written: half a &lt;script&gt;" in view.html()
+        view.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_silent_turn_ends_the_working_line(store):
+    sid = store.create_session("calc")
+    ack = store.append(sid, EntryType.ACK, "calc", "calc is working")
+    store.append(sid, EntryType.ACK, "calc", "calc finished without a reply",
+                 payload={"run_id": ack.id, "status": "silent"})
+    view = SessionView(store, sid)
+    assert view.text().splitlines()[1:] == ["— calc finished without a reply"]
