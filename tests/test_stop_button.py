@@ -42,6 +42,7 @@ def live_view(server: Server, session_id: int) -> SessionView:
 
 async def click_and_wait_for_the_end(server: Server, view: SessionView, session_id: int):
     button = view.stop_button
+    await until(lambda: button.visible, view.on_update, what="the Stop row of the running session")
     assert button.visible and not button.button.disabled
     button.button.click()
     assert button.button.disabled  # one click is one stop request
@@ -79,8 +80,7 @@ async def test_clicking_stop_ends_a_run_parked_on_an_approval(store):
     view = live_view(server, s)
     await server.send(s, "ship it")
     await until(lambda: server.session_status(s) == "parked", store.subscribe, what="the approval")
-    await until(lambda: view.stop_button.visible and view.transcript.open_requests(), view.on_update,
-                what="the view showing the parked run")
+    await until(lambda: view.transcript.open_requests(), view.on_update, what="the view showing the parked run")
 
     button = await click_and_wait_for_the_end(server, view, s)
 
