@@ -28,6 +28,10 @@ second, under the ~20 a second a view may take) and one static/display_id update
 HTML/text, and the ``stream`` field of the session JSON the JupyterLab renderer draws); the
 reply's Message (or the Error) replaces it when it lands.
 
+With ``stop`` (the Server's ``request_stop``) the live widget has a Stop row while the run goes
+on (stop_button.py). A run that ends without a reply (stopped, or a silent turn) ends in a
+closing row, the stopped one with the text it had streamed (its Ack's ``partial_text``).
+
 Every string that comes from an agent, a tool or a user passes through ``html.escape``.
 """
 
