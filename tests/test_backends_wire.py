@@ -212,6 +212,11 @@ def test_api_base_must_be_a_url():
         Agent("w", model="openai/x", model_timeout=0)
 
 
+def test_a_model_call_may_take_600_s_unless_the_agent_says_otherwise():
+    assert Agent("w", model="openai/x").call_options()["timeout"] == 600
+    assert Agent("w", model="openai/x", model_timeout=30).call_options()["timeout"] == 30
+
+
 # ------------------------------------------------------------------ faults
 async def test_rate_limit_is_retried_after_what_retry_after_asks(make, store, model_server):
     model_server.script(RateLimit(retry_after=0.3), Reply("made it"))

@@ -463,3 +463,63 @@ def test_a_streamed_reply_reaches_the_sidebar_throttled_and_leaves_with_its_entr
     assert "streaming" not in next(s for s in comm.sent[-1]["sessions"] if s["id"] == 2)
     bridge.close()
     assert not server.hub._listeners[None]
+
+
+async def test_a_stop_request_stops_the_sessions_parked_run_then_sends_a_fresh_state(store):
+    from chaz_nb.core.entries import EntryType as T
+    from chaz_nb.engine.tools import ToolRegistry, tool
+    from chaz_nb.server import Server
+    from chaz_nb.server.agents import Agent
+
+    @tool(approval="always")
+    def wipe(path: str) -> str:
+        """Delete a file."""
+        return f"wiped {path}"
+
+    agent = Agent("janitor", model="chaz/script", tools=["wipe"],
+                  script=[{"tool": "wipe", "args": {"path": "/tmp/x"}}, "done: {result}"])
+    server = Server(store, [agent], ToolRegistry([wipe]))
+    s = server.current_session("janitor")
+    bridge = LabBridge(server)
+    comm = FakeComm()
+    bridge.open(comm, {})
+    await server.send(s, "clean up")
+    await until(lambda: server.session_status(s) == "parked", store.subscribe, what="the approval")
+    comm.sent.clear()
+
+    comm.receive({"type": "stop", "session_id": s})
+
+    stopped, fresh = comm.sent[:2]
+    assert stopped["type"] == "stopped" and stopped["session_id"] == s and stopped["ok"] is True
+    assert stopped["message"].startswith(f"stopped session {s} (janitor, run ") and "was parked" in stopped["message"]
+    assert fresh["type"] == "state"
+    await until(lambda: server.session_status(s) == "idle", store.subscribe, what="the stopped run's end")
+    closing = store.latest(s)
+    assert closing.entry_type is T.ACK and closing.payload["status"] == "cancelled"
+    assert server.pending_approvals() == []
+    await until(lambda: comm.sent[-1]["type"] == "state" and not comm.sent[-1]["pending"]
+                and comm.sent[-1]["sessions"][0]["status"] == "idle",
+                calls(comm, "send"), what="the state after the stop")
+    bridge.close()
+
+
+@pytest.mark.parametrize(
+    ("session_id", "ok", "message"),
+    [(1, True, "session 1 has no run to stop"), (999, False, "no session 999"),
+     ("1", False, "stop needs a session id (a number), not '1'"), (None, False, "not None")],
+)
+def test_a_stop_request_that_stops_nothing_says_why(store, session_id, ok, message):
+    from chaz_nb.server import Server
+    from chaz_nb.server.agents import Agent
+
+    server = Server(store, [Agent("w", model="chaz/echo")])
+    server.current_session("w")
+    bridge = LabBridge(server, call_later=lambda delay, fn: None)
+    comm = FakeComm()
+    bridge.open(comm, {})
+    comm.sent.clear()
+    comm.receive({"type": "stop", "session_id": session_id})
+    answer = comm.sent[0]
+    assert (answer["type"], answer["ok"]) == ("stopped", ok) and message in answer["message"]
+    assert comm.sent[1]["type"] == "state"
+    bridge.close()

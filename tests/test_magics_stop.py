@@ -7,6 +7,7 @@ import pytest
 from chaz_nb.core.entries import EntryType
 
 from ipython_harness import ip, one_line_error
+from waiting import until
 
 
 def test_stop_ends_a_parked_run_with_a_cancelled_ack_and_closes_its_request(chaz, parked, capsys):
@@ -48,3 +49,16 @@ def test_the_session_takes_the_next_message_after_a_stop(chaz, parked, capsys):
 )
 def test_bad_stop_lines_are_one_line_errors(chaz, capsys, line, needle):
     one_line_error(capsys, f"%chaz {line}", needle)
+
+
+def test_the_stop_button_of_a_turns_view_stops_its_parked_run(chaz, parked, capsys):
+    from chaz_nb.notebook import extension
+    from chaz_nb.notebook.kernel_loop import run_sync
+
+    [view] = [v for v in extension._state.views if v.session_id == parked and v.following]
+    assert view.stop_button.visible  # parked on the approval: the run can be stopped
+    view.stop_button.button.click()
+    run_sync(until(lambda: not chaz.is_busy(parked) and not view.following, chaz.store.subscribe, view.on_update,
+                   what="the stopped run's end"), extension._state.loop)
+    assert chaz.store.latest(parked).payload["status"] == "cancelled"
+    assert not view.stop_button.visible and view.widget is None  # the view ended as its static form

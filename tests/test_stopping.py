@@ -11,7 +11,7 @@ import asyncio
 
 import pytest
 
-from fakes.openai_server import Call, Reply, Slow
+from fakes.openai_server import Call, Reply, Slow, StallMidStream
 from chaz_nb.core.entries import EntryType as T
 from chaz_nb.core.store import StoreError
 from chaz_nb.engine.backends import LiteLLMBackend
@@ -103,6 +103,53 @@ async def test_stop_during_a_slow_model_call_ends_the_run_cancelled(make, store,
     # the second request carries the whole log, the stopped turn's Message included
     sent = model_server.chat_requests()[1].body["messages"]
     assert [m["content"] for m in sent if m["role"] == "user"] == ["think hard", "and now?"]
+
+
+async def test_stopping_a_stream_keeps_the_text_so_far_in_the_cancelled_ack(make, store, model_server):
+    # the role chunk and three words reach the screen, then the provider goes quiet
+    model_server.script(StallMidStream(Reply("one two three four five"), after_chunks=4), Reply("again"))
+    server = make("w")
+    s = server.current_session("w")
+    await server.send(s, "tell me")
+    await arrived(model_server, 1)
+    await until(lambda: getattr(server.current_stream(s), "text", None) == "one two three ",
+                lambda cb: server.subscribe_stream(s, cb), what="three streamed words")
+
+    [stopped] = await server.stop_runs(s)
+
+    closing = store.entries(s, types=[T.ACK])[-1]
+    assert closing.payload["status"] == "cancelled"
+    assert closing.payload["partial_text"] == "one two three "  # what the user saw is kept
+    assert kinds(store, s) == ["Message", "Ack", "Ack"]  # the text so far is no Message
+    assert server.current_stream(s) is None
+    assert (await (await server.send(s, "once more")).wait()).content == "again"
+
+
+async def test_a_server_shutdown_mid_stream_keeps_the_text_so_far_in_its_error(make, store, model_server):
+    model_server.script(StallMidStream(Reply("one two three four five"), after_chunks=3))
+    server = make("w")
+    s = server.current_session("w")
+    await server.send(s, "tell me")
+    await arrived(model_server, 1)
+    await until(lambda: getattr(server.current_stream(s), "text", None) == "one two ",
+                lambda cb: server.subscribe_stream(s, cb), what="two streamed words")
+
+    await server.stop()
+
+    error = store.entries(s, types=[T.ERROR])[-1]
+    assert error.content == "interrupted: run cancelled" and error.payload["partial_text"] == "one two "
+
+
+async def test_stopping_a_run_with_nothing_streamed_has_no_partial_text(make, store, model_server):
+    model_server.script(slow())
+    server = make("w")
+    s = server.current_session("w")
+    await server.send(s, "think")
+    await arrived(model_server, 1)
+
+    await server.stop_runs(s)
+
+    assert "partial_text" not in store.entries(s, types=[T.ACK])[-1].payload
 
 
 async def test_stop_during_a_running_tool_cancels_the_tool(make, store, model_server):

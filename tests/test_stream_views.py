@@ -98,3 +98,66 @@ def test_the_reply_entry_replaces_the_partial_block(store):
         assert not hub._listeners[sid]  # the view stopped following the stream too
 
     asyncio.run(scenario())
+
+
+def test_a_stopped_stream_ends_in_a_stopped_row_that_keeps_the_text_so_far(store):
+    async def scenario():
+        sid = store.create_session("calc")
+        hub = StreamHub()
+        view = live_view(store, hub, asyncio.get_running_loop(), sid)
+        ack = store.append(sid, EntryType.ACK, "calc", "calc is working")
+        hub.delta(sid, ack.id, "half a " + EVIL)
+        await until(lambda: view.transcript.partial is not None, view.on_update, what="the partial reply")
+        store.append(sid, EntryType.ACK, "calc", "calc was stopped by user",
+                     payload={"run_id": ack.id, "status": "cancelled", "partial_text": "half a " + EVIL})
+        hub.clear(sid, ack.id)
+        await until(lambda: view.transcript.rows, view.on_update, what="the stopped row")
+        assert view.transcript.status is None and view.transcript.partial is None
+        assert view.text().splitlines()[-1] == f"■ calc was stopped by user · it had written: half a {EVIL}"
+        assert "working" not in view.text()  # the run is over: no "calc is working…" line
+        assert EVIL not in view.html() and "it had written: half a &lt;script&gt;" in view.html()
+        view.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_silent_turn_ends_the_working_line(store):
+    sid = store.create_session("calc")
+    ack = store.append(sid, EntryType.ACK, "calc", "calc is working")
+    store.append(sid, EntryType.ACK, "calc", "calc finished without a reply",
+                 payload={"run_id": ack.id, "status": "silent"})
+    view = SessionView(store, sid)
+    assert view.text().splitlines()[1:] == ["— calc finished without a reply"]
+
+
+def test_a_200_delta_stream_updates_the_static_output_at_most_four_times_a_second(store, clock_loop, monkeypatch):
+    # the display_id fallback (and the session JSON the JupyterLab renderer draws) is throttled
+    # on its own, slower interval: the views read time.monotonic, here the loop's fake clock
+    import types
+
+    import IPython.display
+
+    from chaz_nb.notebook.views import display as display_module
+    from chaz_nb.notebook.views import session as session_module
+
+    fake_time = types.SimpleNamespace(monotonic=clock_loop.time)
+    monkeypatch.setattr(session_module, "time", fake_time)
+    monkeypatch.setattr(display_module, "time", fake_time)
+    shown: list[dict] = []
+    monkeypatch.setattr(IPython.display, "display", lambda data, **kw: shown.append(data))
+    monkeypatch.setattr(IPython.display, "update_display", lambda data, **kw: shown.append(data))
+    sid = store.create_session("calc")
+    hub = StreamHub()
+    view = live_view(store, hub, clock_loop, sid)
+    view.display()
+    ack = store.append(sid, EntryType.ACK, "calc", "calc is working")
+    for i in range(200):  # 200 deltas over 1 s of the view's clock
+        hub.delta(sid, ack.id, f"w{i} ")
+        clock_loop.advance(0.005)
+    clock_loop.advance(view.interval)
+
+    streamed = [d[MIME_TYPE]["stream"]["text"] for d in shown if "stream" in d[MIME_TYPE]]
+    assert 2 <= len(streamed) <= 1.0 / view.stream_static_interval + 1, len(streamed)  # ~4/s, not 200
+    assert [len(t) for t in streamed] == sorted(len(t) for t in streamed)  # growing
+    assert view.stats.stream_events == 200
+    view.close()

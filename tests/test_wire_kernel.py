@@ -1,5 +1,6 @@
 """The four example flows in a real kernel, with agents on the OpenAI wire (the local fixture):
-plain reply, tool call, approval, spawn; the key from the environment reaches the server only."""
+plain reply, tool call, approval, spawn; the key from the environment reaches the server only; a
+streamed reply grows on screen (iopub) while the store gets only its final Message."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import pytest
 
 from fakes.openai_server import Call, Reply
+from chaz_nb.notebook.views.session import MIME_TYPE as SESSION_MIME
 from kernel_harness import Kernel
 
 KEY = "sk-kernel-planted-0123456789abcdefghij"
@@ -96,3 +98,32 @@ def test_the_key_reaches_the_server_and_no_entry(wire):
               "'SELECT content, CAST(payload AS VARCHAR) FROM entries'), default=str))")
     assert r.status == "ok" and KEY not in r.stdout and json.loads(r.stdout)
     assert not server.unscripted
+
+
+def test_a_streamed_reply_grows_on_screen_before_its_message_in_a_kernel(wire):
+    k, server = wire
+    text = " ".join(f"word{i}" for i in range(14))
+    server.script(Reply(text, chunk_delay=0.15), model="w")  # ~2.4 s of streaming
+
+    r = k.run("%chaz @w say fourteen words", timeout=120)
+
+    assert r.status == "ok", r.outputs
+    # the display_id updates (static form) show the text so far, growing, before the reply
+    updates = [m["content"]["data"] for m in r.of("display_data", "update_display_data")]
+    partials = [line[len("w: "):-len(" …")] for d in updates for line in d.get("text/plain", "").splitlines()
+                if line.startswith("w: word") and line.endswith(" …")]
+    assert len(set(partials)) >= 2, partials  # more than one snapshot: it grew
+    assert all(text.startswith(p.rstrip()) for p in partials) and len(partials[0]) < len(text)
+    assert [len(p) for p in partials] == sorted(len(p) for p in partials)
+    streams = [d[SESSION_MIME]["stream"]["text"] for d in updates if "stream" in d.get(SESSION_MIME, {})]
+    assert streams and all(text.startswith(s.rstrip()) for s in streams)  # the lab renderer's data
+    # the live widget got the partial block too (its comm messages carry the HTML)
+    widget_values = [str(m["content"]["data"].get("state", {}).get("value", "")) for m in r.of("comm_msg")]
+    assert any("chaz-partial" in v for v in widget_values)
+    last = updates[-1]
+    assert f"w: {text}" in last["text/plain"].splitlines() and "stream" not in last[SESSION_MIME]
+    # the store has the reply once, as one Message: the text so far was never an entry
+    r = k.run("s = chaz_nb.current(); sid = s.current_session('w'); es = s.store.entries(sid); "
+              "i = max(i for i, e in enumerate(es) if e.content == 'say fourteen words'); "
+              "print([(e.entry_type.value, e.content) for e in es[i + 1:]])")
+    assert r.stdout.strip() == repr([("Ack", "w is working"), ("Message", text)])

@@ -10,15 +10,19 @@ far, at most ``MAX_CONTENT`` characters): stream events (``server.subscribe_stre
 same throttled broadcast as writes, so the sidebar shows the reply as it is written at most
 ~4 times a second; the key is gone once the reply's entry is written.
 
-The frontend sends ``{"type": "refresh"}`` and
-``{"type": "decide", "request_id", "decision": "approve"|"deny", "reason"}``;
-a decide is answered with ``{"type": "decided", "request_id", "ok", "message"}``
-and then a fresh state.
+The frontend sends ``{"type": "refresh"}``,
+``{"type": "decide", "request_id", "decision": "approve"|"deny", "reason"}`` and
+``{"type": "stop", "session_id"}`` (the sidebar's Stop button: what ``%chaz stop SESSION``
+does, server/stopping.py); a decide is answered with
+``{"type": "decided", "request_id", "ok", "message"}``, a stop with
+``{"type": "stopped", "session_id", "ok", "message"}`` (``message`` says what was stopped, or
+why nothing was), and each then with a fresh state.
 
 Only this server interface is used: ``server.store.subscribe(cb) -> unsubscribe``,
 ``server.store.sessions()``, ``server.store.latest(session_id)``,
-``server.session_status(session_id)``, ``server.pending_approvals()`` and
-``server.decide(request_id, decision, reason=None, decided_by="user")``.
+``server.session_status(session_id)``, ``server.pending_approvals()``,
+``server.decide(request_id, decision, reason=None, decided_by="user")`` and
+``server.request_stop(session_id, by="user")``.
 
 Nothing here prints: sends from background callbacks go over the comm only, and
 failures are logged to the ``chaz_nb.labcomm`` logger (which has a NullHandler,
@@ -330,6 +334,8 @@ class LabBridge:
             self.send_state(comm)
         elif kind == "decide":
             self._decide(comm, data)
+        elif kind == "stop":
+            self._stop(comm, data)
         else:
             log.debug("unknown chaz comm message %r", kind)
 
@@ -366,6 +372,25 @@ class LabBridge:
                 self._decided(comm, request_id, False, "no event loop to finish the decision")
             return
         self._decided_result(comm, request_id, result)
+
+    def _stop(self, comm: Any, data: dict) -> None:
+        session_id = data.get("session_id")
+        if not isinstance(session_id, int) or isinstance(session_id, bool):
+            self._stopped(comm, session_id, False, f"stop needs a session id (a number), not {session_id!r}")
+            return
+        try:
+            stopped = self.server.request_stop(session_id, by="user")
+        except Exception as exc:  # noqa: BLE001 - e.g. no such session: said on the comm
+            log.debug("stop failed", exc_info=True)
+            self._stopped(comm, session_id, False, f"{type(exc).__name__}: {exc}")
+            return
+        # each stopped run writes its cancelled Ack as it unwinds; the state follows the writes
+        message = "; ".join(run.describe() for run in stopped) or f"session {session_id} has no run to stop"
+        self._stopped(comm, session_id, True, message)
+
+    def _stopped(self, comm: Any, session_id: Any, ok: bool, message: str) -> None:
+        self._send(comm, {"type": "stopped", "session_id": _jsonable(session_id), "ok": ok, "message": message})
+        self.broadcast()
 
     def _decided_result(self, comm: Any, request_id: str, result: Any) -> None:
         try:

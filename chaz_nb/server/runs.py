@@ -526,22 +526,26 @@ class RunEngine:
         """Close a cancelled run: every Ack that opens a run gets a closing entry.
 
         A run a person stopped closes with an Ack of status ``cancelled`` (stopping.py); any
-        other cancel (the server shutting down) with an Error.
+        other cancel (the server shutting down) with an Error. Either keeps the reply text the
+        run had streamed so far in its payload (``partial_text``).
         """
         if stopped is None:
             state = self._states.get(session_id)
             stopped = (state.stop_by, list(state.dropped)) if state else (None, [])
         by, dropped = stopped
+        # the reply text streamed so far is no entry: the closing entry keeps what the user saw
+        streaming = self.streams.current(session_id)
+        partial = {"partial_text": streaming.text} if streaming and streaming.run_id == run_id else {}
         if by is None:
             self.store.append(
                 session_id, EntryType.ERROR, agent.name, "interrupted: run cancelled",
-                payload={"run_id": run_id, "model": agent.model},
+                payload={"run_id": run_id, "model": agent.model, **partial},
             )
             return
         self.store.append(
             session_id, EntryType.ACK, agent.name, f"{agent.name} was stopped by {by}",
             payload={"run_id": run_id, "model": agent.model, "status": CANCELLED, "stopped_by": by,
-                     "dropped": dropped},
+                     "dropped": dropped, **partial},
         )
 
     def _close_cancelled(

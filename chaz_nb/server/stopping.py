@@ -11,7 +11,8 @@ What a stop does (the run engine, runs.py, carries it out):
   session views and the JupyterLab sidebar must understand; ``timed_out`` already means
   "denied because nobody decided", which is what a stop is to the request.
 - The run ends with an Ack whose payload ``status`` is ``cancelled`` (``stopped_by`` says who);
-  the ``runs`` view shows status ``cancelled``. Nothing written before is touched.
+  the ``runs`` view shows status ``cancelled``. Nothing written before is touched, and the reply
+  text streamed so far (not an entry) is kept in that Ack's payload ``partial_text``.
 - Messages queued for a follow-up run of that session are dropped (they stay in the log, with
   no reply; the closing Ack lists them under ``dropped``). A Message written after the stop
   starts a run as usual.

@@ -17,7 +17,8 @@ import {
   COMM_TARGET,
   FrontendToKernel,
   IDecidedMessage,
-  IStateMessage
+  IStateMessage,
+  IStoppedMessage
 } from './types';
 
 export type ConnectionStatus =
@@ -40,6 +41,9 @@ export class ChazClient {
   }
   get decided(): ISignal<this, IDecidedMessage> {
     return this._decided;
+  }
+  get stopped(): ISignal<this, IStoppedMessage> {
+    return this._stopped;
   }
   get status(): ConnectionStatus {
     return this._status;
@@ -152,6 +156,11 @@ export class ChazClient {
     });
   }
 
+  /** Ask the kernel to stop the run of a session (as `%chaz stop SESSION`); false when not connected. */
+  stop(sessionId: number): boolean {
+    return this.send({ type: 'stop', session_id: sessionId });
+  }
+
   dispose(): void {
     this.follow(null);
     Signal.clearData(this);
@@ -175,6 +184,13 @@ export class ChazClient {
       this._decided.emit({
         type: 'decided',
         request_id: String(data.request_id ?? ''),
+        ok: !!data.ok,
+        message: String(data.message ?? '')
+      });
+    } else if (data.type === 'stopped') {
+      this._stopped.emit({
+        type: 'stopped',
+        session_id: Number(data.session_id),
         ok: !!data.ok,
         message: String(data.message ?? '')
       });
@@ -287,4 +303,5 @@ export class ChazClient {
   private _statusChanged = new Signal<this, ConnectionStatus>(this);
   private _stateReceived = new Signal<this, IStateMessage>(this);
   private _decided = new Signal<this, IDecidedMessage>(this);
+  private _stopped = new Signal<this, IStoppedMessage>(this);
 }

@@ -1,6 +1,9 @@
 /**
  * The "Chaz" sidebar panel: the followed notebook kernel's sessions and its
  * pending approvals with Approve / Deny buttons, live over the `chaz` comm.
+ * A session whose run is going on (running, or parked on an approval) has a
+ * Stop button: it sends `{type: "stop", session_id}` (what `%chaz stop N`
+ * does) and stays disabled until the kernel refuses or the run is over.
  *
  * DOM is built with textContent only (see `el`); pending approval cards are
  * kept by request_id across updates so a reason being typed is not lost.
@@ -13,7 +16,8 @@ import {
   IDecidedMessage,
   IPendingApproval,
   ISessionSummary,
-  IStateMessage
+  IStateMessage,
+  IStoppedMessage
 } from './types';
 
 const STATUS_TEXT: { [k in ConnectionStatus]: string } = {
@@ -80,6 +84,7 @@ export class ChazPanel extends Widget {
     client.statusChanged.connect(this._onStatus, this);
     client.stateReceived.connect(this._onState, this);
     client.decided.connect(this._onDecided, this);
+    client.stopped.connect(this._onStopped, this);
     this._onStatus(client, client.status);
   }
 
@@ -113,6 +118,7 @@ export class ChazPanel extends Widget {
     this._client.statusChanged.disconnect(this._onStatus, this);
     this._client.stateReceived.disconnect(this._onState, this);
     this._client.decided.disconnect(this._onDecided, this);
+    this._client.stopped.disconnect(this._onStopped, this);
     super.dispose();
   }
 
@@ -143,6 +149,26 @@ export class ChazPanel extends Widget {
       msg.message || (msg.ok ? 'Decision recorded.' : 'Decision refused.'),
       !msg.ok
     );
+  }
+
+  private _onStopped(_: ChazClient, msg: IStoppedMessage): void {
+    if (!msg.ok) {
+      this._stopping.delete(msg.session_id);
+      this._renderState(this._client.state);
+    }
+    this._say(msg.message || (msg.ok ? 'Stop requested.' : 'The kernel refused the stop.'), !msg.ok);
+  }
+
+  /** Ask the kernel to stop a session's run; false when not connected. */
+  stopSession(sessionId: number): boolean {
+    if (!this._client.stop(sessionId)) {
+      this._say('Not connected to a kernel with chaz loaded.', true);
+      return false;
+    }
+    this._stopping.add(sessionId);
+    this._renderState(this._client.state);
+    this._say(`Stopping session ${sessionId}…`, false);
+    return true;
   }
 
   private _say(text: string, isError: boolean): void {
@@ -271,6 +297,15 @@ export class ChazPanel extends Widget {
       head.appendChild(
         el(doc, 'span', `chaz-status chaz-status-${status.replace(/[^a-z]/gi, '')}`, status)
       );
+      if (status === 'running' || status === 'parked') {
+        const stop = el(doc, 'button', 'jp-Button jp-mod-styled jp-mod-warn chaz-stop', 'Stop');
+        stop.title = `Stop the run of session ${s.id} (%chaz stop ${s.id})`;
+        stop.disabled = this._stopping.has(s.id);
+        stop.addEventListener('click', () => this.stopSession(s.id));
+        head.appendChild(stop);
+      } else {
+        this._stopping.delete(s.id); // that run is over: a later one may be stopped again
+      }
       li.appendChild(head);
       const last = s.last_entry;
       if (last) {
@@ -313,4 +348,5 @@ export class ChazPanel extends Widget {
   private _sessionList: HTMLElement;
   private _cards = new Map<string, HTMLElement>();
   private _reasons = new Map<string, string>();
+  private _stopping = new Set<number>();
 }

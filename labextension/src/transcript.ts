@@ -269,6 +269,12 @@ function renderPlainEntry(
     if (together) {
       node.appendChild(el(doc, 'div', 'chaz-answers', `↳ ${together}`));
     }
+    // a stopped run keeps the reply text it had streamed (payload.partial_text): still shown
+    const partial = payloadOf(entry).partial_text;
+    if (typeof partial === 'string' && partial) {
+      node.classList.add('chaz-stopped');
+      node.appendChild(el(doc, 'div', 'chaz-partial-kept', `it had written: ${clip(partial)}`));
+    }
   }
   return node;
 }

@@ -103,7 +103,15 @@ export interface IDecidedMessage {
   message: string;
 }
 
-export type KernelToFrontend = IStateMessage | IDecidedMessage;
+/** The kernel's answer to a `stop` request (what was stopped, or why nothing was). */
+export interface IStoppedMessage {
+  type: 'stopped';
+  session_id: number;
+  ok: boolean;
+  message: string;
+}
+
+export type KernelToFrontend = IStateMessage | IDecidedMessage | IStoppedMessage;
 
 export type FrontendToKernel =
   | { type: 'refresh' }
@@ -112,4 +120,5 @@ export type FrontendToKernel =
       request_id: string;
       decision: 'approve' | 'deny';
       reason: string | null;
-    };
+    }
+  | { type: 'stop'; session_id: number };

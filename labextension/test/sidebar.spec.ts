@@ -192,6 +192,46 @@ describe('ChazPanel', () => {
     expect(panel.node.querySelector('.chaz-panel-notice')?.textContent).toBe('approved delete_file');
   });
 
+  it('has a Stop button on a session whose run goes on, which sends a stop and waits for the run to end', () => {
+    const { kernel, panel } = setup();
+    const comm = kernel.last;
+    const running = state();
+    running.sessions[1] = { ...running.sessions[1], status: 'running' };
+    comm.receive(running);
+    const stopOf = (id: number) =>
+      panel.node.querySelector(`.chaz-session[data-session-id="${id}"] .chaz-stop`) as HTMLButtonElement | null;
+    expect(stopOf(3)).not.toBeNull(); // parked on an approval: stoppable too
+    expect(stopOf(4)?.textContent).toBe('Stop');
+
+    stopOf(4)!.click();
+    expect(comm.sent).toEqual([{ type: 'stop', session_id: 4 }]);
+    expect(stopOf(4)!.disabled).toBe(true);
+    expect(panel.node.querySelector('.chaz-panel-notice')?.textContent).toBe('Stopping session 4…');
+    comm.receive({ type: 'stopped', session_id: 4, ok: true, message: 'stopped session 4 (writer, run 9, was running)' });
+    comm.receive(running); // a state while the run unwinds: still one stop request
+    expect(stopOf(4)!.disabled).toBe(true);
+    expect(panel.node.querySelector('.chaz-panel-notice')?.textContent).toBe(
+      'stopped session 4 (writer, run 9, was running)'
+    );
+
+    comm.receive(state()); // the run is over: no Stop button
+    expect(stopOf(4)).toBeNull();
+    comm.receive(running); // a later run of the session may be stopped again
+    expect(stopOf(4)!.disabled).toBe(false);
+  });
+
+  it('re-enables Stop when the kernel refuses it', () => {
+    const { kernel, panel } = setup();
+    kernel.last.receive(state());
+    const stop = () => panel.node.querySelector('.chaz-session[data-session-id="3"] .chaz-stop') as HTMLButtonElement;
+    stop().click();
+    expect(stop().disabled).toBe(true);
+    kernel.last.receive({ type: 'stopped', session_id: 3, ok: false, message: 'StoreError: no session 3' });
+    expect(stop().disabled).toBe(false);
+    expect(panel.node.querySelector('.chaz-panel-notice')?.textContent).toBe('StoreError: no session 3');
+    expect(panel.node.querySelector('.chaz-panel-notice')?.classList.contains('chaz-notice-error')).toBe(true);
+  });
+
   it('re-enables the buttons when the kernel refuses a decision', () => {
     const { kernel, panel } = setup();
     kernel.last.receive(state());

@@ -309,6 +309,24 @@ describe('gated calls, answers together, footer', () => {
     expect(answersTogether(entry('Ack'))).toBe('');
   });
 
+  it('keeps the text a stopped run had streamed, at its cancelled Ack, as text', () => {
+    const evil = '<img src=x onerror="window.__pwned = 2">';
+    const asked = entry('Message');
+    const opened = entry('Ack', { sender: 'assistant' });
+    const stopped = entry('Ack', {
+      sender: 'assistant',
+      content: 'assistant was stopped by user',
+      payload: { status: 'cancelled', stopped_by: 'user', partial_text: 'half a reply ' + evil }
+    });
+    const root = renderTranscript(bundle([asked, opened, stopped]));
+    const acks = root.querySelectorAll('.chaz-type-ack');
+    expect(acks[1].classList.contains('chaz-stopped')).toBe(true);
+    expect(acks[1].querySelector('.chaz-partial-kept')?.textContent).toBe('it had written: half a reply ' + evil);
+    expect(acks[0].querySelector('.chaz-partial-kept')).toBeNull();
+    expect(root.querySelector('img')).toBeNull();
+    expect((window as any).__pwned).toBeUndefined();
+  });
+
   it('draws the footer of a turn view', () => {
     const root = renderTranscript({ ...bundle([entry('Message')]), footer: 'full log: %chaz log 3' });
     expect(root.querySelector('.chaz-footer')?.textContent).toBe('full log: %chaz log 3');

@@ -12,7 +12,7 @@ A test queues what the server answers, in order (per model name, else a shared q
 
 Each request takes the next item: a :class:`Reply` (served as JSON, as SSE when the request
 asks for ``stream: true``, as NDJSON for Ollama) or a fault (:class:`RateLimit`,
-:class:`ServerError`, :class:`DropMidStream`, :class:`Slow`). Every request is recorded
+:class:`ServerError`, :class:`DropMidStream`, :class:`StallMidStream`, :class:`Slow`). Every request is recorded
 (:attr:`requests`: method, path, headers, parsed body) so a test can assert what litellm sent.
 A request that finds its queue empty gets HTTP 500 and is counted in :attr:`unscripted`.
 
@@ -97,6 +97,18 @@ class DropMidStream:
 
 
 @dataclass
+class StallMidStream:
+    """Start a streamed reply, then go quiet (connection open) until the server closes.
+
+    ``after_chunks`` chunks of ``reply`` are sent first (the role chunk counts): a stream the
+    user sees part of, for tests that stop a run in the middle of it.
+    """
+
+    reply: Reply = field(default_factory=lambda: Reply("this reply stops half way through"))
+    after_chunks: int = 3
+
+
+@dataclass
 class Slow:
     """Answer only after ``seconds`` (longer than the client's timeout, in a fault test)."""
 
@@ -104,7 +116,7 @@ class Slow:
     reply: Reply = field(default_factory=lambda: Reply("too late"))
 
 
-Item = Reply | RateLimit | ServerError | DropMidStream | Slow
+Item = Reply | RateLimit | ServerError | DropMidStream | StallMidStream | Slow
 
 
 @dataclass
@@ -370,6 +382,14 @@ def _handler_for(server: FakeModelServer) -> type[BaseHTTPRequestHandler]:
                 item = item.reply
             if isinstance(item, DropMidStream):
                 self._drop(item, dialect, model, stream, body)
+                return
+            if isinstance(item, StallMidStream):
+                assert stream and dialect == "openai", "StallMidStream is an OpenAI stream"
+                self._streaming("text/event-stream")
+                for event in openai_chunks(item.reply, model, True)[: item.after_chunks]:
+                    self._chunk(f"data: {json.dumps(event)}\n\n".encode())
+                server._closing.wait()
+                self._hang_up()
                 return
             assert isinstance(item, Reply)
             if item.delay and server._closing.wait(item.delay):

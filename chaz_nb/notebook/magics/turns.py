@@ -78,6 +78,7 @@ def open_view(
         title=title,
         footer=footer,
         streams=getattr(server, "subscribe_stream", None),
+        stop=getattr(server, "request_stop", None),
     )
     if view.following:
         state.views[:] = [v for v in state.views if v.following]

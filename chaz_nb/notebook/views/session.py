@@ -28,6 +28,10 @@ second, under the ~20 a second a view may take) and one static/display_id update
 HTML/text, and the ``stream`` field of the session JSON the JupyterLab renderer draws); the
 reply's Message (or the Error) replaces it when it lands.
 
+With ``stop`` (the Server's ``request_stop``) the live widget has a Stop row while the run goes
+on (stop_button.py). A run that ends without a reply (stopped, or a silent turn) ends in a
+closing row, the stopped one with the text it had streamed (its Ack's ``partial_text``).
+
 Every string that comes from an agent, a tool or a user passes through ``html.escape``.
 """
 
@@ -114,7 +118,8 @@ class Row:
     sits right under it.
     """
 
-    kind: str  # "message" | "directive" | "tool" | "error" | "summary" | "approval" | "answers" | "other"
+    # "message" | "directive" | "tool" | "error" | "summary" | "approval" | "answers" | "closed" | "other"
+    kind: str
     entry: Any
     result: Any = None  # the ToolResult of a tool row
     request: Any = None  # the ApprovalRequest that gated the call (or of an "approval" row)
@@ -193,6 +198,8 @@ class Row:
             return f"{e.sender}: {e.content}"
         if self.kind == "answers":
             return f"  ↳ {e.sender} {_answers_phrase(e)}"
+        if self.kind == "closed":
+            return _closed_text(e)
         if self.kind == "approval":
             if self.request is not None:
                 if self.open_request:
@@ -261,6 +268,8 @@ class Row:
             return f"<div class='chaz-r'>{who}: {_esc(e.content)}</div>"
         if self.kind == "answers":
             return f"<div class='chaz-r chaz-st'>&nbsp;&nbsp;↳ {who} {_esc(_answers_phrase(e))}</div>"
+        if self.kind == "closed":
+            return f"<div class='chaz-r chaz-st chaz-closed'>{_esc(_closed_text(e))}</div>"
         if self.kind == "approval":
             if self.open_request:
                 return self._card_html() if card else ""
@@ -277,6 +286,19 @@ class Row:
             f"<div class='chaz-r'><span class='chaz-t'>{_esc(_type(e))}</span> {who}: "
             f"{_esc(e.content)}</div>"
         )
+
+
+def closes_run(ack: Any) -> bool:
+    """An Ack that ends its run (payload ``status``: ``cancelled`` by a stop, or ``silent``)."""
+    return (getattr(ack, "payload", None) or {}).get("status") in ("cancelled", "silent")
+
+
+def _closed_text(ack: Any) -> str:
+    """``■ ops was stopped by user · it had written: …`` (the text streamed before the stop)."""
+    p = ack.payload or {}
+    mark = "■" if p.get("status") == "cancelled" else "—"
+    partial = p.get("partial_text")
+    return f"{mark} {ack.content}" + (f" · it had written: {partial}" if partial else "")
 
 
 def _answers_phrase(ack: Any) -> str:
@@ -335,6 +357,13 @@ class Transcript:
         self.entries.append(entry)
         t = _type(entry)
         last, self._last_type = self._last_type, t
+        if t == "Ack" and closes_run(entry):
+            # a run that ends without a reply (stopped, or a silent turn): the status line goes
+            self.status = self._working = None
+            if self.partial is not None and entry.sender == self.partial[1]:
+                self.partial = None  # a stopped run's text so far is in its Ack (payload.partial_text)
+            self.rows.append(Row("closed", entry))
+            return [len(self.rows) - 1]
         if t == "Ack":
             # Shown as a status line, replaced by the reply (or the error) when it comes.
             self._working = entry.sender
@@ -492,8 +521,12 @@ class SessionView(LiveView):
         title: str | None = None,
         approvals: Any = None,
         footer: str | None = None,
+        stop: Callable[..., Any] | None = None,
     ) -> None:
         self.store = store
+        #: the Server's ``request_stop``: with it, the live view has a Stop button (stop_button.py)
+        self._stop_request = stop
+        self.stop_button: Any = None  # a StopButton while the live widget exists
         #: the Server: with it, each open ApprovalRequest gets an ApprovalWidget in the live view
         self.approvals = approvals
         self._approval_widgets: dict[str, Any] = {}
@@ -643,6 +676,8 @@ class SessionView(LiveView):
             self._render_approvals()
             if self._set_status_widget() and streamed:
                 self.stats.stream_updates += 1
+            if self.stop_button is not None:
+                self.stop_button.show(self.status() != "idle")
         if self._unsubscribe is not None and self.status() == "idle":
             with self._lock:
                 more = bool(self._pending)
@@ -731,6 +766,9 @@ class SessionView(LiveView):
         if self._box is None:
             return
         box, self._box = self._box, None
+        if self.stop_button is not None:
+            self.stop_button.show(False)  # the run is over (or another cell follows it now)
+            self.stop_button.close()
         for w in [self._header_widget, self._status_widget, self._footer_widget,
                   *[c.widget for c in self._chunks], box]:
             if w is None:
@@ -755,6 +793,11 @@ class SessionView(LiveView):
         self._status_widget = w.HTML("")
         if self.footer:
             self._footer_widget = w.HTML(f"<div class='chaz-s'><div class='chaz-f'>{_esc(self.footer)}</div></div>")
+        if self._stop_request is not None:
+            from .stop_button import StopButton
+
+            self.stop_button = StopButton(self._stop_request, self.session_id)
+            self.stop_button.show(self.status() != "idle")
         self._box = w.VBox([self._header_widget, self._status_widget])
         self._box.add_class("chaz-session-view")
         self._render_rows(set(range(len(self.transcript.rows))))
@@ -839,6 +882,8 @@ class SessionView(LiveView):
             if c.card is not None and c.card.widget is not None:
                 children.append(c.card.widget)
         children.append(self._status_widget)
+        if self.stop_button is not None:
+            children.append(self.stop_button.widget)
         if self._footer_widget is not None:
             children.append(self._footer_widget)
         self._box.children = tuple(children)
