@@ -537,6 +537,25 @@ class SessionStore:
             rows = self._con.execute(query + " ORDER BY seq", params).fetchall()
         return [_entry_from_row(row) for row in rows]
 
+    def read_page(self, session_id: int, before_seq: int | None = None, limit: int = 50) -> list[Entry]:
+        """The newest ``limit`` entries of a session before ``before_seq`` (all when None), in
+        seq order: one query on the (session_id, seq) index, never the whole log.
+
+        Seqs are gapless from 1, so ``page[0].seq - 1`` entries come before the page (a view's
+        "show earlier" count); the next page back is ``read_page(id, before_seq=page[0].seq)``.
+        """
+        self._check_open()
+        if limit < 1:
+            return []
+        query = f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE session_id = ?"
+        params: list[Any] = [int(session_id)]
+        if before_seq is not None:
+            query += " AND seq < ?"
+            params.append(int(before_seq))
+        with self._lock:
+            rows = self._con.execute(query + " ORDER BY seq DESC LIMIT ?", [*params, int(limit)]).fetchall()
+        return [_entry_from_row(row) for row in reversed(rows)]
+
     def _load_log(self, session_id: int) -> list[Entry] | None:
         """Read a session's whole log into the in-memory cache (LRU, small logs only).
 
