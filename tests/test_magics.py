@@ -461,3 +461,22 @@ def test_log_shows_the_newest_page_and_the_command_for_the_earlier_entries(chaz,
 def test_log_bad_paging_values_get_one_line_errors(chaz, capsys, line, needle):
     ip.run_line_magic("chaz", "@assistant hi")
     one_line_error(capsys, f"%chaz {line}", needle)
+
+
+def test_wait_looks_back_for_its_trigger_a_page_at_a_time(chaz, monkeypatch):
+    from chaz_nb.core.store import NewEntry
+    from chaz_nb.notebook.magics import core
+
+    session = chaz.new_session("assistant")
+    items = [NewEntry(session, EntryType.MESSAGE, "assistant", f"reply {i}") for i in range(1, 451)]
+    items[9] = NewEntry(session, EntryType.MESSAGE, "user", "the old trigger")  # seq 10
+    chaz.store.append_many(items)
+    pages = []
+    read_page = chaz.store.read_page
+    monkeypatch.setattr(chaz.store, "read_page", lambda *a, **k: pages.append(k) or read_page(*a, **k))
+    monkeypatch.setattr(chaz.store, "entries", lambda *a, **k: pytest.fail("read the whole session"))
+    assert core._last_trigger_seq(chaz, session) == 9
+    assert [p["before_seq"] for p in pages] == [None, 251, 51]
+    chaz.store.append(session, EntryType.DIRECTIVE, "user", "the new trigger")  # seq 451
+    pages.clear()
+    assert core._last_trigger_seq(chaz, session) == 450 and len(pages) == 1

@@ -411,3 +411,37 @@ def test_the_show_earlier_button_loads_the_previous_page_into_the_live_view(stor
         view.close()
     finally:
         loop.close()
+
+
+def test_a_turn_view_pages_only_its_own_part_of_the_log(store):
+    sid = store.create_session("calc")
+    fill(store, sid, 120)
+    short = SessionView(store, sid, after_seq=100, page=50)  # the turn fits in a page
+    assert [e.seq for e in short.transcript.entries] == list(range(101, 121)) and short.earlier == 0
+    view = SessionView(store, sid, after_seq=10, page=50)
+    assert [e.seq for e in view.transcript.entries] == list(range(71, 121)) and view.earlier == 60
+    assert view.show_earlier() == 50 and view.earlier == 10
+    assert view.show_earlier() == 10 and view.earlier == 0
+    assert view.show_earlier() == 0
+    assert [e.seq for e in view.transcript.entries] == list(range(11, 121))
+
+
+def test_a_paged_view_escapes_every_agent_string_in_its_earlier_line_rows_and_widget(store):
+    sid = store.create_session(EVIL)
+    fill(store, sid, 80, content=lambda i: f"{EVIL} {i}")
+    loop = asyncio.new_event_loop()
+    try:
+        view = SessionView(store, sid, status=FakeStatus("running"), loop=loop, follow=True, page=30,
+                           title=EVIL, footer=EVIL)
+        view.show_earlier()
+        values = [c.value for c in view.widget.children if hasattr(c, "value")]
+        values += [c.value for c in view._earlier_row.children if hasattr(c, "value")]
+        for html in [view.html(), *values]:
+            assert "<script" not in html
+        assert "&lt;script&gt;" in view.html() and view.html().count("&lt;script&gt;alert") >= 60
+        mime = view.to_json()
+        assert mime["earlier"] == 20 and mime["earlier_command"] == f"%chaz log {sid} --before 21 --limit 30"
+        assert mime["entries"][0]["content"] == f"{EVIL} 21"  # data for the renderer, which sets text only
+        view.close()
+    finally:
+        loop.close()

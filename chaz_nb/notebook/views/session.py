@@ -588,12 +588,20 @@ class SessionView(LiveView):
         """What the view shows first: the whole log after ``after_seq``, or its newest page."""
         if self.page is None and self.before_seq is None:
             entries = list(self.store.entries(self.session_id, after_seq=self.after_seq))
+        elif self.before_seq is None and self.after_seq and self._tail_fits():
+            # a turn's view: the few entries after its trigger (the store may have them in memory)
+            entries = list(self.store.entries(self.session_id, after_seq=self.after_seq))
         else:
             page = self.store.read_page(self.session_id, before_seq=self.before_seq,
                                         limit=self.page if self.page is not None else 1 << 62)
             entries = [e for e in page if e.seq > self.after_seq]
         self._set_earlier(entries[0].seq if entries else self.before_seq)
         return entries
+
+    def _tail_fits(self) -> bool:
+        """Whether the entries after ``after_seq`` fit in one page (from the store's latest entry)."""
+        latest = self.store.latest(self.session_id)
+        return latest is None or latest.seq - self.after_seq <= (self.page or 0)
 
     def _set_earlier(self, first_seq: int | None) -> None:
         self.first_seq = first_seq
@@ -1004,9 +1012,8 @@ class SessionView(LiveView):
         }
         if self.footer:
             data["footer"] = self.footer
-        if self.first_seq is not None:
+        if self.earlier:  # a page of a longer log: what the renderer's "show earlier" needs
             data["first_seq"] = self.first_seq
-        if self.earlier:
             data["earlier"] = self.earlier
             data["earlier_command"] = self.earlier_command()
         if self.transcript.partial:
