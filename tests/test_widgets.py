@@ -420,6 +420,7 @@ def test_a_turn_view_pages_only_its_own_part_of_the_log(store):
     assert [e.seq for e in short.transcript.entries] == list(range(101, 121)) and short.earlier == 0
     view = SessionView(store, sid, after_seq=10, page=50)
     assert [e.seq for e in view.transcript.entries] == list(range(71, 121)) and view.earlier == 60
+    assert (view.to_json()["after_seq"], view.to_json()["earlier"]) == (10, 60)  # the renderer stops there too
     assert view.show_earlier() == 50 and view.earlier == 10
     assert view.show_earlier() == 10 and view.earlier == 0
     assert view.show_earlier() == 0

@@ -479,19 +479,21 @@ export function earlierCommand(bundle: ISessionBundle, firstSeq: number): string
 /** The bundle with a loaded earlier page in front of its entries. */
 export function withEarlier(bundle: ISessionBundle, page: IPage | null | undefined): ISessionBundle {
   const first = bundle.first_seq;
-  if (!page || typeof first !== 'number' || !page.entries.length) {
+  if (!page || typeof first !== 'number') {
     return bundle;
   }
-  const older = page.entries.filter(e => typeof e.seq === 'number' && e.seq < first);
+  const after = typeof bundle.after_seq === 'number' ? bundle.after_seq : 0;
+  const older = page.entries.filter(e => typeof e.seq === 'number' && e.seq < first && e.seq > after);
   if (!older.length) {
-    return bundle;
+    return { ...bundle, earlier: 0 };
   }
-  const firstSeq = typeof page.first_seq === 'number' ? page.first_seq : older[0].seq;
+  const firstSeq = older[0].seq;
   return {
     ...bundle,
     entries: [...older, ...bundle.entries],
     first_seq: firstSeq,
-    earlier: page.earlier,
+    // seqs are gapless from 1: the entries (after the turn's start) before the first one shown
+    earlier: Math.max(0, firstSeq - 1 - after),
     earlier_command: earlierCommand(bundle, firstSeq)
   };
 }

@@ -60,6 +60,8 @@ export interface ISessionBundle {
   earlier?: number;
   /** the command line that shows them, e.g. `%chaz log 3 --before 71` */
   earlier_command?: string;
+  /** a turn's view starts after this seq: "show earlier" loads nothing before it */
+  after_seq?: number;
 }
 
 /** The previous page of a session (the kernel's answer to a `page` comm message). */

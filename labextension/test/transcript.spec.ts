@@ -412,6 +412,21 @@ describe('show earlier', () => {
     expect(root.querySelector('.chaz-earlier-command')?.textContent).toBe('no kernel to ask; run %chaz log 3 --before 71');
   });
 
+  it("stops at a turn view's start (after_seq)", async () => {
+    const value = { ...paged(messages(71, 120), 71, 30), after_seq: 40 };
+    const loadEarlier = async (_s: number, beforeSeq: number) => ({
+      entries: messages(beforeSeq - 50, beforeSeq - 1),
+      first_seq: beforeSeq - 50,
+      earlier: beforeSeq - 51
+    });
+    const root = renderTranscript(value, document, { loadEarlier });
+    (root.querySelector('.chaz-earlier-button') as HTMLButtonElement).click();
+    await new Promise(r => setTimeout(r, 0));
+    expect(root.querySelectorAll('.chaz-entries > .chaz-entry').length).toBe(80);
+    expect(root.querySelector('.chaz-entries .chaz-content')?.textContent).toBe(`m41 ${evil}`);
+    expect(root.querySelector('.chaz-earlier')).toBeNull();
+  });
+
   it('keeps pages loaded already when the output is drawn again', () => {
     const page = { entries: messages(21, 70), first_seq: 21, earlier: 20 };
     const root = renderTranscript(paged(messages(71, 121), 71, 70), document, { loaded: page });

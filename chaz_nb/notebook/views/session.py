@@ -5,7 +5,7 @@ One ``SessionView`` shows the entries of one session (optionally only those afte
 
 - ``application/vnd.jupyter.widget-view+json``: the live view, where a kernel and a widget
   manager exist;
-- ``application/vnd.chaz.session+json``: the whole session as data, for the chaz JupyterLab
+- ``application/vnd.chaz.session+json``: the entries shown, as data, for the chaz JupyterLab
   renderer;
 - ``text/html`` and ``text/plain``: a static transcript, for saved notebooks, nbval, GitHub,
   VS Code and Colab.
@@ -27,6 +27,13 @@ second, under the ~20 a second a view may take) and one static/display_id update
 ``stream_static_interval`` (0.25 s). The partial block sits under the rows (widget, static
 HTML/text, and the ``stream`` field of the session JSON the JupyterLab renderer draws); the
 reply's Message (or the Error) replaces it when it lands.
+
+Paging: with ``page`` (``%chaz log``, a turn: 50) the view reads only the newest ``page``
+entries (``store.read_page``, one indexed query), so a 50,000-entry session shows its first
+screen as fast as a short one. The widget has a "show earlier" row whose button loads the
+previous page in place (``show_earlier``); the static form's first line says how many entries
+come before and the command that shows them; the session JSON has ``first_seq``, ``earlier``
+and ``earlier_command`` for the JupyterLab renderer's own "show earlier".
 
 Every string that comes from an agent, a tool or a user passes through ``html.escape``.
 """
@@ -1016,6 +1023,8 @@ class SessionView(LiveView):
             data["first_seq"] = self.first_seq
             data["earlier"] = self.earlier
             data["earlier_command"] = self.earlier_command()
+            if self.after_seq:  # a turn's view: "show earlier" stops at the turn's start
+                data["after_seq"] = self.after_seq
         if self.transcript.partial:
             run_id, sender, text = self.transcript.partial
             data["stream"] = {"run_id": run_id, "sender": sender, "text": text}
