@@ -568,19 +568,10 @@ def _agent_spec(agent: Agent, **changes: Any) -> dict[str, Any]:
 def _last_trigger_seq(server: Server, session: int) -> int:
     """The seq just before the session's latest user Message or Directive (0 if none)."""
     from ...core.entries import EntryType
+    from ...core.paging import newest_first
 
-    before = None
-    while True:  # newest first, a page at a time: the trigger is near the end of the log
-        page = server.store.read_page(session, before_seq=before, limit=_TRIGGER_PAGE)
-        if not page:
-            return 0
-        for e in reversed(page):
-            if e.entry_type is EntryType.DIRECTIVE or (
-                e.entry_type is EntryType.MESSAGE and e.sender not in server.agents
-            ):
-                return e.seq - 1
-        before = page[0].seq
-
-
-#: entries read per query while looking back for a session's latest trigger
-_TRIGGER_PAGE = 200
+    # newest first, a page at a time: the trigger is near the end of the log
+    for e in newest_first(server.store, session, types=(EntryType.MESSAGE, EntryType.DIRECTIVE)):
+        if e.entry_type is EntryType.DIRECTIVE or e.sender not in server.agents:
+            return e.seq - 1
+    return 0

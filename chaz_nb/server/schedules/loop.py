@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ...core.entries import EntryType
+from ...core.paging import newest_first
 from ...core.store import utcnow
 from ..ceiling import Ceiling
 from ..invocation import Invocation
@@ -214,7 +215,7 @@ class Scheduler:
 
 
 def _run_id_of(store: Any, session_id: int, fire_id: int) -> int | None:
-    for entry in reversed(store.entries(session_id, types=[EntryType.ACK])):
+    for entry in newest_first(store, session_id, types=[EntryType.ACK]):  # the fire's Ack is near the end
         if entry.payload.get("fire_id") == fire_id:
             return entry.id
     return None
