@@ -47,7 +47,6 @@ from collections.abc import Iterable
 
 from .agents import Agent
 from ..core.entries import Entry, EntryType
-from ..core.paging import newest_first
 from .invocation import Invocation
 from ..core.store import StoreError
 from ..engine.tools import ToolError, ToolRegistry, tool
@@ -398,8 +397,7 @@ class Rooms(Part):
     def _burst(self, room_id: int) -> int:
         """Trailing agent Messages in the log (a person's Message or a Directive ends the count)."""
         count = 0
-        # from the end, a page at a time: the count stops at the first person's Message
-        for e in newest_first(self.port.store, room_id, types=(EntryType.MESSAGE, EntryType.DIRECTIVE)):
+        for e in reversed(self.port.store.entries(room_id, types=(EntryType.MESSAGE, EntryType.DIRECTIVE))):
             if e.entry_type is EntryType.DIRECTIVE or e.sender not in self.port.agents:
                 break
             count += 1
