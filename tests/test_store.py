@@ -311,3 +311,13 @@ def test_read_page_gives_the_newest_entries_in_seq_order_and_pages_back(store):
     assert store.read_page(s, limit=0) == []
     assert store.read_page(store.create_session("carol"), limit=5) == []
     assert store.read_page(s, limit=4) == store.entries(s, after_seq=7)
+
+
+def test_read_page_is_right_across_a_gap_in_the_seqs(store):
+    duckdb_only(store)  # the seq-range read; PostgreSQL reads the index backwards
+    s = store.create_session("alice")
+    store.append_many([NewEntry(s, EntryType.MESSAGE, "user", f"m{i}") for i in range(1, 11)])
+    store._con.execute("DELETE FROM entries WHERE session_id = ? AND seq IN (7, 8)", [s])  # not done by chaz_nb
+    assert [e.seq for e in store.read_page(s, limit=4)] == [5, 6, 9, 10]
+    assert [e.seq for e in store.read_page(s, before_seq=99, limit=3)] == [6, 9, 10]
+    assert [e.seq for e in store.read_page(s, before_seq=5, limit=3)] == [2, 3, 4]
