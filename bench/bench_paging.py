@@ -9,7 +9,7 @@ store directly, in batches), then loads the extension on that file in IPython's 
 - the live view's first render: a following ``SessionView`` (ipywidgets built) and its bundle;
 - ``%chaz log SESSION --all`` and a view without paging: the whole log, what both did before.
 
-Each figure is the median of ``--runs`` runs. Target: the first screen in < 100 ms at 50k.
+Each figure is the median of ``--runs`` runs after one warm-up run. Target: the first screen in < 100 ms at 50k.
 
     .venv/bin/python bench/bench_paging.py [--runs 5] [--sizes 1000,50000]
 """
@@ -72,6 +72,7 @@ def build(path: str, sizes: list[int]) -> dict[int, int]:
 
 
 def median_ms(fn: Callable[[], object], runs: int) -> float:
+    fn()  # warm up: the first call pays for imports and the widget classes
     times = []
     for _ in range(runs):
         t0 = time.perf_counter()
