@@ -523,3 +523,29 @@ def test_a_stop_request_that_stops_nothing_says_why(store, session_id, ok, messa
     assert (answer["type"], answer["ok"]) == ("stopped", ok) and message in answer["message"]
     assert comm.sent[1]["type"] == "state"
     bridge.close()
+
+
+def test_page_answers_the_entries_before_a_seq_for_show_earlier(env):
+    from chaz_nb.core.entries import EntryType as RealType
+    from chaz_nb.core.store import NewEntry, SessionStore
+
+    real = SessionStore(":memory:")
+    sid = real.create_session("assistant")
+    real.append_many([NewEntry(sid, RealType.MESSAGE, "user", f"<b>m{i}</b>") for i in range(1, 121)])
+    env.server.store.read_page = real.read_page
+    comm = FakeComm()
+    env.bridge.open(comm, {})
+    comm.sent.clear()
+    comm.receive({"type": "page", "request_id": "p1", "session_id": sid, "before_seq": 71, "limit": 50})
+    reply = comm.sent[0]
+    assert (reply["type"], reply["request_id"], reply["ok"], reply["session_id"]) == ("page", "p1", True, sid)
+    assert [e["seq"] for e in reply["entries"]] == list(range(21, 71))
+    assert reply["entries"][0]["content"] == "<b>m21</b>"  # data, not HTML: the renderer sets it as text
+    assert (reply["first_seq"], reply["earlier"]) == (21, 20)
+    comm.sent.clear()
+    comm.receive({"type": "page", "request_id": "p2", "session_id": sid, "before_seq": 21, "limit": 100000})
+    assert [e["seq"] for e in comm.sent[0]["entries"]] == list(range(1, 21)) and comm.sent[0]["earlier"] == 0
+    comm.sent.clear()
+    comm.receive({"type": "page", "request_id": "p3", "session_id": "nope"})
+    assert comm.sent[0]["ok"] is False and comm.sent[0]["message"].startswith("ValueError: ")
+    real.close()

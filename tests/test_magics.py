@@ -420,3 +420,63 @@ def test_agent_no_stream_flag_turns_streaming_off(chaz):
     ip.run_line_magic("chaz", "agent whole --model openai/qwen --no-stream")
     ip.run_line_magic("chaz", "agent streamed --model openai/qwen")
     assert chaz.agents["whole"].stream is False and chaz.agents["streamed"].stream is True
+
+
+def test_log_shows_the_newest_page_and_the_command_for_the_earlier_entries(chaz, capsys):
+    from chaz_nb.core.store import NewEntry
+
+    session = chaz.new_session("assistant")
+    chaz.store.append_many([NewEntry(session, EntryType.MESSAGE, "assistant", f"line {i}") for i in range(1, 131)])
+    capsys.readouterr()
+    ip.run_line_magic("chaz", f"log {session}")
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"80 earlier entries: %chaz log {session} --before 81 (or --all)"
+    assert "assistant: line 81" in out and "assistant: line 130" in out and "assistant: line 80" not in out
+    ip.run_line_magic("chaz", f"log {session} --before 81")
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"30 earlier entries: %chaz log {session} --before 31 (or --all)"
+    assert "assistant: line 31" in out and "assistant: line 80" in out and "assistant: line 81" not in out
+    ip.run_line_magic("chaz", f"log {session} --limit 5 --before 6")
+    out = capsys.readouterr().out.splitlines()
+    assert "earlier" not in out[0] and out[-1] == "assistant: line 5" and "assistant: line 1" in out
+    ip.run_line_magic("chaz", f"log {session} --limit 10")
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"120 earlier entries: %chaz log {session} --before 121 --limit 10 (or --all)"
+    ip.run_line_magic("chaz", "log @assistant --all")
+    out = capsys.readouterr().out.splitlines()
+    assert "earlier" not in out[0] and "assistant: line 1" in out and "assistant: line 130" in out
+
+
+@pytest.mark.parametrize(
+    "line, needle",
+    [
+        ("log --limit 0", "--limit takes a whole number of 1 or more, not '0'"),
+        ("log --limit ten", "--limit takes a whole number of 1 or more, not 'ten'"),
+        ("log --before -3", "--before takes a whole number of 1 or more"),
+        ("log --all --limit 5", "--all shows the whole log, so it takes no --limit or --before"),
+        ("log 1 2", "unrecognized arguments: 2"),
+        ("log --page 2", "unrecognized arguments: --page; usage: %chaz log [SESSION] [--limit N]"),
+    ],
+)
+def test_log_bad_paging_values_get_one_line_errors(chaz, capsys, line, needle):
+    ip.run_line_magic("chaz", "@assistant hi")
+    one_line_error(capsys, f"%chaz {line}", needle)
+
+
+def test_wait_looks_back_for_its_trigger_a_page_at_a_time(chaz, monkeypatch):
+    from chaz_nb.core.store import NewEntry
+    from chaz_nb.notebook.magics import core
+
+    session = chaz.new_session("assistant")
+    items = [NewEntry(session, EntryType.MESSAGE, "assistant", f"reply {i}") for i in range(1, 451)]
+    items[9] = NewEntry(session, EntryType.MESSAGE, "user", "the old trigger")  # seq 10
+    chaz.store.append_many(items)
+    pages = []
+    read_page = chaz.store.read_page
+    monkeypatch.setattr(chaz.store, "read_page", lambda *a, **k: pages.append(k) or read_page(*a, **k))
+    monkeypatch.setattr(chaz.store, "entries", lambda *a, **k: pytest.fail("read the whole session"))
+    assert core._last_trigger_seq(chaz, session) == 9
+    assert [p["before_seq"] for p in pages] == [None, 251, 51]
+    chaz.store.append(session, EntryType.DIRECTIVE, "user", "the new trigger")  # seq 451
+    pages.clear()
+    assert core._last_trigger_seq(chaz, session) == 450 and len(pages) == 1

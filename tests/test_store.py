@@ -292,3 +292,32 @@ def test_the_store_instance_touches_no_file_and_keeps_its_settings(tmp_path, mon
     if path != ":memory:":  # and the store's own file works as before
         with SessionStore(path) as again:
             assert [e.content for e in again.entries(1)] == ["hi"]
+
+
+def test_read_page_gives_the_newest_entries_in_seq_order_and_pages_back(store):
+    s = store.create_session("alice")
+    other = store.create_session("bob")
+    store.append_many([NewEntry(s, EntryType.MESSAGE, "user", f"m{i}") for i in range(1, 12)])
+    store.append(other, EntryType.MESSAGE, "user", "not alice's")
+    page = store.read_page(s, limit=4)
+    assert [e.seq for e in page] == [8, 9, 10, 11]
+    assert [e.content for e in page] == ["m8", "m9", "m10", "m11"]
+    assert page[0].seq - 1 == 7  # entries before the page (seqs are gapless from 1)
+    back = store.read_page(s, before_seq=page[0].seq, limit=4)
+    assert [e.seq for e in back] == [4, 5, 6, 7]
+    assert [e.seq for e in store.read_page(s, before_seq=4, limit=4)] == [1, 2, 3]
+    assert store.read_page(s, before_seq=1, limit=4) == []
+    assert [e.seq for e in store.read_page(s, limit=100)] == list(range(1, 12))
+    assert store.read_page(s, limit=0) == []
+    assert store.read_page(store.create_session("carol"), limit=5) == []
+    assert store.read_page(s, limit=4) == store.entries(s, after_seq=7)
+
+
+def test_read_page_is_right_across_a_gap_in_the_seqs(store):
+    duckdb_only(store)  # the seq-range read; PostgreSQL reads the index backwards
+    s = store.create_session("alice")
+    store.append_many([NewEntry(s, EntryType.MESSAGE, "user", f"m{i}") for i in range(1, 11)])
+    store._con.execute("DELETE FROM entries WHERE session_id = ? AND seq IN (7, 8)", [s])  # not done by chaz_nb
+    assert [e.seq for e in store.read_page(s, limit=4)] == [5, 6, 9, 10]
+    assert [e.seq for e in store.read_page(s, before_seq=99, limit=3)] == [6, 9, 10]
+    assert [e.seq for e in store.read_page(s, before_seq=5, limit=3)] == [2, 3, 4]

@@ -339,3 +339,110 @@ def test_a_handed_over_view_keeps_what_its_output_showed(store, monkeypatch):
         assert shown[view.display_id]["text/plain"] == before
     finally:
         loop.close()
+
+
+def fill(store, sid, n, content=lambda i: f"m{i}"):
+    from chaz_nb.core.store import NewEntry
+
+    store.append_many([NewEntry(sid, EntryType.MESSAGE, "user", content(i)) for i in range(1, n + 1)])
+
+
+def test_a_paged_view_shows_the_newest_page_and_says_how_to_see_the_earlier_entries(store):
+    sid = store.create_session("calc")
+    fill(store, sid, 120)
+    view = SessionView(store, sid, status=FakeStatus("idle"), page=50)
+    assert [e.seq for e in view.transcript.entries] == list(range(71, 121))
+    assert view.earlier == 70 and view.first_seq == 71
+    line = f"70 earlier entries: %chaz log {sid} --before 71 (or --all)"
+    assert view.text().splitlines()[0] == line
+    assert line in view.html()
+    mime = view.to_json()
+    assert (mime["earlier"], mime["first_seq"]) == (70, 71)
+    assert mime["earlier_command"] == f"%chaz log {sid} --before 71"
+    assert SessionView(store, sid, page=20).earlier_command() == f"%chaz log {sid} --before 101 --limit 20"
+    whole = SessionView(store, sid)  # no page: the whole log, nothing left out
+    assert len(whole.transcript.entries) == 120 and whole.earlier == 0 and "earlier" not in whole.to_json()
+    assert "earlier entr" not in whole.text()
+
+
+def test_a_window_before_a_seq_shows_the_page_that_ends_there(store):
+    sid = store.create_session("calc")
+    fill(store, sid, 120)
+    view = SessionView(store, sid, page=50, before_seq=71)
+    assert [e.seq for e in view.transcript.entries] == list(range(21, 71))
+    assert view.text().splitlines()[0] == f"20 earlier entries: %chaz log {sid} --before 21 (or --all)"
+    first = SessionView(store, sid, page=50, before_seq=21)
+    assert [e.seq for e in first.transcript.entries] == list(range(1, 21)) and first.earlier == 0
+
+
+def test_the_show_earlier_button_loads_the_previous_page_into_the_live_view(store):
+    sid = store.create_session("calc")
+    fill(store, sid, 118, content=lambda i: f"m{i} {EVIL}")
+    call = entry(119, "ToolCall", "calc", "add", tool_call_id="c1", tool_name="add", payload={"arguments": {EVIL: 1}})
+    result = entry(120, "ToolResult", "calc", "5", tool_call_id="c1", tool_name="add", payload={"output": EVIL})
+    for e in (call, result):
+        store.append(sid, e.entry_type, e.sender, e.content, tool_call_id=e.tool_call_id,
+                     tool_name=e.tool_name, payload=e.payload)
+    loop = asyncio.new_event_loop()
+    try:
+        view = SessionView(store, sid, status=FakeStatus("running"), loop=loop, follow=True, page=1)
+        # the page holds only the result: a row of its own until its call is loaded
+        assert [r.kind for r in view.transcript.rows] == ["tool"] and view.transcript.rows[0].entry.seq == 120
+        row = view.widget.children[0]
+        assert row is view._earlier_row
+        assert "119 earlier entries" in row.children[1].value
+        view._earlier_button.click()
+        assert [e.seq for e in view.transcript.entries] == [119, 120]
+        assert len(view.transcript.rows) == 1 and view.transcript.rows[0].result.seq == 120  # folded again
+        view.page = 50
+        view._earlier_button.click()
+        assert [e.seq for e in view.transcript.entries] == list(range(69, 121))
+        assert "68 earlier entries" in view._earlier_widget.value
+        html = "".join(c.value for c in view.widget.children if hasattr(c, "value"))
+        assert "m69 &lt;script&gt;" in html and "<script" not in html
+        view._earlier_button.click()
+        view._earlier_button.click()
+        assert [e.seq for e in view.transcript.entries] == list(range(1, 121)) and view.earlier == 0
+        assert view._earlier_row not in view.widget.children  # nothing left to load
+        store.append(sid, EntryType.MESSAGE, "calc", "live again")  # live entries still follow
+        loop.run_until_complete(until(lambda: len(view.transcript.entries) == 121, view.on_update,
+                                      what="the live entry"))
+        assert view.transcript.entries[-1].content == "live again"
+        view.close()
+    finally:
+        loop.close()
+
+
+def test_a_turn_view_pages_only_its_own_part_of_the_log(store):
+    sid = store.create_session("calc")
+    fill(store, sid, 120)
+    short = SessionView(store, sid, after_seq=100, page=50)  # the turn fits in a page
+    assert [e.seq for e in short.transcript.entries] == list(range(101, 121)) and short.earlier == 0
+    view = SessionView(store, sid, after_seq=10, page=50)
+    assert [e.seq for e in view.transcript.entries] == list(range(71, 121)) and view.earlier == 60
+    assert (view.to_json()["after_seq"], view.to_json()["earlier"]) == (10, 60)  # the renderer stops there too
+    assert view.show_earlier() == 50 and view.earlier == 10
+    assert view.show_earlier() == 10 and view.earlier == 0
+    assert view.show_earlier() == 0
+    assert [e.seq for e in view.transcript.entries] == list(range(11, 121))
+
+
+def test_a_paged_view_escapes_every_agent_string_in_its_earlier_line_rows_and_widget(store):
+    sid = store.create_session(EVIL)
+    fill(store, sid, 80, content=lambda i: f"{EVIL} {i}")
+    loop = asyncio.new_event_loop()
+    try:
+        view = SessionView(store, sid, status=FakeStatus("running"), loop=loop, follow=True, page=30,
+                           title=EVIL, footer=EVIL)
+        view.show_earlier()
+        values = [c.value for c in view.widget.children if hasattr(c, "value")]
+        values += [c.value for c in view._earlier_row.children if hasattr(c, "value")]
+        for html in [view.html(), *values]:
+            assert "<script" not in html
+        assert "&lt;script&gt;" in view.html() and view.html().count("&lt;script&gt;alert") >= 60
+        mime = view.to_json()
+        assert mime["earlier"] == 20 and mime["earlier_command"] == f"%chaz log {sid} --before 21 --limit 30"
+        assert mime["entries"][0]["content"] == f"{EVIL} 21"  # data for the renderer, which sets text only
+        view.close()
+    finally:
+        loop.close()

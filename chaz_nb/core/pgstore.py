@@ -465,6 +465,20 @@ class PgSessionStore:
 
         return fill_window(chunks(), max_tokens, latest_summary)
 
+    def read_page(self, session_id: int, before_seq: int | None = None, limit: int = 50) -> list[Entry]:
+        """The newest ``limit`` entries before ``before_seq`` (all when None), in seq order: one
+        backward scan of the (session_id, seq) index (see ``SessionStore.read_page``)."""
+        self._check_open()
+        if limit < 1:
+            return []
+        query = f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE session_id = ?"
+        params: list[Any] = [int(session_id)]
+        if before_seq is not None:
+            query += " AND seq < ?"
+            params.append(int(before_seq))
+        rows = self._rows(query + " ORDER BY seq DESC LIMIT ?", [*params, int(limit)])
+        return [_entry(row) for row in reversed(rows)]
+
     def latest(self, session_id: int) -> Entry | None:
         self._check_open()
         rows = self._rows(f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE session_id = ? ORDER BY seq DESC LIMIT 1",

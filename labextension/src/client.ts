@@ -17,6 +17,7 @@ import {
   COMM_TARGET,
   FrontendToKernel,
   IDecidedMessage,
+  IPage,
   IStateMessage,
   IStoppedMessage
 } from './types';
@@ -110,6 +111,7 @@ export class ChazClient {
         return;
       }
       this._comm = null;
+      this._settlePages();
       this._setStatus(this._gotState ? 'disconnected' : 'unavailable');
     };
     this._setStatus('connecting');
@@ -161,7 +163,25 @@ export class ChazClient {
     return this.send({ type: 'stop', session_id: sessionId });
   }
 
+  /**
+   * The page of a session's entries before `beforeSeq` (the transcript's "show earlier"), from
+   * the followed kernel; null when it is not connected or answers with an error.
+   */
+  page(sessionId: number, beforeSeq: number, limit = 50): Promise<IPage | null> {
+    const requestId = `page-${++this._pageCounter}`;
+    return new Promise(resolve => {
+      this._pages.set(requestId, resolve);
+      if (
+        !this.send({ type: 'page', request_id: requestId, session_id: sessionId, before_seq: beforeSeq, limit })
+      ) {
+        this._pages.delete(requestId);
+        resolve(null);
+      }
+    });
+  }
+
   dispose(): void {
+    this._settlePages();
     this.follow(null);
     Signal.clearData(this);
   }
@@ -180,6 +200,20 @@ export class ChazClient {
       this._state = state;
       this._setStatus('connected');
       this._stateReceived.emit(state);
+    } else if (data.type === 'page') {
+      const resolve = this._pages.get(String(data.request_id ?? ''));
+      if (resolve) {
+        this._pages.delete(String(data.request_id));
+        resolve(
+          data.ok && Array.isArray(data.entries)
+            ? {
+                entries: data.entries,
+                first_seq: typeof data.first_seq === 'number' ? data.first_seq : null,
+                earlier: typeof data.earlier === 'number' ? data.earlier : 0
+              }
+            : null
+        );
+      }
     } else if (data.type === 'decided') {
       this._decided.emit({
         type: 'decided',
@@ -274,6 +308,7 @@ export class ChazClient {
     const comm = this._comm;
     this._comm = null;
     this._watch(null);
+    this._settlePages();
     if (comm && !comm.isDisposed) {
       try {
         comm.close();
@@ -281,6 +316,13 @@ export class ChazClient {
         /* kernel already gone */
       }
     }
+  }
+
+  /** Pages asked for on a comm that is gone get no answer: resolve them as null. */
+  private _settlePages(): void {
+    const waiting = Array.from(this._pages.values());
+    this._pages.clear();
+    waiting.forEach(resolve => resolve(null));
   }
 
   private _setStatus(status: ConnectionStatus): void {
@@ -300,6 +342,8 @@ export class ChazClient {
   private _needsRetry = false;
   private _lastAttempt = 0;
   private _retryTimer: number | null = null;
+  private _pageCounter = 0;
+  private _pages = new Map<string, (page: IPage | null) => void>();
   private _statusChanged = new Signal<this, ConnectionStatus>(this);
   private _stateReceived = new Signal<this, IStateMessage>(this);
   private _decided = new Signal<this, IDecidedMessage>(this);

@@ -12,12 +12,14 @@ import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { LabIcon } from '@jupyterlab/ui-components';
 
 import { ChazClient } from './client';
+import { setEarlierLoader } from './pager';
 import { saveStaticViews } from './save';
 import { ChazPanel } from './sidebar';
 
 export { ChazClient } from './client';
 export { ChazPanel, oldestPending } from './sidebar';
 export { isLiveChazView, saveStaticViews, withoutLiveViews } from './save';
+export { earlierLoader, setEarlierLoader } from './pager';
 export * from './transcript';
 export * from './types';
 
@@ -45,6 +47,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     restorer: ILayoutRestorer | null
   ) => {
     const client = new ChazClient();
+    // a transcript's "show earlier" asks the active notebook's kernel (./pager)
+    setEarlierLoader((sessionId, beforeSeq) => client.page(sessionId, beforeSeq));
     const panel = new ChazPanel(client);
     panel.title.icon = chazIcon;
     app.shell.add(panel, 'left', { rank: 650 });

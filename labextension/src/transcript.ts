@@ -5,7 +5,7 @@
  * unit tested in jsdom. Every agent/tool/user authored string goes into the DOM
  * through `textContent` (see `el`), never through innerHTML.
  */
-import { IEntry, ISessionBundle } from './types';
+import { EarlierLoader, IEntry, IPage, ISessionBundle } from './types';
 
 /** Longest tool output / argument text drawn in full; the rest is elided. */
 export const MAX_TEXT = 20000;
@@ -457,10 +457,95 @@ export function renderPartial(doc: Document, stream: unknown): HTMLElement | nul
   return row;
 }
 
+/** How a transcript gets its earlier pages ("show earlier"). */
+export interface ITranscriptOptions {
+  /** asks the kernel for the page before a seq; without it the control shows the command */
+  loadEarlier?: EarlierLoader | null;
+  /** earlier pages loaded already (kept by the renderer across updates of the output) */
+  loaded?: IPage | null;
+  /** told each time "show earlier" loaded a page, with the bundle as it is drawn now */
+  onLoaded?: (shown: ISessionBundle) => void;
+}
+
+/** How many entries come before the first one shown (the bundle's `earlier`). */
+export function earlierCount(bundle: ISessionBundle): number {
+  const n = bundle.earlier;
+  return typeof n === 'number' && isFinite(n) && n > 0 ? Math.floor(n) : 0;
+}
+
+/** `%chaz log 3 --before 71`: the bundle's command, moved to a new first seq. */
+export function earlierCommand(bundle: ISessionBundle, firstSeq: number): string {
+  const given = typeof bundle.earlier_command === 'string' ? bundle.earlier_command : '';
+  if (/--before \d+/.test(given)) {
+    return given.replace(/--before \d+/, `--before ${firstSeq}`);
+  }
+  return `%chaz log ${bundle.session.id} --before ${firstSeq}`;
+}
+
+/** The bundle with a loaded earlier page in front of its entries. */
+export function withEarlier(bundle: ISessionBundle, page: IPage | null | undefined): ISessionBundle {
+  const first = bundle.first_seq;
+  if (!page || typeof first !== 'number') {
+    return bundle;
+  }
+  const after = typeof bundle.after_seq === 'number' ? bundle.after_seq : 0;
+  const older = page.entries.filter(e => typeof e.seq === 'number' && e.seq < first && e.seq > after);
+  if (!older.length) {
+    return { ...bundle, earlier: 0 };
+  }
+  const firstSeq = older[0].seq;
+  return {
+    ...bundle,
+    entries: [...older, ...bundle.entries],
+    first_seq: firstSeq,
+    // seqs are gapless from 1: the entries (after the turn's start) before the first one shown
+    earlier: Math.max(0, firstSeq - 1 - after),
+    earlier_command: earlierCommand(bundle, firstSeq)
+  };
+}
+
+/**
+ * The "show earlier" row: how many entries come before the first one shown, the command
+ * that shows them, and (with a loader) a button that loads the previous page in place.
+ */
+function renderEarlier(
+  doc: Document,
+  bundle: ISessionBundle,
+  load: (() => Promise<boolean>) | null
+): HTMLElement {
+  const n = earlierCount(bundle);
+  const row = el(doc, 'div', 'chaz-earlier');
+  row.appendChild(el(doc, 'span', 'chaz-earlier-count', `${n} earlier ${n === 1 ? 'entry' : 'entries'}`));
+  const first = typeof bundle.first_seq === 'number' ? bundle.first_seq : null;
+  const command = first !== null ? earlierCommand(bundle, first) : '';
+  const hint = el(doc, 'span', 'chaz-earlier-command', command ? `${command} (or --all)` : '');
+  if (load) {
+    const button = el(doc, 'button', 'chaz-earlier-button', 'show earlier');
+    button.type = 'button';
+    button.title = command;
+    button.addEventListener('click', () => {
+      button.disabled = true;
+      button.textContent = 'loading…';
+      void load().then(ok => {
+        if (!ok) {
+          // no kernel answered: say how to see them instead
+          button.disabled = false;
+          button.textContent = 'show earlier';
+          hint.textContent = command ? `no kernel to ask; run ${command}` : 'no kernel to ask';
+        }
+      });
+    });
+    row.appendChild(button);
+  }
+  row.appendChild(hint);
+  return row;
+}
+
 /** Render a whole session bundle into a new element. */
 export function renderTranscript(
   bundle: unknown,
-  doc: Document = document
+  doc: Document = document,
+  options: ITranscriptOptions = {}
 ): HTMLElement {
   let value = bundle;
   if (typeof value === 'string') {
@@ -476,6 +561,17 @@ export function renderTranscript(
     root.appendChild(el(doc, 'div', 'chaz-entry chaz-type-error', 'chaz: this output is not a session transcript this version can read.'));
     return root;
   }
+  drawTranscript(root, withEarlier(value, options.loaded), doc, options);
+  return root;
+}
+
+function drawTranscript(
+  root: HTMLElement,
+  value: ISessionBundle,
+  doc: Document,
+  options: ITranscriptOptions
+): void {
+  root.replaceChildren();
   const session = value.session;
   const status = String(value.status || 'idle');
   root.dataset.sessionId = String(session.id);
@@ -495,6 +591,30 @@ export function renderTranscript(
   const n = value.entries.length;
   header.appendChild(el(doc, 'span', 'chaz-count', `${n} ${n === 1 ? 'entry' : 'entries'}`));
   root.appendChild(header);
+
+  const loader = options.loadEarlier ?? null;
+  const first = value.first_seq;
+  if (earlierCount(value) > 0) {
+    const load =
+      loader && typeof first === 'number'
+        ? async (): Promise<boolean> => {
+            let page: IPage | null = null;
+            try {
+              page = await loader(Number(session.id), first);
+            } catch {
+              page = null;
+            }
+            if (!page) {
+              return false;
+            }
+            const next = withEarlier(value, page);
+            options.onLoaded?.(next);
+            drawTranscript(root, next, doc, options);
+            return true;
+          }
+        : null;
+    root.appendChild(renderEarlier(doc, value, load));
+  }
 
   const list = el(doc, 'div', 'chaz-entries');
   const agent = String(session.agent ?? '');
@@ -524,5 +644,4 @@ export function renderTranscript(
   if (typeof footer === 'string' && footer) {
     root.appendChild(el(doc, 'div', 'chaz-footer', footer));
   }
-  return root;
 }

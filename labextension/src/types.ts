@@ -54,7 +54,25 @@ export interface ISessionBundle {
   footer?: string;
   /** the reply a run is writing now (streamed; not an entry): replaced by its Message */
   stream?: IStreamPartial;
+  /** the seq of the first entry shown (a view shows the newest page of a long session) */
+  first_seq?: number | null;
+  /** how many entries come before `first_seq` (the "show earlier" count) */
+  earlier?: number;
+  /** the command line that shows them, e.g. `%chaz log 3 --before 71` */
+  earlier_command?: string;
+  /** a turn's view starts after this seq: "show earlier" loads nothing before it */
+  after_seq?: number;
 }
+
+/** The previous page of a session (the kernel's answer to a `page` comm message). */
+export interface IPage {
+  entries: IEntry[];
+  first_seq: number | null;
+  earlier: number;
+}
+
+/** Loads the entries of a session before a seq; null when no kernel can answer. */
+export type EarlierLoader = (sessionId: number, beforeSeq: number) => Promise<IPage | null>;
 
 /** The text so far of a streamed reply (``stream`` of a session bundle). */
 export interface IStreamPartial {
@@ -96,6 +114,14 @@ export interface IStateMessage {
   pending: IPendingApproval[];
 }
 
+export interface IPageMessage extends IPage {
+  type: 'page';
+  request_id: string;
+  ok: boolean;
+  session_id?: number;
+  message?: string;
+}
+
 export interface IDecidedMessage {
   type: 'decided';
   request_id: string;
@@ -111,10 +137,17 @@ export interface IStoppedMessage {
   message: string;
 }
 
-export type KernelToFrontend = IStateMessage | IDecidedMessage | IStoppedMessage;
+export type KernelToFrontend = IStateMessage | IDecidedMessage | IStoppedMessage | IPageMessage;
 
 export type FrontendToKernel =
   | { type: 'refresh' }
+  | {
+      type: 'page';
+      request_id: string;
+      session_id: number;
+      before_seq: number;
+      limit: number;
+    }
   | {
       type: 'decide';
       request_id: string;

@@ -321,3 +321,30 @@ describe('ChazPanel', () => {
     expect(client.status).toBe('no-notebook');
   });
 });
+
+describe('ChazClient.page', () => {
+  it('asks the kernel for the page before a seq and resolves with its answer', async () => {
+    const { kernel, client } = setup();
+    kernel.last.receive(state());
+    const asked = client.page(3, 71);
+    const sent = kernel.last.sent[kernel.last.sent.length - 1];
+    expect(sent).toEqual({ type: 'page', request_id: sent.request_id, session_id: 3, before_seq: 71, limit: 50 });
+    const entries = [{ id: 70, seq: 70, type: 'Message', sender: 'user', content: 'm70' }];
+    kernel.last.receive({ type: 'page', request_id: 'someone-else', ok: true, entries: [], first_seq: 1, earlier: 0 });
+    kernel.last.receive({ type: 'page', request_id: sent.request_id, ok: true, session_id: 3, entries, first_seq: 70, earlier: 69 });
+    expect(await asked).toEqual({ entries, first_seq: 70, earlier: 69 });
+  });
+
+  it('resolves null when not connected, on an error answer, or when the comm goes', async () => {
+    const { kernel, client } = setup();
+    expect(await client.page(3, 71)).toBeNull(); // no state yet: not connected
+    kernel.last.receive(state());
+    const refused = client.page(3, 71);
+    const id = kernel.last.sent[kernel.last.sent.length - 1].request_id;
+    kernel.last.receive({ type: 'page', request_id: id, ok: false, message: 'ValueError: no' });
+    expect(await refused).toBeNull();
+    const orphan = client.page(3, 71);
+    kernel.last.onClose({});
+    expect(await orphan).toBeNull();
+  });
+});

@@ -361,3 +361,94 @@ describe('helpers', () => {
     expect(describeDecision(entry('ApprovalDecision', { payload: { decision: 'timed_out' } }))).toBe('timed out');
   });
 });
+
+describe('show earlier', () => {
+  function paged(entries: IEntry[], firstSeq: number, earlier: number): ISessionBundle {
+    return {
+      ...bundle(entries),
+      first_seq: firstSeq,
+      earlier,
+      earlier_command: `%chaz log 3 --before ${firstSeq}`
+    };
+  }
+  const evil = '<img src=x onerror="window.__pwned=3">';
+  function messages(from: number, to: number): IEntry[] {
+    const out: IEntry[] = [];
+    for (let seq = from; seq <= to; seq++) {
+      out.push(entry('Message', { id: seq, seq, content: `m${seq} ${evil}` }));
+    }
+    return out;
+  }
+
+  it('says how many entries come before and which command shows them, without a kernel', () => {
+    const root = renderTranscript(paged(messages(71, 120), 71, 70));
+    const row = root.querySelector('.chaz-earlier');
+    expect(row?.querySelector('.chaz-earlier-count')?.textContent).toBe('70 earlier entries');
+    expect(row?.querySelector('.chaz-earlier-command')?.textContent).toBe('%chaz log 3 --before 71 (or --all)');
+    expect(row?.querySelector('button')).toBeNull();
+    expect(renderTranscript(bundle(messages(1, 3))).querySelector('.chaz-earlier')).toBeNull();
+  });
+
+  it('loads the previous page in place when clicked, as text', async () => {
+    const asked: Array<[number, number]> = [];
+    const loadEarlier = async (sessionId: number, beforeSeq: number) => {
+      asked.push([sessionId, beforeSeq]);
+      const from = Math.max(1, beforeSeq - 50);
+      return { entries: messages(from, beforeSeq - 1), first_seq: from, earlier: from - 1 };
+    };
+    const shown: number[] = [];
+    const root = renderTranscript(paged(messages(71, 120), 71, 70), document, {
+      loadEarlier,
+      onLoaded: b => shown.push(b.entries.length)
+    });
+    const click = async () => {
+      (root.querySelector('.chaz-earlier-button') as HTMLButtonElement).click();
+      await new Promise(r => setTimeout(r, 0));
+    };
+    await click();
+    expect(asked).toEqual([[3, 71]]);
+    expect(root.querySelectorAll('.chaz-entries > .chaz-entry').length).toBe(100);
+    expect(root.querySelector('.chaz-entries .chaz-content')?.textContent).toBe(`m21 ${evil}`);
+    expect(root.querySelector('.chaz-earlier-count')?.textContent).toBe('20 earlier entries');
+    expect(root.querySelector('.chaz-earlier-command')?.textContent).toBe('%chaz log 3 --before 21 (or --all)');
+    await click();
+    expect(asked).toEqual([[3, 71], [3, 21]]);
+    expect(root.querySelectorAll('.chaz-entries > .chaz-entry').length).toBe(120);
+    expect(root.querySelector('.chaz-earlier')).toBeNull();
+    expect(shown).toEqual([100, 120]);
+    expect(root.querySelector('img')).toBeNull();
+    expect((window as any).__pwned).toBeUndefined();
+  });
+
+  it('says which command to run when no kernel answers', async () => {
+    const root = renderTranscript(paged(messages(71, 120), 71, 70), document, {
+      loadEarlier: async () => null
+    });
+    (root.querySelector('.chaz-earlier-button') as HTMLButtonElement).click();
+    await new Promise(r => setTimeout(r, 0));
+    expect(root.querySelectorAll('.chaz-entries > .chaz-entry').length).toBe(50);
+    expect(root.querySelector('.chaz-earlier-command')?.textContent).toBe('no kernel to ask; run %chaz log 3 --before 71');
+  });
+
+  it("stops at a turn view's start (after_seq)", async () => {
+    const value = { ...paged(messages(71, 120), 71, 30), after_seq: 40 };
+    const loadEarlier = async (_s: number, beforeSeq: number) => ({
+      entries: messages(beforeSeq - 50, beforeSeq - 1),
+      first_seq: beforeSeq - 50,
+      earlier: beforeSeq - 51
+    });
+    const root = renderTranscript(value, document, { loadEarlier });
+    (root.querySelector('.chaz-earlier-button') as HTMLButtonElement).click();
+    await new Promise(r => setTimeout(r, 0));
+    expect(root.querySelectorAll('.chaz-entries > .chaz-entry').length).toBe(80);
+    expect(root.querySelector('.chaz-entries .chaz-content')?.textContent).toBe(`m41 ${evil}`);
+    expect(root.querySelector('.chaz-earlier')).toBeNull();
+  });
+
+  it('keeps pages loaded already when the output is drawn again', () => {
+    const page = { entries: messages(21, 70), first_seq: 21, earlier: 20 };
+    const root = renderTranscript(paged(messages(71, 121), 71, 70), document, { loaded: page });
+    expect(root.querySelectorAll('.chaz-entries > .chaz-entry').length).toBe(101);
+    expect(root.querySelector('.chaz-earlier-count')?.textContent).toBe('20 earlier entries');
+  });
+});

@@ -21,6 +21,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from .approvals import APPROVE_USAGE, DENY_USAGE, PENDING_USAGE, ApprovalCommands
 from .args import CommandParser, HelpShown, split_words, table, usage_of
 from .turns import check_agent, open_view, parse_session, send_turn, wait_session
+from ..views.session import DEFAULT_PAGE as DEFAULT_LOG_LIMIT
 from .mcp import MCP_USAGE, McpCommands
 from .multi import ROOM_USAGE, SCHEDULE_USAGE, MultiAgentCommands
 from .sql import AUDIT_USAGE, SQL_USAGE, SqlCommands
@@ -46,7 +47,9 @@ _HELP = """\
 %%chaz agent NAME           the same fields as a TOML body (model = "...", tools = ["a", "b"], ...)
 %chaz agents                the agents of this kernel
 %chaz sessions              the sessions in the database
-%chaz log [SESSION]         a session's transcript (SESSION: an id or @NAME; default: the last one)
+%chaz log [SESSION] [--limit N] [--before SEQ] [--all]
+                            a session's transcript (SESSION: an id or @NAME; default: the last one):
+                            its newest 50 entries (--limit N), those before seq SEQ, or --all of them
 %chaz new @NAME             start a fresh session with NAME
 %chaz wait [SESSION]        wait for a session's run to finish
 %chaz stop [SESSION|all]    stop a run (and its spawned children): tools cancelled, approvals closed, Ack cancelled
@@ -121,6 +124,29 @@ def _agent_parser() -> CommandParser:
     return p
 
 
+def _log_parser() -> CommandParser:
+    p = CommandParser(prog="log")
+    p.add_argument("session", nargs="?", default="", metavar="SESSION")
+    p.add_argument("--limit", metavar="N", help=f"entries to show (default {DEFAULT_LOG_LIMIT}): the newest ones")
+    p.add_argument("--before", metavar="SEQ", help="show the entries before seq SEQ")
+    p.add_argument("--all", action="store_true", help="the whole log")
+    p.usage = "%chaz " + usage_of(p)
+    return p
+
+
+def _positive(value: str | None, flag: str, usage: str | None) -> int | None:
+    """``--limit N`` / ``--before SEQ``: a whole number >= 1, else one UsageError line."""
+    if value is None:
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise UsageError(f"%chaz log: {flag} takes a whole number of 1 or more, not {value!r}; usage: {usage}")
+    return n
+
+
 def _forms(usage: str) -> str:
     return usage[len("usage: %chaz "):]
 
@@ -135,7 +161,7 @@ USAGE = "usage: %chaz " + " | ".join(
         AGENT_FORM,
         "agents",
         "sessions",
-        "log [SESSION]",
+        usage_of(_log_parser()),
         "new @NAME",
         "wait [SESSION]",
         _forms(STOP_USAGE),
@@ -473,11 +499,19 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, McpCommands,
         print(table(rows))
 
     def _cmd_log(self, rest: str) -> None:
-
+        parser = _log_parser()
+        args = parser.parse_args(split_words(rest, parser.usage))
+        limit = _positive(args.limit, "--limit", parser.usage)
+        before = _positive(args.before, "--before", parser.usage)
+        if args.all and (limit is not None or before is not None):
+            raise UsageError(f"%chaz log: --all shows the whole log, so it takes no --limit or --before; "
+                             f"usage: {parser.usage}")
         state = self.state
-        server = state.server
-        session = parse_session(server, rest, state.last_session, "log")
-        open_view(state, session).display()
+        session = parse_session(state.server, args.session, state.last_session, "log")
+        page = None if args.all else (limit or DEFAULT_LOG_LIMIT)
+        # a window that ends before the newest entry is history: it does not follow new writes
+        follow = False if before is not None else None
+        open_view(state, session, page=page, before_seq=before, follow=follow).display()
 
     def _cmd_new(self, rest: str) -> None:
         state = self.state
@@ -539,11 +573,10 @@ def _agent_spec(agent: Agent, **changes: Any) -> dict[str, Any]:
 def _last_trigger_seq(server: Server, session: int) -> int:
     """The seq just before the session's latest user Message or Directive (0 if none)."""
     from ...core.entries import EntryType
+    from ...core.paging import newest_first
 
-    last = 0
-    for e in server.store.entries(session):
-        if e.entry_type is EntryType.DIRECTIVE or (
-            e.entry_type is EntryType.MESSAGE and e.sender not in server.agents
-        ):
-            last = e.seq - 1
-    return last
+    # newest first, a page at a time: the trigger is near the end of the log
+    for e in newest_first(server.store, session, types=(EntryType.MESSAGE, EntryType.DIRECTIVE)):
+        if e.entry_type is EntryType.DIRECTIVE or e.sender not in server.agents:
+            return e.seq - 1
+    return 0

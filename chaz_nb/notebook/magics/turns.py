@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 
 from ...errors import StoreError
+from ..views.session import DEFAULT_PAGE
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...server.facade import Server
@@ -48,7 +49,14 @@ def parse_session(server: Server, arg: str, last: int | None, what: str) -> int:
 
 
 def open_view(
-    state: ExtensionState, session: int, *, after_seq: int = 0, follow: bool | None = None, title: str | None = None
+    state: ExtensionState,
+    session: int,
+    *,
+    after_seq: int = 0,
+    follow: bool | None = None,
+    title: str | None = None,
+    page: int | None = DEFAULT_PAGE,
+    before_seq: int | None = None,
 ) -> Any:
     """A view of a session on the kernel loop; kept in ``state.views`` while it follows the log
     (so unloading the extension finishes it).
@@ -57,6 +65,10 @@ def open_view(
     cell's part of the run. An earlier cell's view still following the session ends where it
     is and this one starts after it, so every cell keeps its own step of the story; the
     footer says where the whole log is.
+
+    ``page``: the view reads the newest ``page`` entries (of its part of the log) and loads
+    earlier ones a page at a time ("show earlier"); ``None`` reads them all. ``before_seq``:
+    a window of the log that ends before that seq.
     """
     from ..views.session import SessionView
 
@@ -77,6 +89,8 @@ def open_view(
         approvals=server,
         title=title,
         footer=footer,
+        page=page,
+        before_seq=before_seq,
         streams=getattr(server, "subscribe_stream", None),
         stop=getattr(server, "request_stop", None),
     )

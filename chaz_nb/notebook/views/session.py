@@ -5,7 +5,7 @@ One ``SessionView`` shows the entries of one session (optionally only those afte
 
 - ``application/vnd.jupyter.widget-view+json``: the live view, where a kernel and a widget
   manager exist;
-- ``application/vnd.chaz.session+json``: the whole session as data, for the chaz JupyterLab
+- ``application/vnd.chaz.session+json``: the entries shown, as data, for the chaz JupyterLab
   renderer;
 - ``text/html`` and ``text/plain``: a static transcript, for saved notebooks, nbval, GitHub,
   VS Code and Colab.
@@ -31,6 +31,13 @@ reply's Message (or the Error) replaces it when it lands.
 With ``stop`` (the Server's ``request_stop``) the live widget has a Stop row while the run goes
 on (stop_button.py). A run that ends without a reply (stopped, or a silent turn) ends in a
 closing row, the stopped one with the text it had streamed (its Ack's ``partial_text``).
+
+Paging: with ``page`` (``%chaz log``, a turn: 50) the view reads only the newest ``page``
+entries (``store.read_page``, one indexed query), so a 50,000-entry session shows its first
+screen as fast as a short one. The widget has a "show earlier" row whose button loads the
+previous page in place (``show_earlier``); the static form's first line says how many entries
+come before and the command that shows them; the session JSON has ``first_seq``, ``earlier``
+and ``earlier_command`` for the JupyterLab renderer's own "show earlier".
 
 Every string that comes from an agent, a tool or a user passes through ``html.escape``.
 """
@@ -62,6 +69,8 @@ MIME_VERSION = 1
 SUMMARY_CHARS = 80
 #: characters of a tool's output shown in the unfolded row (the log has all of it)
 DETAIL_CHARS = 4000
+#: entries a paged view (``%chaz log``, a turn) shows first, and loads per "show earlier"
+DEFAULT_PAGE = 50
 
 _CSS = (
     "<style>"
@@ -447,8 +456,9 @@ class Transcript:
         return (f"<div class='chaz-r chaz-partial' style='opacity:.85'><span class='chaz-who'>{_esc(sender)}"
                 f"</span>: {_esc(text)}<span class='chaz-t'> ▍</span></div>")
 
-    def text(self, header: str = "", footer: str = "") -> str:
-        lines = [header] if header else []
+    def text(self, header: str = "", footer: str = "", earlier: str = "") -> str:
+        lines = [earlier] if earlier else []
+        lines += [header] if header else []
         lines += [t for t in (r.text() for r in self.rows) if t]
         if self.partial:
             lines.append(self.partial_text())
@@ -458,8 +468,10 @@ class Transcript:
             lines.append(footer)
         return "\n".join(lines)
 
-    def html(self, header: str = "", footer: str = "") -> str:
+    def html(self, header: str = "", footer: str = "", earlier: str = "") -> str:
         parts = [_CSS, "<div class='chaz-s'>"]
+        if earlier:
+            parts.append(f"<div class='chaz-h chaz-earlier'>{_esc(earlier)}</div>")
         if header:
             parts.append(f"<div class='chaz-h'>{_esc(header)}</div>")
         parts += [r.html() for r in self.rows]
@@ -522,6 +534,8 @@ class SessionView(LiveView):
         approvals: Any = None,
         footer: str | None = None,
         stop: Callable[..., Any] | None = None,
+        page: int | None = None,
+        before_seq: int | None = None,
     ) -> None:
         self.store = store
         #: the Server's ``request_stop``: with it, the live view has a Stop button (stop_button.py)
@@ -570,12 +584,21 @@ class SessionView(LiveView):
         self._status_widget: Any = None
         self._header_widget: Any = None
         self._footer_widget: Any = None
+        #: entries per page (None: the whole log at once); ``before_seq``: a window ending there
+        self.page = None if page is None else max(1, int(page))
+        self.before_seq = before_seq
+        #: the first seq shown and how many entries (after ``after_seq``) come before it
+        self.first_seq: int | None = None
+        self.earlier = 0
+        self._earlier_widget: Any = None
+        self._earlier_button: Any = None
+        self._earlier_row: Any = None
 
         if follow or (follow is None and self.status() != "idle"):
             self._subscribe()
             if streams is not None:
                 self._unsubscribe_stream = streams(session_id, self._on_stream)
-        for entry in store.entries(session_id, after_seq=after_seq):
+        for entry in self._first_page():
             self._add(entry)
         if self._unsubscribe is None:
             self._finished = True  # a snapshot: static bundle only, no widget
@@ -599,6 +622,67 @@ class SessionView(LiveView):
         if self.title:
             parts.insert(0, self.title)
         return " · ".join(str(p) for p in parts) + f" · {self.status()}"
+
+    # ---------------------------------------------------------- paging
+    def _first_page(self) -> list[Any]:
+        """What the view shows first: the whole log after ``after_seq``, or its newest page."""
+        if self.page is None and self.before_seq is None:
+            entries = list(self.store.entries(self.session_id, after_seq=self.after_seq))
+        elif self.before_seq is None and self.after_seq and self._tail_fits():
+            # a turn's view: the few entries after its trigger (the store may have them in memory)
+            entries = list(self.store.entries(self.session_id, after_seq=self.after_seq))
+        else:
+            page = self.store.read_page(self.session_id, before_seq=self.before_seq,
+                                        limit=self.page if self.page is not None else 1 << 62)
+            entries = [e for e in page if e.seq > self.after_seq]
+        self._set_earlier(entries[0].seq if entries else self.before_seq)
+        return entries
+
+    def _tail_fits(self) -> bool:
+        """Whether the entries after ``after_seq`` fit in one page (from the store's latest entry)."""
+        latest = self.store.latest(self.session_id)
+        return latest is None or latest.seq - self.after_seq <= (self.page or 0)
+
+    def _set_earlier(self, first_seq: int | None) -> None:
+        self.first_seq = first_seq
+        # seqs are gapless from 1: this many entries (after after_seq) precede the first shown
+        self.earlier = max(0, first_seq - 1 - self.after_seq) if first_seq is not None else 0
+
+    def earlier_command(self) -> str:
+        """The command line that shows the entries before this view's first one."""
+        limit = f" --limit {self.page}" if self.page is not None and self.page != DEFAULT_PAGE else ""
+        return f"%chaz log {self.session_id} --before {self.first_seq}{limit}"
+
+    def earlier_line(self) -> str:
+        """``120 earlier entries: %chaz log 3 --before 121`` (empty when nothing is left out)."""
+        if not self.earlier:
+            return ""
+        n = self.earlier
+        return f"{n:,} earlier {'entry' if n == 1 else 'entries'}: {self.earlier_command()} (or --all)"
+
+    def show_earlier(self) -> int:
+        """Load the page before the first entry shown (the widget's "show earlier" button);
+        returns how many entries it added."""
+        if not self.earlier or self.first_seq is None:
+            return 0
+        page = self.store.read_page(self.session_id, before_seq=self.first_seq, limit=self.page or DEFAULT_PAGE)
+        older = [e for e in page if e.seq > self.after_seq]
+        if not older:
+            self._set_earlier(None)
+            return 0
+        self._set_earlier(older[0].seq)
+        # fold again from the start: a ToolResult shown finds its ToolCall on the new page
+        shown, partial = self.transcript.entries, self.transcript.partial
+        self.transcript = Transcript()
+        for entry in [*older, *shown]:
+            self.transcript.add(entry)
+        self.transcript.partial = partial
+        if self._box is not None:
+            self._rebuild_rows()
+        if self._displayed and not self._closed:
+            self.update_display()
+        self._updated()
+        return len(older)
 
     # ---------------------------------------------------------- entries
     def _on_write(self, entry: Any) -> None:
@@ -770,6 +854,7 @@ class SessionView(LiveView):
             self.stop_button.show(False)  # the run is over (or another cell follows it now)
             self.stop_button.close()
         for w in [self._header_widget, self._status_widget, self._footer_widget,
+                  self._earlier_widget, self._earlier_button, self._earlier_row,
                   *[c.widget for c in self._chunks], box]:
             if w is None:
                 continue
@@ -798,6 +883,11 @@ class SessionView(LiveView):
 
             self.stop_button = StopButton(self._stop_request, self.session_id)
             self.stop_button.show(self.status() != "idle")
+        self._earlier_widget = w.HTML("")
+        self._earlier_button = w.Button(description="show earlier", tooltip="load the previous page of entries")
+        self._earlier_button.on_click(lambda _b: self.show_earlier())
+        self._earlier_row = w.HBox([self._earlier_button, self._earlier_widget])
+        self._earlier_row.add_class("chaz-earlier")
         self._box = w.VBox([self._header_widget, self._status_widget])
         self._box.add_class("chaz-session-view")
         self._render_rows(set(range(len(self.transcript.rows))))
@@ -812,6 +902,21 @@ class SessionView(LiveView):
 
     def _header_html(self) -> str:
         return f"{_CSS}<div class='chaz-s'><div class='chaz-h'>{_esc(self.header())}</div></div>"
+
+    def _rebuild_rows(self) -> None:
+        """Render every row again (rows moved: an earlier page was put in front)."""
+        for c in self._chunks:
+            with contextlib.suppress(Exception):  # a widget whose comm is gone may raise
+                c.widget.close()
+        self._chunks = []
+        self._render_rows(set(range(len(self.transcript.rows))))
+        dirty: set[int] = set()
+        for rid, card in self._approval_widgets.items():
+            row = self.transcript.request_rows.get(rid)
+            if row is not None:
+                dirty |= self._attach_card(row, card)
+        self._send_chunks(dirty)
+        self._set_children()
 
     def _chunk_html(self, chunk: _Chunk) -> str:
         rows = self.transcript.rows[chunk.start : chunk.start + chunk.rows]
@@ -876,7 +981,11 @@ class SessionView(LiveView):
         return dirty
 
     def _set_children(self) -> None:
-        children: list[Any] = [self._header_widget]
+        children: list[Any] = []
+        if self.earlier and self._earlier_widget is not None:
+            self._earlier_widget.value = f"<div class='chaz-s chaz-st'>{_esc(self.earlier_line())}</div>"
+            children.append(self._earlier_row)
+        children.append(self._header_widget)
         for c in self._chunks:
             children.append(c.widget)
             if c.card is not None and c.card.widget is not None:
@@ -955,6 +1064,12 @@ class SessionView(LiveView):
         }
         if self.footer:
             data["footer"] = self.footer
+        if self.earlier:  # a page of a longer log: what the renderer's "show earlier" needs
+            data["first_seq"] = self.first_seq
+            data["earlier"] = self.earlier
+            data["earlier_command"] = self.earlier_command()
+            if self.after_seq:  # a turn's view: "show earlier" stops at the turn's start
+                data["after_seq"] = self.after_seq
         if self.transcript.partial:
             run_id, sender, text = self.transcript.partial
             data["stream"] = {"run_id": run_id, "sender": sender, "text": text}
@@ -964,7 +1079,7 @@ class SessionView(LiveView):
         t = self.transcript
         saved, t.status = t.status, self._status_line()
         try:
-            return render(self.header(), self.footer or "")
+            return render(self.header(), self.footer or "", self.earlier_line())
         finally:
             t.status = saved
 
