@@ -80,6 +80,19 @@ def test_error_is_red_and_clears_the_status():
     assert "✗ a: model call failed: boom" in t.text()
 
 
+def test_an_mcp_failure_note_during_a_run_keeps_the_working_status():
+    # a failed MCP server is noted in the session while the run goes on (server/mcp.py)
+    t = Transcript()
+    t.add(entry(1, "Message", "user", "hi"))
+    t.add(entry(2, "Ack", "a", "a is working"))
+    t.add(entry(3, "Error", "system", "MCP server time failed: gone; the run goes on without its tools",
+                payload={"mcp_server": "time", "note": True}))
+    assert t.status == "a is working… step 1"
+    assert "MCP server time failed" in t.text()
+    t.add(entry(4, "Message", "a", "done"))
+    assert t.status is None
+
+
 def test_every_agent_and_tool_string_is_escaped():
     es = [
         entry(1, "Message", EVIL, EVIL),

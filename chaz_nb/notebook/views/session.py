@@ -431,7 +431,10 @@ class Transcript:
         kind = _KINDS.get(t, "other")
         if self.partial is not None and t in ("Message", "Error") and entry.sender == self.partial[1]:
             self.partial = None  # the entry replaces the text streamed so far
-        if self.status and (t == "Error" or (t == "Message" and entry.sender == self._working)):
+        # an Error ends the run, except a note written while it goes on (a failed MCP server)
+        ends = (t == "Error" and not (entry.payload or {}).get("note")) or (
+            t == "Message" and entry.sender == self._working)
+        if self.status and ends:
             self.status = None
             self._working = None
         self.rows.append(Row(kind, entry))
