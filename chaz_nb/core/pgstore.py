@@ -545,6 +545,10 @@ class PgSessionStore:
             return True
         return False
 
+    def holds(self, session_id: int) -> bool:
+        """Whether this process holds the session's lease (it serves the session)."""
+        return int(session_id) in self._held
+
     def release(self, session_id: int) -> None:
         """Give the lease on the session up (another kernel may serve it from its next trigger)."""
         sid = int(session_id)
