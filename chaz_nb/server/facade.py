@@ -183,6 +183,7 @@ class Server:
             raise ServerError(
                 f"a Message from {sender!r} starts no run (agents do not trigger themselves)"
             )
+        self._engine.serve_here(session_id)
         entry = await self.store.write_one(session_id, EntryType.MESSAGE, sender, content, payload=payload)
         handle = self._engine.handle_for(entry)
         if handle is None:

@@ -58,22 +58,24 @@ _ENDS_STREAM = frozenset({EntryType.MESSAGE, EntryType.ERROR, EntryType.ACK, Ent
 _REMOTE_STATUS = """
 SELECT
   (SELECT count(*) FROM entries a
-   WHERE a.session_id = ? AND a.entry_type = 'Ack' AND a.run_id = a.id
-     AND NOT EXISTS (SELECT 1 FROM entries e WHERE e.run_id = a.id AND e.id <> a.id
+   WHERE a.session_id = ? AND a.id <= ? AND a.entry_type = 'Ack' AND a.run_id = a.id
+     AND NOT EXISTS (SELECT 1 FROM entries e WHERE e.run_id = a.id AND e.id <> a.id AND e.id <= ?
                      AND e.entry_type IN ('Message', 'Error', 'Ack'))),
   (SELECT count(*) FROM entries r
-   WHERE r.session_id = ? AND r.entry_type = 'ApprovalRequest'
-     AND NOT EXISTS (SELECT 1 FROM entries d WHERE d.session_id = r.session_id
+   WHERE r.session_id = ? AND r.id <= ? AND r.entry_type = 'ApprovalRequest'
+     AND NOT EXISTS (SELECT 1 FROM entries d WHERE d.session_id = r.session_id AND d.id <= ?
                      AND d.entry_type = 'ApprovalDecision'
                      AND json_extract_string(d.payload, '$.request_id')
                          = json_extract_string(r.payload, '$.request_id')))
 """
 
-#: the Messages and Directives written since a session's last Ack (triggers not yet answered)
+#: the Messages and Directives written since a session's last Ack (triggers not yet answered),
+#: but those of senders that write the session's Acks (its agents)
 _UNANSWERED = """
 SELECT entry_type, sender FROM entries
-WHERE session_id = ? AND entry_type IN ('Message', 'Directive')
-  AND id > coalesce((SELECT max(id) FROM entries WHERE session_id = ? AND entry_type = 'Ack'), 0)
+WHERE session_id = ? AND id <= ? AND entry_type IN ('Message', 'Directive')
+  AND id > coalesce((SELECT max(id) FROM entries WHERE session_id = ? AND id <= ? AND entry_type = 'Ack'), 0)
+  AND sender NOT IN (SELECT sender FROM entries WHERE session_id = ? AND entry_type = 'Ack')
 """
 
 
@@ -194,8 +196,32 @@ class RunEngine:
     ) -> RunHandle | None:
         if EntryType(entry_type) in (EntryType.MESSAGE, EntryType.DIRECTIVE):
             self.loop()  # refuse before writing rather than write a trigger nobody runs
+            self.serve_here(session_id)
         entry = self.store.append(session_id, entry_type, sender, content, payload=payload)
         return self.handle_for(entry)
+
+    def serve_here(self, session_id: int) -> None:
+        """Before this server writes a trigger: on a shared store, take the session's lease when
+        nobody holds it and this server defines its agent, so that the kernel that writes
+        serves, not whichever other kernel's listener reads the entry first."""
+        if getattr(self.store, "claim", None) is None or self.store.holds(session_id):  # type: ignore[attr-defined]
+            return
+        info = self.store.session(session_id)
+        if info.kind != "room" and info.agent in self.agents:  # (rooms route their own turns, rooms.py)
+            self._claim(session_id)
+
+    def _claim(self, session_id: int) -> bool:
+        """Hold the session's lease (shared store): True when this server serves it.
+
+        A server that does not define the session's agent never takes it (one that does takes
+        it at its next trigger); one that takes it closes what the previous holder left open."""
+        store: Any = self.store
+        if store.holds(session_id):
+            return True
+        if store.session(session_id).agent not in self.agents or not store.claim(session_id):
+            return False
+        self.take_over(session_id)
+        return True
 
     def handle(self, trigger_id: int) -> RunHandle | None:
         """The handle of the run a trigger entry started, while it is in flight."""
@@ -232,6 +258,7 @@ class RunEngine:
         )
         completion = self.loop().create_future()
         spawn.completion = completion
+        self.serve_here(session_id)  # the child runs here, where its completion is awaited
         self._spawn[session_id] = spawn
         self._completions[session_id] = completion
         return session_id, completion
@@ -249,13 +276,9 @@ class RunEngine:
             self.streams.clear(entry.session_id, entry.run_id)  # the entry replaces the partial text
         if self._stopped or any(p.route(entry) for p in self.parts) or not self.triggers_run(entry):
             return  # (a room routes its own entries: mention-gated turns, see rooms.py)
-        claim = getattr(self.store, "claim", None)  # a shared store (pgstore.py): one server per session
-        if claim is not None:
-            taking = not self.store.holds(entry.session_id)  # type: ignore[attr-defined]
-            if not claim(entry.session_id):
-                return  # another kernel serves this session; the write woke it
-            if taking:
-                self.take_over(entry.session_id)
+        # a shared store (pgstore.py): one server per session, the one that holds its lease
+        if getattr(self.store, "claim", None) is not None and not self._claim(entry.session_id):
+            return  # another kernel serves this session (the write woke it), or will
         loop = self.loop()
         future: asyncio.Future = loop.create_future()
         self._handles[entry.id] = RunHandle(entry, future)
@@ -619,11 +642,15 @@ class RunEngine:
             return "parked" if state.parked else "running"
         if getattr(self.store, "claim", None) is None:
             return "idle"  # an embedded store: every run of it is this server's
-        rows = self.store.execute(_REMOTE_STATUS, [session_id, session_id])
+        # only the entries this server's subscribers were handed (the views, the handles): a run
+        # that closed in the table but whose end the listener has not brought yet is running here
+        seen = self.store.dispatched_id  # type: ignore[attr-defined]
+        rows = self.store.execute(_REMOTE_STATUS, [session_id, seen, seen, session_id, seen, seen])
         open_runs, open_requests = rows[0] if rows else (0, 0)
         if not open_runs:
             # a trigger written since the last Ack: the serving kernel is about to start its run
-            waiting = self.store.execute(_UNANSWERED, [session_id, session_id])
+            # (an agent's reply is no trigger, also where that agent is not defined: it wrote Acks)
+            waiting = self.store.execute(_UNANSWERED, [session_id, seen, session_id, seen, session_id])
             open_runs = any(t == "Directive" or sender not in self.agents for t, sender in waiting)
         if not open_runs or not served_elsewhere(self.store, session_id):
             return "idle"  # (a run left open by a dead kernel is closed at the next trigger)
