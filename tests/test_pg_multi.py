@@ -155,3 +155,24 @@ async def test_taking_a_session_over_closes_the_run_and_the_request_its_holder_l
     assert [e.entry_type for e in closing] == [T.APPROVAL_DECISION, T.ERROR]
     assert closing[0].payload["decision"] == "timed_out" and closing[1].content == "interrupted: kernel stopped"
     assert b.pending_approvals() == []
+
+
+async def test_only_a_kernel_that_defines_the_sessions_agent_takes_it(pg_url):
+    a, b, writer = SessionStore.open(pg_url), SessionStore.open(pg_url), SessionStore.open(pg_url)
+    try:
+        defines = Server(a, [ops()], ToolRegistry([deploy]))
+        person = Server(b, [Agent("assistant")])  # this kernel does not define ops
+        sid = writer.create_session("ops")
+        writer.append(sid, T.MESSAGE, "user", "ship it")  # written by a third process
+        await until(lambda: defines.pending_approvals(), a.subscribe, what="the run in the defining kernel")
+        assert a.holds(sid) and not b.holds(sid) and person.session_status(sid) == "parked"
+        assert [e.content for e in b.entries(sid) if e.entry_type is T.ERROR] == []  # no "unknown agent"
+        with pytest.raises(ServerError):
+            person.current_session("ops")  # nothing to choose here without %chaz use
+        person.use_session(sid)
+        assert person.decide("last", "deny")[0]
+        await until(lambda: [e for e in a.entries(sid) if e.entry_type is T.MESSAGE and e.sender == "ops"],
+                    a.subscribe, what="the reply after the denial")
+    finally:
+        for s in (a, b, writer):
+            s.close()
