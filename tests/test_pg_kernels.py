@@ -67,7 +67,7 @@ def rows(url: str, query: str, params: tuple = ()) -> list[tuple]:
 
 
 def session_of(k: Kernel, agent: str) -> int:
-    return int(ok(k, f"print(chaz_nb.current().current_session({agent!r}))").strip())
+    return int(ok(k, f"import chaz_nb\nprint(chaz_nb.current().current_session({agent!r}))").strip())
 
 
 def messages(url: str, sid: int) -> list[tuple[str, str]]:
