@@ -111,9 +111,18 @@ def test_a_request_parked_in_a_is_approved_from_b_and_a_resumes(kernels, pg_url)
     sid = session_of(a, "ops")
     pending = ok(b, "%chaz pending")  # B never ran anything: it reads A's request from the log
     assert "deploy" in pending and f"  {sid}  " in pending and "ops" in pending, pending
+    live = ok(b, f"%chaz log {sid}")  # a live view in B of the run parked in A
+    assert f"session {sid} · ops · chat · parked" in live and "waiting for approval" in live
     assert "deploy: approve by user" in ok(b, "%chaz approve last")
-    out = ok(b, f"%chaz wait {sid}")  # follows A's run from B until it ends
-    assert "ops: result: deployed prod" in out
+
+    def reply_shown(m: dict) -> bool:
+        data = m.get("content", {}).get("data", {})
+        return m["msg_type"] == "update_display_data" and "ops: result: deployed prod" in data.get("text/plain", "")
+
+    if not any(reply_shown(m) for m in b.background):  # (it may have come while the approve cell ran)
+        b.wait_for(reply_shown)  # the view follows A's run to its reply
+    out = ok(b, f"%chaz wait {sid}")  # A's run has ended: nothing to wait for
+    assert out.strip() == f"session {sid} is idle"
     assert "no pending approval requests" in ok(a, "%chaz pending")
     assert messages(pg_url, sid)[-1] == ("ops", "result: deployed prod")
     errors = rows(pg_url, "SELECT count(*) FROM entries WHERE entry_type = 'Error'")
