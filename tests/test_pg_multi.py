@@ -176,3 +176,15 @@ async def test_only_a_kernel_that_defines_the_sessions_agent_takes_it(pg_url):
     finally:
         for s in (a, b, writer):
             s.close()
+
+
+async def test_a_parked_run_whose_server_holds_no_lease_still_resumes_on_a_decision_from_elsewhere(two):
+    a, b = two  # (rooms run turns without a lease; here the lease is given up while the run waits)
+    sid = a.current_session("ops")
+    handle = await a.send(sid, "ship it")
+    [req] = await until(lambda: b.pending_approvals(), b.store.subscribe, what="the request in B")
+    a.store.release(sid)
+    assert not a.store.holds(sid)
+    assert b.decide(req["request_id"], "approve")[0]
+    reply = await asyncio.wait_for(handle.wait(), 30)  # (the bound only ends a failing test)
+    assert reply.content == "result: deployed prod" and ran == ["prod"]

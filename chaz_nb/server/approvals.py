@@ -220,7 +220,7 @@ class ApprovalBook(Part):
         if entry.entry_type is not EntryType.APPROVAL_DECISION:
             return
         request_id = entry.payload.get("request_id")
-        if not self._serves(entry.session_id):
+        if not self._serves(entry.session_id, request_id):
             self._note_remote_decision(entry)
             return
         if entry.sender in self.port.agents:
@@ -266,12 +266,16 @@ class ApprovalBook(Part):
             if pending.future is not None and not pending.future.done():
                 pending.future.set_result(self._decided[request_id])
 
-    def _serves(self, session_id: int) -> bool:
+    def _serves(self, session_id: int, request_id: Any) -> bool:
         """Whether this server answers decisions in the session: always on an embedded store;
-        on a shared one only while it holds the session's lease (another kernel's run is parked
-        there, and that kernel checks the decision and writes any Error once)."""
+        on a shared one while a run of its own waits on the request, is in the session, or it
+        holds the session's lease (else another kernel's run is parked there, and that kernel
+        checks the decision and writes any Error, once)."""
+        pending = self._open.get(request_id) if isinstance(request_id, str) else None
+        if pending is not None and pending.future is not None:
+            return True
         holds = getattr(self.port.store, "holds", None)
-        return holds is None or bool(holds(session_id))
+        return holds is None or bool(holds(session_id)) or self.port.is_busy(session_id)
 
     def _note_remote_decision(self, entry: Entry) -> None:
         """Another kernel's session: book a person's valid decision (no Error writing here)."""

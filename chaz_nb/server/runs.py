@@ -317,6 +317,8 @@ class RunEngine:
         """Run with no trigger entry (a schedule fire); None when the session is busy or stopped."""
         if self._stopped or session_id in self._states:
             return None
+        if getattr(self.store, "claim", None) is not None and not self._claim(session_id):
+            return None  # another kernel serves the session (shared store): busy for this fire
         loop = self.loop()
         future: asyncio.Future = loop.create_future()
         state = SessionState(futures=[future])
