@@ -132,11 +132,16 @@ def wait_session(state: ExtensionState, session: int, handle: Any, view: Any) ->
     from ...errors import WaitInterrupted
     from ..kernel_loop import wait_run
 
+    from ...server.remote import RemoteRun
+
     server = state.server
+    # A run another kernel serves is followed by its status (read from the log): the wait also
+    # ends, rather than hang, if that kernel dies before it answers (its lease frees).
+    future = handle.future if handle is not None and not isinstance(handle, RemoteRun) else None
     outcome = wait_run(
         is_done=lambda: server.session_status(session) == "idle",  # (also a run served elsewhere)
         is_parked=lambda: server.session_status(session) == "parked",
-        future=handle.future if handle is not None else None,
+        future=future,
         loop=state.loop,
     )
     if view is not None:
