@@ -168,3 +168,27 @@ def test_four_kernels_write_to_one_session_and_each_message_is_answered_once(ker
     assert len(asked) == 1 + 3 * 3 and answered == [f"echo: {c}" for c in asked]
     seqs = [r[0] for r in rows(pg_url, "SELECT seq FROM entries WHERE session_id = %s ORDER BY seq", (sid,))]
     assert seqs == list(range(1, len(seqs) + 1))
+
+
+def test_a_wait_on_a_run_served_elsewhere_ends_when_the_serving_kernel_dies(kernels, pg_url):
+    a, b = kernels(2)
+    ok(a, '''
+import asyncio
+import chaz_nb
+
+@chaz_nb.tool
+async def hang() -> str:
+    """Wait for ever."""
+    await asyncio.Event().wait()
+    return "never"
+''')
+    ok(a, '%%chaz agent slow\nmodel = "chaz/script"\ntools = ["hang"]\nscript = [{tool = "hang", args = {}}, "done"]')
+    ok(a, "%chaz --no-wait @slow go")  # A's run hangs in its tool
+    sid = session_of(a, "slow")
+    ok(b, f"%chaz use {sid}")
+    cell = b.send_execute("%chaz @slow are you there?")  # queued behind A's run: B's cell waits
+    b.wait_for(lambda m: m["parent_header"].get("msg_id") == cell and m["msg_type"] == "display_data")
+    os.kill(a.km.provisioner.process.pid, signal.SIGKILL)  # type: ignore[union-attr]
+    r = b.collect(cell, timeout=60)  # the wait ends once A's lease is gone (no hang)
+    assert r.status == "ok", r.outputs
+    assert f"session {sid} · slow · chat · idle" in "\n".join(r.texts())
