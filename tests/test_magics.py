@@ -187,6 +187,36 @@ def test_new_starts_a_fresh_session(chaz, capsys):
     assert "a fresh session with @assistant" in capsys.readouterr().out
 
 
+def test_use_makes_an_existing_session_current_again(chaz, capsys):
+    ip.run_line_magic("chaz", "@assistant first")
+    first = chaz.current_session("assistant")
+    ip.run_line_magic("chaz", "new @assistant")
+    capsys.readouterr()
+    ip.run_line_magic("chaz", f"use {first}")
+    assert capsys.readouterr().out.strip() == (
+        f"session {first} is @assistant's current session here (idle): %chaz @assistant TEXT writes there"
+    )
+    ip.run_line_magic("chaz", "@assistant again")
+    assert [e.content for e in chaz.store.entries(first, types=[EntryType.MESSAGE])][-1] == "echo: again"
+    room = chaz.create_room("team", ["assistant"])
+    for line, error in [
+        ("use 999", "%chaz use: there is no session 999; see %chaz sessions"),
+        ("use x", "%chaz use: SESSION is a session id, not 'x'; usage: %chaz use SESSION"),
+        ("use", "%chaz use: say which session; usage: %chaz use SESSION"),
+        (f"use {room}", f"%chaz use: session {room} is a room; enter it with %chaz room NAME"),
+    ]:
+        with pytest.raises(UsageError) as exc:
+            ip.run_line_magic("chaz", line)
+        assert str(exc.value) == error
+    assert chaz.current_session("assistant") == first
+    ghost = chaz.store.create_session("ghost")  # an agent this kernel does not define, served nowhere
+    ip.run_line_magic("chaz", f"use {ghost}")
+    assert "(@ghost is not defined in this kernel)" in capsys.readouterr().out
+    with pytest.raises(UsageError, match=f"no kernel serves session {ghost} now and @ghost is not defined here"):
+        ip.run_line_magic("chaz", "@ghost hello")
+    assert chaz.store.entries(ghost) == []  # nothing written that nobody would answer
+
+
 # ------------------------------------------------------------------ agents and tools
 TOOLS = '''
 import chaz_nb

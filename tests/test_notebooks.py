@@ -48,3 +48,32 @@ def test_nbval_skips_the_executed_copies_run_notebook_writes(tmp_path):
     )
     assert "example.ipynb" in out.stdout, out.stdout + out.stderr
     assert "example.out.ipynb" not in out.stdout
+
+
+@pytest.mark.parametrize("name", ["01_quickstart", "02_approvals"])
+def test_notebook_flows_on_postgresql(name, pg_url, tmp_path):
+    """The quickstart and approvals notebooks give their saved outputs on a PostgreSQL store.
+
+    The copy's first cell points ``CHAZ_DB`` at a fresh database of the test cluster instead of
+    ``:memory:``; its output (the database line, which names the URL) is not compared."""
+    import shutil
+
+    import nbformat
+
+    for extra in ("conftest.py", "nbval_sanitize.cfg"):
+        shutil.copy(os.path.join(ROOT, "notebooks", extra), tmp_path / extra)
+    nb = nbformat.read(os.path.join(ROOT, "notebooks", f"{name}.ipynb"), as_version=4)
+    first = next(c for c in nb.cells if c.cell_type == "code")
+    assert "%env CHAZ_DB=:memory:" in first.source, first.source
+    first.source = first.source.replace("%env CHAZ_DB=:memory:", f"%env CHAZ_DB={pg_url}")
+    first.metadata.setdefault("tags", []).append("nbval-ignore-output")
+    nbformat.write(nb, str(tmp_path / f"{name}.ipynb"))
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+           "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    env.pop("CHAZ_DB", None)
+    env.pop("CHAZ_MODEL", None)
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--nbval", f"{name}.ipynb", "-q", "-p", "no:cacheprovider"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env,
+    )
+    assert out.returncode == 0 and " passed" in out.stdout, out.stdout[-4000:] + out.stderr[-2000:]

@@ -167,6 +167,8 @@ class PgSessionStore:
             raise
         #: the highest entry id handed to the subscribers (or queued for them)
         self._seen = int(self._scalar("SELECT coalesce(max(id), 0) FROM entries"))
+        #: the highest entry id every subscriber has been handed (``dispatched_id``)
+        self._dispatched = self._seen
 
     # ----------------------------------------------------------------- basics
     def __repr__(self) -> str:
@@ -572,6 +574,7 @@ class PgSessionStore:
                         callback(entry)
                     except Exception:
                         log.exception("on_write callback %r failed for entry %s", callback, entry.id)
+                self._dispatched = max(self._dispatched, entry.id)
         finally:
             self._dispatching = False
 
@@ -624,6 +627,16 @@ class PgSessionStore:
             self._held.add(sid)
             return True
         return False
+
+    @property
+    def dispatched_id(self) -> int:
+        """The highest entry id handed to every subscriber: what this process has seen of the
+        log, so a status read from the table up to it agrees with what the views were shown."""
+        return self._dispatched
+
+    def holds(self, session_id: int) -> bool:
+        """Whether this process holds the session's lease (it serves the session)."""
+        return int(session_id) in self._held
 
     def release(self, session_id: int) -> None:
         """Give the lease on the session up (another kernel may serve it from its next trigger)."""

@@ -7,6 +7,13 @@ sidebar). No decision within the timeout is a ``timed_out`` decision: fail close
 
 Effective decision of a request: ``timed_out`` if any decision says so, else the first
 decision in entry order. Decisions written by an agent are ignored, with an Error entry.
+
+The open requests are read from the log (``open_requests``), not from this server's memory:
+on a shared store (PostgreSQL) ``%chaz pending`` in any kernel lists every kernel's requests,
+and a decision written in one kernel reaches the kernel whose run is parked through its
+on_write (the cross-process listener), which resumes the run. Only the kernel that serves the
+session (holds its lease, see core/pgstore.py) answers a bad decision with an Error, so two
+kernels never both write it.
 """
 
 from __future__ import annotations
@@ -112,24 +119,32 @@ class ApprovalBook(Part):
         self._session_grants: set[tuple[int, str]] = set()
 
     # -------------------------------------------------------------- queries
+    def open_requests(self) -> list[Entry]:
+        """ApprovalRequest entries of every session (every kernel's, on a shared store) that no
+        decision has closed, oldest first. A decision the serving server ignored (an agent's, a
+        bad value: an Error names it as ``ignored_entry``) does not close its request."""
+        return self.port.store.find_entries(EntryType.APPROVAL_REQUEST, _OPEN_REQUEST)
+
     def pending(self) -> list[dict[str, Any]]:
-        """Open requests, oldest first."""
-        return [p.to_json() for p in sorted(self._open.values(), key=lambda p: p.entry.id)]
+        """Open requests, oldest first (from the log: every kernel's on a shared store)."""
+        return [PendingRequest(e).to_json() for e in self.open_requests()]
 
     def resolve_id(self, ref: str | int) -> str:
         """A request id from ``ID`` (request id, its prefix, or the request entry's id) or ``last``."""
         ref = str(ref).strip()
-        if not self._open and ref in ("last", "oldest"):
-            raise ApprovalError("no pending approval requests")
-        if ref == "last":
-            return max(self._open.values(), key=lambda p: p.entry.id).request_id
-        if ref == "oldest":
-            return min(self._open.values(), key=lambda p: p.entry.id).request_id
+        if ref in ("last", "oldest"):
+            open_now = self.open_requests()
+            if not open_now:
+                raise ApprovalError("no pending approval requests")
+            return (open_now[-1] if ref == "last" else open_now[0]).payload["request_id"]
         if ref in self._open or ref in self._decided:
             return ref
-        matches = [rid for rid in [*self._open, *self._decided] if rid.startswith(ref)]
+        open_ids = {e.payload["request_id"]: e.id for e in self.open_requests()}
+        if ref in open_ids:
+            return ref
+        matches = [rid for rid in [*open_ids, *self._open, *self._decided] if rid.startswith(ref)]
         if ref.isdigit():
-            matches += [p.request_id for p in self._open.values() if p.entry.id == int(ref)]
+            matches += [rid for rid, entry_id in open_ids.items() if entry_id == int(ref)]
         if ref:
             stored = self._find_request(ref)
             if stored is not None:
@@ -192,7 +207,7 @@ class ApprovalBook(Part):
         return True, f"{request.payload.get('tool_name')}: {_describe_payload(payload)}"
 
     def decide_all(self, decision: str, reason: str | None = None, decided_by: str = "user") -> list[tuple[bool, str]]:
-        return [self.decide(rid, decision, reason, decided_by) for rid in list(self._open)]
+        return [self.decide(e.payload["request_id"], decision, reason, decided_by) for e in self.open_requests()]
 
     # ---------------------------------------------------- on_write callback
     def on_write(self, entry: Entry) -> None:
@@ -205,6 +220,9 @@ class ApprovalBook(Part):
         if entry.entry_type is not EntryType.APPROVAL_DECISION:
             return
         request_id = entry.payload.get("request_id")
+        if not self._serves(entry.session_id, request_id):
+            self._note_remote_decision(entry)
+            return
         if entry.sender in self.port.agents:
             # Agents cannot approve their own (or anyone's) tool calls.
             self.port.store.append(
@@ -247,6 +265,30 @@ class ApprovalBook(Part):
             self.port.unpark(pending.entry.session_id)
             if pending.future is not None and not pending.future.done():
                 pending.future.set_result(self._decided[request_id])
+
+    def _serves(self, session_id: int, request_id: Any) -> bool:
+        """Whether this server answers decisions in the session: always on an embedded store;
+        on a shared one while a run of its own waits on the request, is in the session, or it
+        holds the session's lease (else another kernel's run is parked there, and that kernel
+        checks the decision and writes any Error, once)."""
+        pending = self._open.get(request_id) if isinstance(request_id, str) else None
+        if pending is not None and pending.future is not None:
+            return True
+        holds = getattr(self.port.store, "holds", None)
+        return holds is None or bool(holds(session_id)) or self.port.is_busy(session_id)
+
+    def _note_remote_decision(self, entry: Entry) -> None:
+        """Another kernel's session: book a person's valid decision (no Error writing here)."""
+        request_id = entry.payload.get("request_id")
+        if (entry.sender in self.port.agents or entry.payload.get("decision") not in DECISIONS
+                or not isinstance(request_id, str) or not request_id):
+            return
+        first = self._decided.get(request_id)
+        self._decided[request_id] = entry if first is None else effective_decision([first, entry]) or entry
+        self._open.pop(request_id, None)
+        p = entry.payload
+        if p.get("decision") == "approve_all" and p.get("scope") == "session" and p.get("tool_name"):
+            self._session_grants.add((entry.session_id, p["tool_name"]))  # for when this kernel takes over
 
     # ------------------------------------------------------------- the proxy
     async def request(self, ctx: RunContext, t: Tool, call_id: str, arguments: dict[str, Any]) -> Entry:
@@ -307,26 +349,33 @@ class ApprovalBook(Part):
     def recover(self) -> dict[str, int]:
         return {"approvals": self.close_orphans()}
 
+    def recover_session(self, session_id: int) -> dict[str, int]:
+        return {"approvals": self.close_orphans(session_id)}
+
     def wrap_executor(self, ctx: RunContext, executor: ToolExecutor) -> ToolExecutor:
         """Every run's tools go through the approval proxy."""
         return ApprovalProxy(self, ctx, executor)
 
     # ------------------------------------------------------------- recovery
-    def close_orphans(self) -> int:
-        """Close requests left open by a previous process as timed_out; return how many."""
+    def close_orphans(self, session_id: int | None = None) -> int:
+        """Close requests left open by a previous process (in one session, or in all) as
+        timed_out; return how many."""
         store = self.port.store
+        where = "" if session_id is None else " AND r.session_id = ?"
         rows = store.execute(
-            """
+            f"""
             SELECT r.id, r.session_id FROM entries r
-            WHERE r.entry_type = 'ApprovalRequest'
+            WHERE r.entry_type = 'ApprovalRequest'{where}
               AND NOT EXISTS (
                 SELECT 1 FROM entries d
                 WHERE d.entry_type = 'ApprovalDecision'
                   AND json_extract_string(d.payload, '$.request_id') = json_extract_string(r.payload, '$.request_id'))
             ORDER BY r.id
-            """
+            """,
+            [] if session_id is None else [session_id],
         )
-        rows = [row for row in rows if not served_elsewhere(store, row[1])]
+        if session_id is None:
+            rows = [row for row in rows if not served_elsewhere(store, row[1])]
         for entry_id, _session_id in rows:
             request = store.entry(entry_id)
             if request is None:  # entry() is None only for an unknown id; the query just found it
@@ -342,6 +391,8 @@ class ApprovalBook(Part):
                 request.session_id, EntryType.APPROVAL_DECISION, SYSTEM, _decision_text(payload),
                 tool_call_id=request.tool_call_id, tool_name=request.tool_name, payload=payload,
             )
+        if session_id is not None:
+            return len(rows)
         # Session-wide grants survive a restart: they are in the log.
         for d in store.find_entries(
             EntryType.APPROVAL_DECISION, "json_extract_string(payload, '$.scope') = 'session'"
@@ -349,6 +400,20 @@ class ApprovalBook(Part):
             if d.sender not in self.port.agents and d.payload.get("tool_name"):
                 self._session_grants.add((d.session_id, d.payload["tool_name"]))
         return len(rows)
+
+
+#: (on the outer ``entries``) an ApprovalRequest no counted decision closes
+_OPEN_REQUEST = """
+    NOT EXISTS (
+        SELECT 1 FROM entries d
+        WHERE d.entry_type = 'ApprovalDecision'
+          AND json_extract_string(d.payload, '$.request_id') = json_extract_string(entries.payload, '$.request_id')
+          AND NOT EXISTS (
+            SELECT 1 FROM entries x
+            WHERE x.session_id = d.session_id AND x.entry_type = 'Error'
+              AND json_extract_string(x.payload, '$.ignored_entry') = CAST(d.id AS VARCHAR)
+              AND json_extract_string(x.payload, '$.request_id') = json_extract_string(d.payload, '$.request_id')))
+"""
 
 
 class ApprovalProxy:

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from collections.abc import Callable, Iterable, Mapping
 
 from ..core.entries import Entry, EntryType
-from ..core.store import SessionStore
+from ..core.store import SessionInfo, SessionStore
 from ..engine.backends import LiteLLMBackend, ModelBackend
 from ..engine.runtime import ToolExecutor
 from ..engine.tools import ToolsLike, as_registry
@@ -28,7 +28,7 @@ from .invocation import Invocation
 from .mcp import McpServer, McpServers
 from .handle import RunHandle
 from .ports import Part, RunContext, ServerPort, SpawnContext
-from .rooms import Rooms
+from .rooms import ROOM_KIND, Rooms
 from .runs import RunEngine
 from .schedules import Fire, Schedule, Schedules
 from .streams import StreamEvent, StreamListener
@@ -134,11 +134,24 @@ class Server:
         return self._current.get(agent_name)
 
     def current_session(self, agent_name: str) -> int:
-        """The agent's current chat session (created on first use)."""
-        self.agent(agent_name)
+        """The agent's current chat session (created on first use).
+
+        A session chosen with ``use_session`` is current even where the agent is not defined
+        (another kernel serves it); a new one needs the agent defined here."""
         if agent_name not in self._current:
+            self.agent(agent_name)
             return self.new_session(agent_name)
         return self._current[agent_name]
+
+    def use_session(self, session_id: int) -> SessionInfo:
+        """Make an existing chat session its agent's current one here (e.g. a session another
+        kernel on a shared store serves: ``post``/``send`` then wake that kernel). Unknown
+        session: StoreError; a room: ServerError (rooms are entered by name, see rooms.py)."""
+        info = self.store.session(session_id)
+        if info.kind == ROOM_KIND:
+            raise ServerError(f"session {session_id} is a room; enter it with %chaz room NAME")
+        self._current[info.agent] = info.id
+        return info
 
     def register_child_session(
         self, agent_name: str, kind: str, spawn: SpawnContext
@@ -170,8 +183,9 @@ class Server:
             raise ServerError(
                 f"a Message from {sender!r} starts no run (agents do not trigger themselves)"
             )
+        self._engine.serve_here(session_id)
         entry = await self.store.write_one(session_id, EntryType.MESSAGE, sender, content, payload=payload)
-        handle = self._engine.handle(entry.id)
+        handle = self._engine.handle_for(entry)
         if handle is None:
             raise ServerError(
                 f"a Message from {sender!r} starts no run (agents do not trigger themselves)"

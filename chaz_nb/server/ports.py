@@ -137,6 +137,11 @@ class Part(Protocol):
         """At start-up: close what a previous process left open; counts for ``recovered``."""
         return {}
 
+    def recover_session(self, session_id: int) -> dict[str, int]:
+        """A shared store's session this server has just taken over from a kernel that served
+        it: close what that kernel left open there (as ``recover`` does at start-up)."""
+        return {}
+
     def wrap_executor(self, ctx: RunContext, executor: ToolExecutor) -> ToolExecutor:
         """The tool executor of a run, wrapped (approvals put their proxy here)."""
         return executor

@@ -44,6 +44,7 @@ from .agents import Agent
 from .ceiling import Ceiling
 from .invocation import Invocation
 from .handle import RunHandle
+from .remote import RemoteRun
 from .ports import Part, RunContext, SpawnContext, current_run
 from .streams import StreamHub
 from .stopping import CANCELLED, StoppedRun
@@ -52,6 +53,31 @@ log = logging.getLogger(__name__)
 
 #: entries of a run that supersede the reply text streamed so far (a tool call: that step's text)
 _ENDS_STREAM = frozenset({EntryType.MESSAGE, EntryType.ERROR, EntryType.ACK, EntryType.TOOL_CALL})
+
+
+#: a session's open runs and open approval requests, from the log (session_status elsewhere)
+_REMOTE_STATUS = """
+SELECT
+  (SELECT count(*) FROM entries a
+   WHERE a.session_id = ? AND a.id <= ? AND a.entry_type = 'Ack' AND a.run_id = a.id
+     AND NOT EXISTS (SELECT 1 FROM entries e WHERE e.run_id = a.id AND e.id <> a.id AND e.id <= ?
+                     AND e.entry_type IN ('Message', 'Error', 'Ack'))),
+  (SELECT count(*) FROM entries r
+   WHERE r.session_id = ? AND r.id <= ? AND r.entry_type = 'ApprovalRequest'
+     AND NOT EXISTS (SELECT 1 FROM entries d WHERE d.session_id = r.session_id AND d.id <= ?
+                     AND d.entry_type = 'ApprovalDecision'
+                     AND json_extract_string(d.payload, '$.request_id')
+                         = json_extract_string(r.payload, '$.request_id')))
+"""
+
+#: the Messages and Directives written since a session's last Ack (triggers not yet answered),
+#: but those of senders that write the session's Acks (its agents)
+_UNANSWERED = """
+SELECT entry_type, sender FROM entries
+WHERE session_id = ? AND id <= ? AND entry_type IN ('Message', 'Directive')
+  AND id > coalesce((SELECT max(id) FROM entries WHERE session_id = ? AND id <= ? AND entry_type = 'Ack'), 0)
+  AND sender NOT IN (SELECT sender FROM entries WHERE session_id = ? AND entry_type = 'Ack')
+"""
 
 
 @dataclass
@@ -171,12 +197,45 @@ class RunEngine:
     ) -> RunHandle | None:
         if EntryType(entry_type) in (EntryType.MESSAGE, EntryType.DIRECTIVE):
             self.loop()  # refuse before writing rather than write a trigger nobody runs
+            self.serve_here(session_id)
         entry = self.store.append(session_id, entry_type, sender, content, payload=payload)
-        return self._handles.get(entry.id)
+        return self.handle_for(entry)
+
+    def serve_here(self, session_id: int) -> None:
+        """Before this server writes a trigger: on a shared store, take the session's lease when
+        nobody holds it and this server defines its agent, so that the kernel that writes
+        serves, not whichever other kernel's listener reads the entry first."""
+        if getattr(self.store, "claim", None) is None or self.store.holds(session_id):  # type: ignore[attr-defined]
+            return
+        info = self.store.session(session_id)
+        if info.kind != "room" and info.agent in self.agents:  # (rooms route their own turns, rooms.py)
+            self._claim(session_id)
+
+    def _claim(self, session_id: int) -> bool:
+        """Hold the session's lease (shared store): True when this server serves it.
+
+        A server that does not define the session's agent never takes it (one that does takes
+        it at its next trigger); one that takes it closes what the previous holder left open."""
+        store: Any = self.store
+        if store.holds(session_id):
+            return True
+        if store.session(session_id).agent not in self.agents or not store.claim(session_id):
+            return False
+        self.take_over(session_id)
+        return True
 
     def handle(self, trigger_id: int) -> RunHandle | None:
         """The handle of the run a trigger entry started, while it is in flight."""
         return self._handles.get(trigger_id)
+
+    def handle_for(self, entry: Entry) -> RunHandle | None:
+        """The handle of the run an entry written here triggers: this server's run, or on a
+        shared store the run of the kernel that serves the session (remote.py)."""
+        handle = self._handles.get(entry.id)
+        if handle is None and self.triggers_run(entry) and not self._stopped \
+                and not any(p.route(entry) for p in self.parts) and served_elsewhere(self.store, entry.session_id):
+            handle = RemoteRun(self.store, entry, self.loop())
+        return handle
 
     def track(self, trigger: Entry, future: asyncio.Future[Entry | None]) -> RunHandle:
         handle = self._handles[trigger.id] = RunHandle(trigger, future)
@@ -200,6 +259,7 @@ class RunEngine:
         )
         completion = self.loop().create_future()
         spawn.completion = completion
+        self.serve_here(session_id)  # the child runs here, where its completion is awaited
         self._spawn[session_id] = spawn
         self._completions[session_id] = completion
         return session_id, completion
@@ -217,9 +277,9 @@ class RunEngine:
             self.streams.clear(entry.session_id, entry.run_id)  # the entry replaces the partial text
         if self._stopped or any(p.route(entry) for p in self.parts) or not self.triggers_run(entry):
             return  # (a room routes its own entries: mention-gated turns, see rooms.py)
-        claim = getattr(self.store, "claim", None)  # a shared store (pgstore.py): one server per session
-        if claim is not None and not claim(entry.session_id):
-            return  # another kernel serves this session; the write woke it
+        # a shared store (pgstore.py): one server per session, the one that holds its lease
+        if getattr(self.store, "claim", None) is not None and not self._claim(entry.session_id):
+            return  # another kernel serves this session (the write woke it), or will
         loop = self.loop()
         future: asyncio.Future = loop.create_future()
         self._handles[entry.id] = RunHandle(entry, future)
@@ -258,6 +318,8 @@ class RunEngine:
         """Run with no trigger entry (a schedule fire); None when the session is busy or stopped."""
         if self._stopped or session_id in self._states:
             return None
+        if getattr(self.store, "claim", None) is not None and not self._claim(session_id):
+            return None  # another kernel serves the session (shared store): busy for this fire
         loop = self.loop()
         future: asyncio.Future = loop.create_future()
         state = SessionState(futures=[future])
@@ -581,10 +643,26 @@ class RunEngine:
         return session_id in self._states
 
     def session_status(self, session_id: int) -> str:
+        """``idle``, ``running`` or ``parked``: this server's run, or on a shared store the run
+        of the kernel that serves the session, read from the log (its open run and requests)."""
         state = self._states.get(session_id)
-        if state is None:
-            return "idle"
-        return "parked" if state.parked else "running"
+        if state is not None:
+            return "parked" if state.parked else "running"
+        if getattr(self.store, "claim", None) is None:
+            return "idle"  # an embedded store: every run of it is this server's
+        # only the entries this server's subscribers were handed (the views, the handles): a run
+        # that closed in the table but whose end the listener has not brought yet is running here
+        seen = self.store.dispatched_id  # type: ignore[attr-defined]
+        rows = self.store.execute(_REMOTE_STATUS, [session_id, seen, seen, session_id, seen, seen])
+        open_runs, open_requests = rows[0] if rows else (0, 0)
+        if not open_runs:
+            # a trigger written since the last Ack: the serving kernel is about to start its run
+            # (an agent's reply is no trigger, also where that agent is not defined: it wrote Acks)
+            waiting = self.store.execute(_UNANSWERED, [session_id, seen, session_id, seen, session_id])
+            open_runs = any(t == "Directive" or sender not in self.agents for t, sender in waiting)
+        if not open_runs or not served_elsewhere(self.store, session_id):
+            return "idle"  # (a run left open by a dead kernel is closed at the next trigger)
+        return "parked" if open_requests else "running"
 
     def running_sessions(self) -> list[int]:
         return sorted(self._states)
@@ -610,23 +688,41 @@ class RunEngine:
         counts: dict[str, int] = {}
         for part in self.parts:
             counts.update(part.recover())
+        return {"runs": self._close_open_runs(), **counts}
+
+    def take_over(self, session_id: int) -> dict[str, int]:
+        """This server has just taken the session's lease (shared store): close what a kernel
+        that served it before left open, as start-up recovery does (a dead holder's run and
+        approval requests). A session that is new, or was closed cleanly, has nothing open."""
+        counts: dict[str, int] = {}
+        for part in self.parts:
+            counts.update(part.recover_session(session_id))
+        counts["runs"] = self._close_open_runs(session_id)
+        return counts
+
+    def _close_open_runs(self, session_id: int | None = None) -> int:
+        """Close with an Error every run that has an Ack and no end (of one session or all),
+        except in sessions a live kernel serves."""
+        where = "" if session_id is None else " AND a.session_id = ?"
         open_runs = self.store.execute(
-            """
+            f"""
             SELECT a.id, a.session_id, a.sender FROM entries a
-            WHERE a.entry_type = 'Ack' AND a.run_id = a.id
+            WHERE a.entry_type = 'Ack' AND a.run_id = a.id{where}
               AND NOT EXISTS (
                 SELECT 1 FROM entries e
                 WHERE e.run_id = a.id AND e.id <> a.id AND e.entry_type IN ('Message', 'Error', 'Ack'))
             ORDER BY a.id
-            """
+            """,
+            [] if session_id is None else [session_id],
         )
-        open_runs = [row for row in open_runs if not served_elsewhere(self.store, row[1])]
-        for run_id, session_id, sender in open_runs:
+        if session_id is None:
+            open_runs = [row for row in open_runs if not served_elsewhere(self.store, row[1])]
+        for run_id, sid, sender in open_runs:
             self.store.append(
-                session_id, EntryType.ERROR, sender, "interrupted: kernel stopped",
+                sid, EntryType.ERROR, sender, "interrupted: kernel stopped",
                 payload={"run_id": run_id, "interrupted": True},
             )
-        return {"runs": len(open_runs), **counts}
+        return len(open_runs)
 
     def request_stop(self, session_id: int | None = None, by: str = "user") -> list[StoppedRun]:
         """Cancel the run of ``session_id`` and of the sessions spawned from it (None: every

@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ...server.facade import Server
     from ..controller import ExtensionState
 
+USE_USAGE = "usage: %chaz use SESSION"
 CELL_USAGE = (
     "usage: %%chaz @NAME [--no-wait] | %%chaz directive @NAME | %%chaz agent NAME (TOML body) "
     "| %%chaz sql [options] (SQL body) | %%chaz mcp NAME (TOML body)"
@@ -51,6 +52,7 @@ _HELP = """\
                             a session's transcript (SESSION: an id or @NAME; default: the last one):
                             its newest 50 entries (--limit N), those before seq SEQ, or --all of them
 %chaz new @NAME             start a fresh session with NAME
+%chaz use SESSION           make SESSION its agent's current one here (e.g. one another kernel serves)
 %chaz wait [SESSION]        wait for a session's run to finish
 %chaz stop [SESSION|all]    stop a run (and its spawned children): tools cancelled, approvals closed, Ack cancelled
 %chaz pending               tool calls waiting for your approval
@@ -163,6 +165,7 @@ USAGE = "usage: %chaz " + " | ".join(
         "sessions",
         usage_of(_log_parser()),
         "new @NAME",
+        _forms(USE_USAGE),
         "wait [SESSION]",
         _forms(STOP_USAGE),
         _forms(PENDING_USAGE),
@@ -523,13 +526,39 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, McpCommands,
         state.last_session = session
         print(f"session {session}: a fresh session with @{m.group(1)}")
 
+    def _cmd_use(self, rest: str) -> None:
+        """``%chaz use SESSION``: the session becomes its agent's current one in this kernel, so
+        ``%chaz @NAME`` writes there (on PostgreSQL: wakes the kernel that serves it)."""
+        from ...errors import ServerError, StoreError
+
+        state = self.state
+        words = split_words(rest, USE_USAGE)
+        if len(words) != 1:
+            raise UsageError(f"%chaz use: say which session; {USE_USAGE}")
+        try:
+            sid = int(words[0])
+        except ValueError:
+            raise UsageError(f"%chaz use: SESSION is a session id, not {words[0]!r}; {USE_USAGE}") from None
+        try:
+            info = state.server.use_session(sid)
+        except StoreError:
+            raise UsageError(f"%chaz use: there is no session {sid}; see %chaz sessions") from None
+        except ServerError as exc:
+            raise UsageError(f"%chaz use: {exc}") from None
+        state.last_session = sid
+        served = state.server.session_status(sid)
+        where = "" if info.agent in state.server.agents else f" (@{info.agent} is not defined in this kernel)"
+        print(f"session {sid} is @{info.agent}'s current session here ({served}): "
+              f"%chaz @{info.agent} TEXT writes there{where}")
+
     def _cmd_wait(self, rest: str) -> None:
 
         state = self.state
         server = state.server
         session = parse_session(server, rest, state.last_session, "wait")
-        if not server.is_busy(session):
-            print(f"session {session} is {server.session_status(session)}")
+        status = server.session_status(session)  # (a run another kernel serves counts too)
+        if status == "idle":
+            print(f"session {session} is {status}")
             return
         view = open_view(state, session, after_seq=_last_trigger_seq(server, session), follow=True)
         view.display()

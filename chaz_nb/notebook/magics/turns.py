@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
+from ...core.store import served_elsewhere
 from ...errors import StoreError
 from ..views.session import DEFAULT_PAGE
 
@@ -35,7 +36,8 @@ def parse_session(server: Server, arg: str, last: int | None, what: str) -> int:
         return last
     if arg.startswith("@"):
         name = arg[1:]
-        check_agent(server, name)
+        if server.current_session_id(name) is None:  # (one chosen with %chaz use needs no definition)
+            check_agent(server, name)
         return server.current_session(name)
     try:
         sid = int(arg)
@@ -108,10 +110,16 @@ def send_turn(
     from ..controller import origin
 
     server = state.server
-    check_agent(server, name)
+    if server.current_session_id(name) is None:  # a session chosen with %chaz use: served elsewhere
+        check_agent(server, name)
     if not text.strip():
         raise UsageError(f"%chaz: nothing to send to @{name}; write the text after @{name}")
     session = server.current_session(name)
+    if name not in server.agents and not served_elsewhere(server.store, session):
+        raise UsageError(
+            f"%chaz: no kernel serves session {session} now and @{name} is not defined here; "
+            f"define it (%chaz agent {name} --model M) to serve the session from this kernel"
+        )
     latest = server.store.latest(session)
     view = None
     if display:
@@ -139,11 +147,16 @@ def wait_session(state: ExtensionState, session: int, handle: Any, view: Any) ->
     from ...errors import WaitInterrupted
     from ..kernel_loop import wait_run
 
+    from ...server.remote import RemoteRun
+
     server = state.server
+    # A run another kernel serves is followed by its status (read from the log): the wait also
+    # ends, rather than hang, if that kernel dies before it answers (its lease frees).
+    future = handle.future if handle is not None and not isinstance(handle, RemoteRun) else None
     outcome = wait_run(
-        is_done=lambda: not server.is_busy(session),
+        is_done=lambda: server.session_status(session) == "idle",  # (also a run served elsewhere)
         is_parked=lambda: server.session_status(session) == "parked",
-        future=handle.future if handle is not None else None,
+        future=future,
         loop=state.loop,
     )
     if view is not None:
