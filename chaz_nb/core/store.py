@@ -253,6 +253,7 @@ class SessionStore(GroupCommitWriter):
         with self._lock:
             session_id = self._next_session_id
             columns = "id, agent, kind, parent_id, depth, created_at, title, metadata"
+            meta = json.dumps(redact_data(metadata, self.redact)) if metadata is not None else None
             values = [
                 session_id,
                 agent,
@@ -261,7 +262,7 @@ class SessionStore(GroupCommitWriter):
                 depth,
                 utcnow(),
                 self.redact(title) if title else title,
-                json.dumps(redact_data(metadata, self.redact)) if metadata is not None else None,
+                meta,
             ]
             if ceiling is not None:
                 columns += ", ceiling"
@@ -271,6 +272,12 @@ class SessionStore(GroupCommitWriter):
             )
             self._next_session_id += 1
             self._next_seq[session_id] = 1
+            # Sole writer: the new session's row and its (empty) log are known without a query,
+            # so its first turn reads nothing back.
+            self._sessions[session_id] = _session_from_row([*values[:7], meta, ceiling])
+            self._logs[session_id] = []
+            while len(self._logs) > LOG_CACHE_SESSIONS:
+                self._logs.popitem(last=False)
         return session_id
 
     def update_session_metadata(self, session_id: int, metadata: dict[str, Any]) -> None:
