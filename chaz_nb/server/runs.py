@@ -13,6 +13,11 @@ run's Ack lists the triggers it answers: ``answers`` (their entry ids, in seq or
 Every Ack that opens a run gets a closing entry (the reply, an Error, or a silent-turn Ack),
 also when the run is cancelled (``stop``) at any point after the Ack: even while the Ack is
 still committing, the interruption is written once it lands.
+
+The run does not wait for its Ack's commit (issue 14: it is one DuckDB commit, ~1-3 ms, on
+every turn's critical path otherwise): the context is read and the model called while the Ack
+commits. What names the run waits for it: each tool call (``AfterAck``), the event writer and
+the closing entry, so they all land after the Ack, in commit order.
 """
 
 from __future__ import annotations
