@@ -85,7 +85,7 @@ async def bare_loop(litellm, delay: float) -> float:
             {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
             for c in msg.tool_calls]})
         for c in msg.tool_calls:
-            out = add.fn(**json.loads(c.function.arguments))
+            out = await add.fn(**json.loads(c.function.arguments))
             messages.append({"role": "tool", "tool_call_id": c.id, "content": json.dumps(out)})
     return time.perf_counter() - t0
 
@@ -109,8 +109,9 @@ async def bench_overhead(runs: int) -> None:
         for label, where, delay in cases:
             path = os.path.join(tmp, f"o{delay}.duckdb") if where == "file" else where
             store = SessionStore(path)
+            # whole replies, as the bare loop asks for them (the same stream setting on both sides)
             server = Server(store, [Agent("bench", model="chaz/script", tools=["add"], script=SCRIPT,
-                                          max_iterations=STEPS + 2,
+                                          max_iterations=STEPS + 2, stream=False,
                                           model_options={"metadata": {"chaz_delay": delay}})],
                             ToolRegistry([add]))
             await server_run(server)
