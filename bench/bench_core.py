@@ -85,7 +85,7 @@ async def bare_loop(litellm, delay: float) -> float:
             {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
             for c in msg.tool_calls]})
         for c in msg.tool_calls:
-            out = add.fn(**json.loads(c.function.arguments))
+            out = await add.fn(**json.loads(c.function.arguments))
             messages.append({"role": "tool", "tool_call_id": c.id, "content": json.dumps(out)})
     return time.perf_counter() - t0
 
@@ -109,8 +109,9 @@ async def bench_overhead(runs: int) -> None:
         for label, where, delay in cases:
             path = os.path.join(tmp, f"o{delay}.duckdb") if where == "file" else where
             store = SessionStore(path)
+            # whole replies, as the bare loop asks for them (the same stream setting on both sides)
             server = Server(store, [Agent("bench", model="chaz/script", tools=["add"], script=SCRIPT,
-                                          max_iterations=STEPS + 2,
+                                          max_iterations=STEPS + 2, stream=False,
                                           model_options={"metadata": {"chaz_delay": delay}})],
                             ToolRegistry([add]))
             await server_run(server)
@@ -127,13 +128,23 @@ async def bench_overhead(runs: int) -> None:
             store.close()
 
 
-async def bare_http(litellm, fake, steps: int, options: dict) -> float:
-    """``steps`` tool-calling model calls and the final answer, litellm alone, over HTTP."""
+async def bare_http(litellm, fake, steps: int, options: dict, stream: bool = False) -> float:
+    """``steps`` tool-calling model calls and the final answer, litellm alone, over HTTP.
+
+    ``stream``: as the server streams (``Agent.stream``, the default): ``stream=True`` with
+    usage in the last chunk, the chunks read as they come and put together by litellm.
+    """
     tools = [add.schema]
     messages: list[dict] = [{"role": "user", "content": "go"}]
     t0 = time.perf_counter()
     while True:
-        resp = await litellm.acompletion(model="openai/bench", messages=messages, tools=tools, **options)
+        if stream:
+            chunks = [c async for c in await litellm.acompletion(
+                model="openai/bench", messages=messages, tools=tools, stream=True,
+                stream_options={"include_usage": True}, **options)]
+            resp = litellm.stream_chunk_builder(chunks, messages=messages)
+        else:
+            resp = await litellm.acompletion(model="openai/bench", messages=messages, tools=tools, **options)
         msg = resp.choices[0].message
         if not msg.tool_calls:
             break
@@ -154,7 +165,11 @@ def http_script(fake, steps: int, latency: float) -> None:
 
 
 async def bench_http(runs: int, latency: float) -> None:
-    """Server vs bare litellm over HTTP (issue 14): medians of interleaved runs."""
+    """Server vs bare litellm over HTTP (issue 14): medians of interleaved runs.
+
+    Both sides alike: whole replies on both (``Agent(stream=False)``), then streamed on both
+    (the Agent's default, against a bare loop that streams too).
+    """
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
     from fakes.openai_server import FakeModelServer
 
@@ -162,31 +177,36 @@ async def bench_http(runs: int, latency: float) -> None:
     with FakeModelServer() as fake, tempfile.TemporaryDirectory() as tmp:
         options = {"api_base": fake.openai_base, "api_key": "sk-bench"}
         store = SessionStore(os.path.join(tmp, "http.duckdb"))
-        server = Server(store, [Agent("bench", model="openai/bench", tools=["add"], max_iterations=STEPS + 2,
-                                      api_base=fake.openai_base, model_options={"api_key": "sk-bench"})],
-                        ToolRegistry([add]))
-        for steps, target in ((0, 5.0), (STEPS, 2.0)):
-            http_script(fake, steps, latency)
-            await bare_http(litellm, fake, steps, options)  # warm-up: connections, caches
-            http_script(fake, steps, latency)
-            await server_http(server)
-            bare, served = [], []
-            for i in range(runs):
-                # interleaved, alternating which goes first, so machine noise hits both alike
-                for first in ((0, 1) if i % 2 else (1, 0)):
-                    http_script(fake, steps, latency)
-                    if first:
-                        bare.append(await bare_http(litellm, fake, steps, options))
-                    else:
-                        served.append(await server_http(server))
-            b, s = statistics.median(bare) * 1000, statistics.median(served) * 1000
-            overhead = (s - b) / b * 100
-            label = "one-step turn" if steps == 0 else f"{steps + 1}-call run ({steps} tool steps)"
-            print(f"HTTP, {latency * 1000:.0f} ms latency, {label}: bare litellm {b:.1f} ms, "
-                  f"through the server {s:.1f} ms, overhead {s - b:+.1f} ms = {overhead:+.1f} % "
-                  f"(target < {target:.0f} %: {'met' if overhead < target else 'NOT met'})")
-            assert not fake.unscripted and not fake.pending(), "the fake was asked more or less than scripted"
+        for stream in (False, True):
+            server = Server(store, [Agent("bench", model="openai/bench", tools=["add"], max_iterations=STEPS + 2,
+                                          stream=stream, api_base=fake.openai_base,
+                                          model_options={"api_key": "sk-bench"})],
+                            ToolRegistry([add]))
+            for steps, target in ((0, 5.0), (STEPS, 2.0)):
+                http_script(fake, steps, latency)
+                await bare_http(litellm, fake, steps, options, stream)  # warm-up: connections, caches
+                http_script(fake, steps, latency)
+                await server_http(server)
+                bare, served = [], []
+                for i in range(runs):
+                    # interleaved, alternating which goes first, so machine noise hits both alike
+                    for first in ((0, 1) if i % 2 else (1, 0)):
+                        http_script(fake, steps, latency)
+                        if first:
+                            bare.append(await bare_http(litellm, fake, steps, options, stream))
+                        else:
+                            served.append(await server_http(server))
+                b, s = statistics.median(bare) * 1000, statistics.median(served) * 1000
+                overhead = (s - b) / b * 100
+                label = "one-step turn" if steps == 0 else f"{steps + 1}-call run ({steps} tool steps)"
+                print(f"HTTP, {latency * 1000:.0f} ms latency, {'streamed' if stream else 'whole replies'}, "
+                      f"{label}: bare litellm {b:.1f} ms, through the server {s:.1f} ms, "
+                      f"overhead {s - b:+.1f} ms = {overhead:+.1f} % "
+                      f"(target < {target:.0f} %: {'met' if overhead < target else 'NOT met'})")
+                assert not fake.unscripted and not fake.pending(), "the fake was asked more or less than scripted"
+            await server.stop()
         store.close()
+    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 async def server_http(server: Server) -> float:

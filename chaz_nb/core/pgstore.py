@@ -38,7 +38,6 @@ import logging
 import os
 import re
 import threading
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -55,11 +54,12 @@ from .store import ENTRY_COLUMNS as _ENTRY_COLUMNS
 from .store import NewEntry, SessionInfo, utcnow
 from .store import as_text as _text
 from .store import entry_from_row, run_id_of, session_from_row
+from .writer import GroupCommitWriter, OnWrite
 from ..errors import StoreError
 
 log = logging.getLogger(__name__)
 
-OnWrite = Callable[[Entry], None]
+__all__ = ["OnWrite", "PgSessionStore"]
 CHANNEL = "chaz_entries"
 #: other channels the listener relays to ``on_notice`` callbacks (schedule changes)
 NOTICE_CHANNELS = ("chaz_schedules",)
@@ -124,7 +124,7 @@ class PgResult:
         return pd.DataFrame(self._rows, columns=self.columns)
 
 
-class PgSessionStore:
+class PgSessionStore(GroupCommitWriter):
     """Session log over PostgreSQL (psycopg 3): ``PgSessionStore("postgresql://...")``."""
 
     dialect = "postgresql"
@@ -149,14 +149,10 @@ class PgSessionStore:
             raise StoreError(f"cannot open {self.path}: {_one_line(exc)}") from None
         self._lease_con: psycopg.Connection | None = None
         self._held: set[int] = set()
-        self._subscribers: list[OnWrite] = []
+        self._init_writer()
         self._notice: dict[str, list[Callable[[str], None]]] = {}
-        self._queue: deque[Entry] = deque()
-        self._dispatching = False
         self._closed = False
         self._listener: asyncio.Task | None = None
-        self._pending_writes: list[tuple[list[NewEntry], asyncio.Future]] = []
-        self._flush_scheduled = False
         try:
             self.schema_version = (
                 self._scalar("SELECT count(*) FROM _chaz_migrations") if read_only
@@ -371,58 +367,6 @@ class PgSessionStore:
         self._drain()
         return entries
 
-    async def write(self, items: Iterable[NewEntry]) -> list[Entry]:
-        """Group commit: entries written in the same loop tick share one transaction."""
-        self._check_writable()
-        items = list(items)
-        if not items:
-            return []
-        loop = asyncio.get_running_loop()
-        self.start_listener(loop)
-        future: asyncio.Future[list[Entry]] = loop.create_future()
-        self._pending_writes.append((items, future))
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            loop.call_soon(self._flush_pending)
-        return await future
-
-    async def write_one(
-        self,
-        session_id: int,
-        entry_type: EntryType | str,
-        sender: str,
-        content: str = "",
-        *,
-        tool_call_id: str | None = None,
-        tool_name: str | None = None,
-        payload: dict[str, Any] | None = None,
-    ) -> Entry:
-        """``append`` through the group commit."""
-        entry = NewEntry(session_id, EntryType(entry_type), sender, content, tool_call_id, tool_name, payload)
-        return (await self.write([entry]))[0]
-
-    def _flush_pending(self) -> None:
-        batch, self._pending_writes = self._pending_writes, []
-        self._flush_scheduled = False
-        try:
-            written = self.append_many([item for items, _ in batch for item in items])
-        except Exception:  # noqa: BLE001 - each request is retried alone and gets its own error
-            for items, future in batch:  # one bad request must not sink the others
-                try:
-                    result = self.append_many(items)
-                except Exception as exc:  # noqa: BLE001 - handed to the writer's future
-                    if not future.done():
-                        future.set_exception(exc)
-                else:
-                    if not future.done():
-                        future.set_result(result)
-            return
-        start = 0
-        for items, future in batch:
-            if not future.done():
-                future.set_result(written[start : start + len(items)])
-            start += len(items)
-
     def entries(self, session_id: int, after_seq: int = 0, types: Iterable[EntryType] | None = None) -> list[Entry]:
         """Entries of a session in seq order (after ``after_seq``, of ``types`` when given)."""
         self._check_open()
@@ -501,18 +445,16 @@ class PgSessionStore:
         return [_entry(row) for row in self._rows(query + " ORDER BY id", [EntryType(entry_type).value, *params])]
 
     # -------------------------------------------------------------- callbacks
-    def subscribe(self, callback: OnWrite) -> Callable[[], None]:
-        """Call ``callback(entry)`` after each commit, this process's and others'; returns the unsubscribe."""
-        self._subscribers.append(callback)
-        # No running loop: the first ``write`` (or ``start_listener(loop)``) starts it.
+    def _writing_on(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.start_listener(loop)
+
+    def _subscribed(self) -> None:
+        """Subscribers hear this process's commits and others': the listener brings the others'.
+
+        No running loop: the first ``write`` (or ``start_listener(loop)``) starts it.
+        """
         with contextlib.suppress(RuntimeError):
             self.start_listener(asyncio.get_running_loop())
-
-        def unsubscribe() -> None:
-            with contextlib.suppress(ValueError):
-                self._subscribers.remove(callback)
-
-        return unsubscribe
 
     def notify(self, channel: str, payload: str) -> None:
         """Tell every kernel's ``on_notice(channel)`` callbacks (this one's too) ``payload``."""
@@ -561,22 +503,8 @@ class PgSessionStore:
         self._drain()
         return count
 
-    def _drain(self) -> None:
-        # A callback may append in turn; those entries queue behind the current ones.
-        if self._dispatching:
-            return
-        self._dispatching = True
-        try:
-            while self._queue:
-                entry = self._queue.popleft()
-                for callback in list(self._subscribers):
-                    try:
-                        callback(entry)
-                    except Exception:
-                        log.exception("on_write callback %r failed for entry %s", callback, entry.id)
-                self._dispatched = max(self._dispatched, entry.id)
-        finally:
-            self._dispatching = False
+    def _after_dispatch(self, entry: Entry) -> None:
+        self._dispatched = max(self._dispatched, entry.id)
 
     def start_listener(self, loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Task:
         """Start (once) the LISTEN task on ``loop`` (the running one by default)."""

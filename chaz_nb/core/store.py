@@ -16,7 +16,6 @@ same file a second time in the process, not even read-only. To export data, fetc
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -35,11 +34,12 @@ from .window import ContextWindow, chunk_rows, fill_window, window_types
 from .migrations import MIGRATIONS, Migration, apply_migrations
 from .redaction import redact as redact_secrets
 from .redaction import redact_data
+from .writer import GroupCommitWriter, NewEntry, OnWrite
 from ..errors import StoreError, StoreLockedError
 
 log = logging.getLogger(__name__)
 
-OnWrite = Callable[[Entry], None]
+__all__ = ["NewEntry", "OnWrite", "SessionInfo", "SessionStore"]
 
 #: sessions whose newest entries are kept in memory (least recently used dropped first)
 LOG_CACHE_SESSIONS = 128
@@ -67,19 +67,6 @@ class SessionInfo:
     metadata: dict[str, Any] | None = None
     #: a spawned session's authority ceiling as stored (JSON text; see chaz_nb/ceiling.py)
     ceiling: str | None = None
-
-
-@dataclass(frozen=True)
-class NewEntry:
-    """An entry to be written by ``SessionStore.append_many``."""
-
-    session_id: int
-    entry_type: EntryType
-    sender: str
-    content: str = ""
-    tool_call_id: str | None = None
-    tool_name: str | None = None
-    payload: dict[str, Any] | None = None
 
 
 def utcnow() -> datetime:
@@ -127,7 +114,7 @@ def _connect(path: str, read_only: bool) -> duckdb.DuckDBPyConnection:
         raise StoreError(f"cannot open {path}: {text.splitlines()[0]}") from None
 
 
-class SessionStore:
+class SessionStore(GroupCommitWriter):
     """Session log over DuckDB: ``":memory:"`` or a file path."""
 
     @classmethod
@@ -151,9 +138,7 @@ class SessionStore:
         self.read_only = read_only
         self._con = _connect(self.path, read_only)
         self._lock = threading.RLock()
-        self._subscribers: list[OnWrite] = []
-        self._dispatch_queue: deque[Entry] = deque()
-        self._dispatching = False
+        self._init_writer()
         self._closed = False
         # Redaction runs on every string before it is written (secrets never reach the file).
         self.redact: Callable[[str], str] = redact or redact_secrets
@@ -172,8 +157,6 @@ class SessionStore:
         self._sessions: dict[int, SessionInfo] = {}
         self._logs: OrderedDict[int, _LogWindow] = OrderedDict()
         self._log_bytes = 0  # the cached windows' bytes together
-        self._pending_writes: list[tuple[list[NewEntry], asyncio.Future]] = []
-        self._flush_scheduled = False
         self._has_run_id = self.has_column("entries", "run_id")
         # A read-only file of an older schema has no ceiling column: read it as NULL.
         self._session_columns = (
@@ -276,6 +259,7 @@ class SessionStore:
         with self._lock:
             session_id = self._next_session_id
             columns = "id, agent, kind, parent_id, depth, created_at, title, metadata"
+            meta = json.dumps(redact_data(metadata, self.redact)) if metadata is not None else None
             values = [
                 session_id,
                 agent,
@@ -284,7 +268,7 @@ class SessionStore:
                 depth,
                 utcnow(),
                 self.redact(title) if title else title,
-                json.dumps(redact_data(metadata, self.redact)) if metadata is not None else None,
+                meta,
             ]
             if ceiling is not None:
                 columns += ", ceiling"
@@ -294,6 +278,11 @@ class SessionStore:
             )
             self._next_session_id += 1
             self._next_seq[session_id] = 1
+            # Sole writer: the new session's row and its (empty) log are known without a query,
+            # so its first turn reads nothing back.
+            self._sessions[session_id] = _session_from_row([*values[:7], meta, ceiling])
+            self._logs[session_id] = _LogWindow(first_seq=1)
+            self._evict()
         return session_id
 
     def update_session_metadata(self, session_id: int, metadata: dict[str, Any]) -> None:
@@ -430,68 +419,6 @@ class SessionStore:
             self._cache_committed(entries)
         self._dispatch(entries)
         return entries
-
-    async def write(self, items: Iterable[NewEntry]) -> list[Entry]:
-        """Group commit: entries written in the same loop tick share one transaction.
-
-        Each DuckDB commit costs ~1-4 ms on these machines, so with many sessions at work
-        the server's writes of one tick (Acks, tool events, replies of different runs) are
-        committed together. Callbacks run after that commit, in order, as with ``append``.
-        """
-        self._check_writable()
-        items = list(items)
-        if not items:
-            return []
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[list[Entry]] = loop.create_future()
-        self._pending_writes.append((items, future))
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            loop.call_soon(self._flush_pending)
-        return await future
-
-    async def write_one(
-        self,
-        session_id: int,
-        entry_type: EntryType | str,
-        sender: str,
-        content: str = "",
-        *,
-        tool_call_id: str | None = None,
-        tool_name: str | None = None,
-        payload: dict[str, Any] | None = None,
-    ) -> Entry:
-        """``append`` through the group commit."""
-        entry = NewEntry(session_id, EntryType(entry_type), sender, content, tool_call_id, tool_name, payload)
-        return (await self.write([entry]))[0]
-
-    def _flush_pending(self) -> None:
-        batch, self._pending_writes = self._pending_writes, []
-        self._flush_scheduled = False
-        if self._closed:
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(StoreError(f"the session store {self.path} is closed"))
-            return
-        try:
-            written = self.append_many([item for items, _ in batch for item in items])
-        except Exception:  # noqa: BLE001 - any failure: retry each request on its own, below
-            # One bad request must not sink the others: write each on its own.
-            for items, future in batch:
-                try:
-                    result = self.append_many(items)
-                except Exception as exc:  # noqa: BLE001 - handed to that request's future
-                    if not future.done():
-                        future.set_exception(exc)
-                else:
-                    if not future.done():
-                        future.set_result(result)
-            return
-        start = 0
-        for items, future in batch:
-            if not future.done():
-                future.set_result(written[start : start + len(items)])
-            start += len(items)
 
     def _seq_start(self, session_id: int) -> int:
         nxt = self._next_seq.get(session_id)
@@ -725,35 +652,6 @@ class SessionStore:
                 query + " ORDER BY id", [EntryType(entry_type).value, *params]
             ).fetchall()
         return [_entry_from_row(row) for row in rows]
-
-    # -------------------------------------------------------------- callbacks
-    def subscribe(self, callback: OnWrite) -> Callable[[], None]:
-        """Call ``callback(entry)`` after each commit; returns the function that unsubscribes."""
-        self._subscribers.append(callback)
-
-        def unsubscribe() -> None:
-            with suppress(ValueError):
-                self._subscribers.remove(callback)
-
-        return unsubscribe
-
-    def _dispatch(self, entries: list[Entry]) -> None:
-        # A callback may append in turn; those entries queue behind the current ones so that
-        # every subscriber sees entries in commit order.
-        self._dispatch_queue.extend(entries)
-        if self._dispatching:
-            return
-        self._dispatching = True
-        try:
-            while self._dispatch_queue:
-                entry = self._dispatch_queue.popleft()
-                for callback in list(self._subscribers):
-                    try:
-                        callback(entry)
-                    except Exception:
-                        log.exception("on_write callback %r failed for entry %s", callback, entry.id)
-        finally:
-            self._dispatching = False
 
     # -------------------------------------------------------------------- SQL
     def sql(self, query: str, params: Sequence[Any] | None = None) -> duckdb.DuckDBPyRelation:

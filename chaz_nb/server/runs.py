@@ -13,6 +13,11 @@ run's Ack lists the triggers it answers: ``answers`` (their entry ids, in seq or
 Every Ack that opens a run gets a closing entry (the reply, an Error, or a silent-turn Ack),
 also when the run is cancelled (``stop``) at any point after the Ack: even while the Ack is
 still committing, the interruption is written once it lands.
+
+The run does not wait for its Ack's commit (issue 14: it is one DuckDB commit, ~1-3 ms, on
+every turn's critical path otherwise): the context is read and the model called while the Ack
+commits. What names the run waits for it: each tool call (``AfterAck``), the event writer and
+the closing entry, so they all land after the Ack, in commit order.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from ..engine.runtime import (
     RunResult,
     ScopedToolExecutor,
     ToolExecutor,
+    ToolOutcome,
     execute,
     one_line_reason,
 )
@@ -51,6 +57,8 @@ from .stopping import CANCELLED, StoppedRun
 
 log = logging.getLogger(__name__)
 
+#: ``RunContext.run_id`` until the run's Ack has landed (entry ids start at 1); no tool runs before
+PENDING_RUN = 0
 #: entries of a run that supersede the reply text streamed so far (a tool call: that step's text)
 _ENDS_STREAM = frozenset({EntryType.MESSAGE, EntryType.ERROR, EntryType.ACK, EntryType.TOOL_CALL})
 
@@ -107,6 +115,26 @@ class Origin:
         if other is None:
             return self
         return Origin(self.ceiling.meet(other.ceiling), self.tree or other.tree)
+
+
+class AfterAck:
+    """A run's tool executor whose calls start once the run's Ack has landed.
+
+    The model call does not wait for the Ack's commit; a tool does (it may write entries of
+    its own that name the run: approval requests, spawned sessions' Directives).
+    """
+
+    def __init__(self, executor: ToolExecutor, ctx: RunContext, ack_write: asyncio.Future[Entry]) -> None:
+        self.executor = executor
+        self.ctx = ctx
+        self.ack_write = ack_write
+
+    def schemas(self) -> list[dict[str, Any]]:
+        return self.executor.schemas()
+
+    async def call(self, call_id: str, name: str, arguments: dict[str, Any]) -> ToolOutcome:
+        self.ctx.run_id = (await asyncio.shield(self.ack_write)).id
+        return await self.executor.call(call_id, name, arguments)
 
 
 class RunEngine:
@@ -465,23 +493,17 @@ class RunEngine:
                      "answers": [e.id for e in answers], "answers_count": len(answers),
                      **(invocation.ack if invocation else {})},
         ))
-        try:
-            # shielded: a cancel while the Ack commits must not lose track of the run it opens
-            ack = await asyncio.shield(ack_write)
-        except asyncio.CancelledError:
-            stopping = self._states.get(session_id)
-            by, dropped = (stopping.stop_by, list(stopping.dropped)) if stopping else (None, [])
-            ack_write.add_done_callback(lambda f: self._close_cancelled(session_id, agent, f, by, dropped))
-            raise
-        run_id = ack.id
-        self._states[session_id].run_id = run_id
+        # The Ack commits while the context is read and the model called: the run does not
+        # wait on it. Whatever needs the run id waits for it: a tool call (the gate below), the
+        # event writer (so every ToolCall lands after the Ack) and the closing entry (so the
+        # reply waits for its own commit and for everything before it).
         # spawn_worker shares its parent's iteration budget (first run only)
         budget = (spawn.budget if spawn else None) or IterationBudget(agent.max_iterations)
         ctx = RunContext(
             port=self,
             session_id=session_id,
             agent=agent,
-            run_id=run_id,
+            run_id=PENDING_RUN,
             call_depth=ceiling.call_depth,
             max_call_depth=ceiling.depth_limit(agent.call_depth_limit),
             scope=ceiling.scope(self.tools, agent.tools),
@@ -491,20 +513,40 @@ class RunEngine:
             tree=tree,
             ceiling=ceiling,
         )
+        ack_write.add_done_callback(lambda f: self._ack_landed(session_id, ctx, f))
         token = current_run.set(ctx)
         try:
             try:
                 # room labels/notes, Summary boundary, token budget (compaction.py)
                 messages = await self._run_messages(session_id, agent, invocation)
             except asyncio.CancelledError:
-                self._write_interrupted(session_id, agent, run_id)
+                self._interrupt(session_id, agent, ack_write)
                 raise
-            outcome = await self._execute_and_record(ctx, messages)
+            outcome = await self._execute_and_record(ctx, messages, ack_write)
             for part in self.parts:
                 await part.after_run(session_id, agent)  # optional automatic compaction
             return outcome
         finally:
             current_run.reset(token)
+
+    def _ack_landed(self, session_id: int, ctx: RunContext, ack_write: asyncio.Future) -> None:
+        """The run's Ack is committed: its id is the run id (the first callback of the Ack)."""
+        if ack_write.cancelled() or ack_write.exception() is not None:
+            return
+        ctx.run_id = ack_write.result().id
+        state = self._states.get(session_id)
+        if state is not None and state.run_id is None:
+            state.run_id = ctx.run_id
+
+    def _interrupt(self, session_id: int, agent: Agent, ack_write: asyncio.Future) -> None:
+        """Close a cancelled run, now if its Ack has landed, else as soon as it lands."""
+        stopping = self._states.get(session_id)
+        by, dropped = (stopping.stop_by, list(stopping.dropped)) if stopping else (None, [])
+        if ack_write.done():
+            self._close_cancelled(session_id, agent, ack_write, by, dropped)
+        else:
+            # shielded from the cancel: the Ack still lands, and the run it opens is closed then
+            ack_write.add_done_callback(lambda f: self._close_cancelled(session_id, agent, f, by, dropped))
 
     async def _run_messages(
         self, session_id: int, agent: Agent, invocation: Invocation | None
@@ -521,25 +563,35 @@ class RunEngine:
             messages.append({"role": "user", "content": invocation.input})
         return messages
 
-    async def _execute_and_record(self, ctx: RunContext, messages: list[dict[str, Any]]) -> Entry | None:
-        agent, session_id, run_id = ctx.agent, ctx.session_id, ctx.run_id
+    async def _execute_and_record(
+        self, ctx: RunContext, messages: list[dict[str, Any]], ack_write: asyncio.Future[Entry]
+    ) -> Entry | None:
+        agent, session_id = ctx.agent, ctx.session_id
         events: asyncio.Queue = asyncio.Queue()
-        writer = asyncio.get_running_loop().create_task(
-            event_writer.write_events(self.store, self.tools, session_id, agent.name, run_id, events)
-        )
-        base = {"run_id": run_id, "model": agent.model}
+        writer = asyncio.get_running_loop().create_task(self._write_events(ctx, ack_write, events))
         streams = self.streams
+        early: list[str] = []  # reply text streamed before the Ack landed (shown once it has)
 
         def on_delta(text: str) -> None:
-            streams.delta(session_id, run_id, text)
+            if ctx.run_id == PENDING_RUN:
+                early.append(text)
+            else:
+                streams.delta(session_id, ctx.run_id, text)
 
+        def show_early(_f: asyncio.Future) -> None:
+            if ctx.run_id != PENDING_RUN:
+                for text in early:  # replayed piece by piece, as they came
+                    streams.delta(session_id, ctx.run_id, text)
+            early.clear()
+
+        ack_write.add_done_callback(show_early)
         ctx.flush_events = events.join  # the approval proxy lets ToolCall land before its request
         try:
             result: RunResult = await execute(
                 model=agent.model,
                 messages=messages,
                 backend=BudgetedBackend(self.backend, ctx.tree) if ctx.tree else self.backend,
-                tools=self._executor_for(ctx),
+                tools=AfterAck(self._executor_for(ctx), ctx, ack_write),
                 events=events,
                 budget=ctx.budget,
                 script=agent.script,
@@ -549,22 +601,26 @@ class RunEngine:
             )
         except asyncio.CancelledError:
             await event_writer.drain(events, writer)
-            self._write_interrupted(session_id, agent, run_id)
+            self._interrupt(session_id, agent, ack_write)
             raise
         except ModelCallError as exc:
             await event_writer.drain(events, writer)
+            base = {"run_id": await self._run_id(session_id, agent, ack_write), "model": agent.model}
             payload = {**base, **exc.usage.to_json(), "steps": exc.steps, **exc.details}
             reason = f"model call failed: {exc.reason}"
             if isinstance(exc.__cause__, TreeBudgetExceeded) and ctx.tree is not None:
                 reason, payload["tree_budget"] = str(exc.__cause__), ctx.tree.to_json()
             return await self.store.write_one(session_id, EntryType.ERROR, agent.name, reason, payload=payload)
         except Exception as exc:  # a bug must not lose the run's trail: record it
-            log.exception("run %s in session %s failed", run_id, session_id)
+            log.exception("run in session %s failed", session_id)
             await event_writer.drain(events, writer)
+            base = {"run_id": await self._run_id(session_id, agent, ack_write), "model": agent.model}
             return await self.store.write_one(
                 session_id, EntryType.ERROR, agent.name, one_line_reason(exc), payload=base
             )
         await event_writer.drain(events, writer)
+        # the closing entry waits for the Ack (and so lands after it and after every tool event)
+        base = {"run_id": await self._run_id(session_id, agent, ack_write), "model": agent.model}
         finished = {**base, **result.usage.to_json(), "steps": result.steps, "stop_reason": result.stop_reason}
         if not result.content.strip():
             # A silent turn writes no Message; this status entry closes the run for the audit.
@@ -580,6 +636,25 @@ class RunEngine:
             result.content,
             payload=finished,
         )
+
+    async def _run_id(self, session_id: int, agent: Agent, ack_write: asyncio.Future[Entry]) -> int:
+        """The run id, once the run's Ack has landed (a cancel meanwhile still closes the run)."""
+        try:
+            return (await asyncio.shield(ack_write)).id
+        except asyncio.CancelledError:
+            self._interrupt(session_id, agent, ack_write)
+            raise
+
+    async def _write_events(self, ctx: RunContext, ack_write: asyncio.Future[Entry], events: asyncio.Queue) -> None:
+        """The run's event writer, from the moment its Ack has landed (its entries name the run)."""
+        try:
+            ack = await asyncio.shield(ack_write)
+        except Exception:  # noqa: BLE001 - no Ack, no run to file them under: let the queue's waiters go on
+            while (await events.get()) is not None:
+                events.task_done()
+            events.task_done()
+            return
+        await event_writer.write_events(self.store, self.tools, ctx.session_id, ctx.agent.name, ack.id, events)
 
     def _write_interrupted(
         self, session_id: int, agent: Agent, run_id: int,
