@@ -549,3 +549,34 @@ def test_page_answers_the_entries_before_a_seq_for_show_earlier(env):
     comm.receive({"type": "page", "request_id": "p3", "session_id": "nope"})
     assert comm.sent[0]["ok"] is False and comm.sent[0]["message"].startswith("ValueError: ")
     real.close()
+
+
+def test_a_page_answer_stays_bounded_however_big_the_entries_are(env):
+    """A tool (an MCP server) may return megabytes, and the log keeps all of it: a page answer
+    is cut to a byte budget (fewer entries, each string clipped), so one "show earlier" click
+    never sends the frontend hundreds of megabytes; what it leaves out stays reachable."""
+    import json
+
+    from chaz_nb.core.entries import EntryType as RealType
+    from chaz_nb.core.store import NewEntry, SessionStore
+    from chaz_nb.notebook import labcomm
+
+    real = SessionStore(":memory:")
+    sid = real.create_session("assistant")
+    huge = "y" * 400_000
+    real.append_many([NewEntry(sid, RealType.TOOL_RESULT, "t", huge, tool_call_id=f"c{i}", tool_name="t",
+                               payload={"output": huge}) for i in range(1, 41)])
+    env.server.store.read_page = real.read_page
+    comm = FakeComm()
+    env.bridge.open(comm, {})
+    comm.sent.clear()
+    comm.receive({"type": "page", "request_id": "p", "session_id": sid, "limit": labcomm.PAGE_MAX})
+    reply = comm.sent[0]
+    assert reply["ok"] is True
+    assert len(json.dumps(reply)) <= labcomm.PAGE_BYTES + 1000
+    seqs = [e["seq"] for e in reply["entries"]]
+    assert seqs and seqs == list(range(seqs[0], 41))  # the newest ones, contiguous
+    assert (reply["first_seq"], reply["earlier"]) == (seqs[0], seqs[0] - 1)  # show earlier goes on from there
+    assert reply["entries"][-1]["content"].startswith("y" * 1000)
+    assert "more characters" in reply["entries"][-1]["content"]
+    real.close()

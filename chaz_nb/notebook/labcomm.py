@@ -38,6 +38,7 @@ import contextlib
 import datetime as _dt
 import enum
 import inspect
+import json
 import logging
 import threading
 import time
@@ -57,6 +58,12 @@ MAX_SESSIONS = 200
 #: Entries in a "page" reply when the frontend gives no limit, and the most it may ask for.
 PAGE_LIMIT = 50
 PAGE_MAX = 500
+#: A page answer's size: the log keeps a tool's whole output (an MCP server may return
+#: megabytes), so each string of an entry is clipped to ``PAGE_TEXT_MAX`` characters (the
+#: renderer shows 20,000) and the answer holds the newest entries that fit in ``PAGE_BYTES``
+#: characters of JSON (at least one); ``first_seq``/``earlier`` say where the next page starts.
+PAGE_TEXT_MAX = 100_000
+PAGE_BYTES = 2_000_000
 
 log = logging.getLogger("chaz_nb.labcomm")
 log.addHandler(logging.NullHandler())
@@ -75,6 +82,34 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, (list, tuple, set, frozenset)):
         return [_jsonable(v) for v in value]
     return str(value)
+
+
+def _clip(value: Any, limit: int = PAGE_TEXT_MAX) -> Any:
+    """``value`` (JSON data) with every string, keys too, cut to ``limit`` characters."""
+    if isinstance(value, str):
+        return value if len(value) <= limit else f"{value[:limit]}\n… ({len(value) - limit} more characters)"
+    if isinstance(value, dict):
+        return {_clip(k, limit): _clip(v, limit) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clip(v, limit) for v in value]
+    return value
+
+
+def _page_entries(entries: list[Any]) -> list[dict]:
+    """The JSON of the newest ``entries`` that fit in ``PAGE_BYTES`` (at least one), seq order."""
+    out: list[dict] = []
+    size = 0
+    for entry in reversed(entries):
+        item = _clip(_jsonable(entry.to_json()))
+        cost = len(json.dumps(item))
+        if out and size + cost > PAGE_BYTES:
+            break
+        if cost > PAGE_BYTES:  # one entry alone, its strings clipped, still too big: a huge payload
+            item["payload"] = {"page_clipped": "payload left out of this page (too big); %chaz sql reads it"}
+            cost = len(json.dumps(item))
+        out.append(item)
+        size += cost
+    return out[::-1]
 
 
 def _value(x: Any) -> Any:
@@ -363,11 +398,12 @@ class LabBridge:
             reply.update(ok=False, message=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
             self._send(comm, reply)
             return
-        first = entries[0].seq if entries else before_seq
+        page = _page_entries(entries)
+        first = page[0]["seq"] if page else before_seq
         reply.update(
             ok=True,
             session_id=session_id,
-            entries=[_jsonable(e.to_json()) for e in entries],
+            entries=page,
             first_seq=first,
             earlier=max(0, (first or 1) - 1),
         )
