@@ -406,3 +406,23 @@ async def test_a_server_still_starting_holds_up_nothing(server):
     assert conn.state == "starting" and not conn.settled.is_set()
     await server.remove_mcp_server("slow")
     assert conn.state == "stopped" and not children_running("mcp_hang_at_start")
+
+
+async def test_a_server_name_ending_in_underscore_is_refused_so_no_server_takes_anothers_tool_names(server):
+    """``time_``'s tool ``x`` would be ``time___x``: what ``time__*`` (an agent's scope, an
+    auto-approve pattern) names, and the same registry name as ``time``'s tool ``_x``, which
+    it would replace. With no name ending in ``_`` (and none holding ``__``), ``NAME__`` is one
+    server's prefix only."""
+    from fnmatch import fnmatchcase
+
+    from chaz_nb.engine.mcp_tools import check_server_name, registry_name
+
+    assert registry_name("time_", "x") == registry_name("time", "_x")  # what the rule prevents
+    assert fnmatchcase(registry_name("time_", "x"), "time__*")
+    for name in ("time_", "a-_", "_"):
+        with pytest.raises(ValueError, match="NAME__TOOL"):
+            check_server_name(name)
+        with pytest.raises(ServerError, match="NAME__TOOL"):
+            server.add_mcp_server(name, command=TIME)
+    assert check_server_name("my_time") == "my_time" and check_server_name("_t") == "_t"
+    assert server.mcp_servers() == []
