@@ -580,3 +580,20 @@ def test_a_page_answer_stays_bounded_however_big_the_entries_are(env):
     assert reply["entries"][-1]["content"].startswith("y" * 1000)
     assert "more characters" in reply["entries"][-1]["content"]
     real.close()
+
+
+def test_a_key_in_a_streamed_reply_is_masked_in_the_sidebar():
+    key = "sk-proj-" + "A1b2C3d4E5f6G7h8J9k0"
+    clock = Clock()
+    sched = FakeScheduler(clock)
+    server = StreamingServer()
+    bridge = LabBridge(server, call_later=sched, clock=clock, min_interval=0.25)
+    comm = FakeComm()
+    bridge.open(comm, {})
+    comm.sent.clear()
+    server.hub.delta(2, 7, "x" * 600 + " key: " + key[:10])  # the key split across deltas,
+    server.hub.delta(2, 7, key[10:])  # and the sidebar's tail cut inside the text before it
+    sched.run_due()
+    s2 = next(s for s in comm.sent[-1]["sessions"] if s["id"] == 2)
+    assert key not in s2["streaming"] and key[10:] not in s2["streaming"] and "[REDACTED]" in s2["streaming"]
+    bridge.close()

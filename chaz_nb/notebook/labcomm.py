@@ -45,6 +45,8 @@ import time
 from typing import Any
 from collections.abc import Callable
 
+from ..core.redaction import redact
+
 __all__ = ["TARGET_NAME", "LabBridge", "register_comm_target"]
 
 TARGET_NAME = "chaz"
@@ -149,6 +151,8 @@ def _streaming(server: Any, session_id: Any) -> dict:
     text = getattr(event, "text", "") if event is not None else ""
     if not text:
         return {}
+    # masked as entries are when written (the whole text first: a key cut by the tail would pass)
+    text = redact(text)
     return {"streaming": text if len(text) <= MAX_CONTENT else "…" + text[-(MAX_CONTENT - 1):]}
 
 

@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Callable, Iterable
 
+from ...core.redaction import redact
 from .base import LiveView
 from .display import OUTPUT_METADATA, WIDGET_MIME
 from .display import esc as _esc
@@ -713,7 +714,8 @@ class SessionView(LiveView):
             self.transcript.partial = None
         else:
             sender = self.transcript.working or self.info.agent
-            self.transcript.partial = (event.run_id, sender, event.text)
+            # masked as the reply's entry will be (here, at most a few times a second, not per delta)
+            self.transcript.partial = (event.run_id, sender, redact(event.text))
         return self.transcript.partial != before
 
     def _stop_following(self) -> None:
