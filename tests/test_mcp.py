@@ -426,3 +426,19 @@ async def test_a_server_name_ending_in_underscore_is_refused_so_no_server_takes_
             server.add_mcp_server(name, command=TIME)
     assert check_server_name("my_time") == "my_time" and check_server_name("_t") == "_t"
     assert server.mcp_servers() == []
+
+
+def test_credentials_in_a_url_servers_url_are_masked_in_its_target_and_text():
+    """Hosted MCP servers often take their key in the URL (``?token=``, ``?key=``, a password
+    in ``user:pw@``): ``%chaz mcp list``, the cell's "starting (URL)" line and a failure reason
+    show the URL, so those values are masked like a credential header's."""
+    from chaz_nb.server.mcp import McpServer
+
+    conn = McpServer("docs", url="https://bob:pa55w0rd-x@mcp.example.invalid/mcp?token=tok-9f8e7d"
+                                 "&access_token=acc%2Fess77&key=AIzaKey123&tz=Europe%2FParis")
+    target = conn.target
+    for secret in ("pa55w0rd-x", "tok-9f8e7d", "acc%2Fess77", "AIzaKey123"):
+        assert secret not in target, target
+    assert "bob" in target and "tz=Europe%2FParis" in target  # the rest says which server it is
+    assert conn.mask("failed: 401 for tok-9f8e7d and acc/ess77") == "failed: 401 for [REDACTED] and [REDACTED]"
+    assert conn.status()["target"] == target

@@ -26,6 +26,7 @@ import contextlib
 import logging
 import os
 import tempfile
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from collections.abc import Callable, Mapping, Sequence
@@ -125,6 +126,7 @@ class McpServer:
             if credential and scheme.isalpha():
                 values.add(credential.strip())
         values.update(v for k, v in self.env.items() if is_secret_name(k))
+        values.update(_url_secrets(self.url) if self.url else ())
         return sorted((v for v in values if len(v) >= MIN_MASKED), key=len, reverse=True)
 
     def mask(self, text: str) -> str:
@@ -424,6 +426,28 @@ class _FailedServerNotes:
 
     async def call(self, call_id: str, name: str, arguments: dict[str, Any]) -> ToolOutcome:
         return await self.inner.call(call_id, name, arguments)
+
+
+def _url_secrets(url: str) -> list[str]:
+    """The credentials a URL carries: the password of ``user:pw@`` and the values of query
+    parameters named like a key (``token``, ``access_token``, ``key``, ``sig``...), as written and
+    decoded."""
+    parts = urllib.parse.urlsplit(url)
+    values: list[str] = []
+    userinfo = parts.netloc.rpartition("@")[0]
+    password = userinfo.partition(":")[2]
+    if password:
+        values += [password, urllib.parse.unquote(password)]
+    for pair in parts.query.split("&"):
+        name, eq, raw = pair.partition("=")
+        name = urllib.parse.unquote_plus(name).lower()
+        if eq and raw and (_credential_header(name) or any(w in name for w in _CREDENTIAL_PARAMS)):
+            values += [raw, urllib.parse.unquote_plus(raw)]
+    return values
+
+
+#: words of a URL query parameter's name that make its value a credential
+_CREDENTIAL_PARAMS = ("token", "secret", "password", "passwd", "auth", "sig", "credential", "session")
 
 
 def _credential_header(name: str) -> bool:
