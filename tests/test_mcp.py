@@ -442,3 +442,14 @@ def test_credentials_in_a_url_servers_url_are_masked_in_its_target_and_text():
     assert "bob" in target and "tz=Europe%2FParis" in target  # the rest says which server it is
     assert conn.mask("failed: 401 for tok-9f8e7d and acc/ess77") == "failed: 401 for [REDACTED] and [REDACTED]"
     assert conn.status()["target"] == target
+
+
+@pytest.mark.parametrize("option", ["env", "headers", "tool_approval"])
+@pytest.mark.parametrize("value", ["Bearer s3cr3t-v4lue", ["Bearer s3cr3t-v4lue"], {"Authorization": ["s3cr3t-v4lue"]}])
+async def test_a_table_option_of_the_wrong_shape_is_one_error_that_never_echoes_the_value(server, option, value):
+    """``%%chaz mcp``'s TOML may give ``headers = "Bearer ..."``: a ServerError (the magic's one
+    line), not an AttributeError traceback; the value may be a credential, so it is not quoted."""
+    with pytest.raises(ServerError, match=f"{option} is a table") as caught:
+        server.add_mcp_server("docs", url="http://127.0.0.1:1/mcp", **{option: value})
+    assert "s3cr3t" not in str(caught.value)
+    assert server.mcp_servers() == []

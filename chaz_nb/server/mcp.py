@@ -184,6 +184,12 @@ class McpServers(Part):
             raise ServerError(str(exc)) from None
         if (command is None) == (url is None):
             raise ServerError(f"MCP server {name}: give either command=[...] or url=..., not both or neither")
+        for option, table in (("env", env), ("headers", headers), ("tool_approval", tool_approval)):
+            if table is not None and not (
+                isinstance(table, Mapping) and all(isinstance(k, str) and isinstance(v, str) for k, v in table.items())
+            ):  # the values may be credentials: never quoted
+                raise ServerError(f"MCP server {name}: {option} is a table of names to strings, "
+                                  f"e.g. {option} = {{NAME = \"...\"}}")
         if headers and url is None:
             raise ServerError(f"MCP server {name}: headers are for a url=... server (a process gets env=...)")
         if command is not None and (isinstance(command, str) or not command):
