@@ -453,3 +453,27 @@ async def test_a_table_option_of_the_wrong_shape_is_one_error_that_never_echoes_
         server.add_mcp_server("docs", url="http://127.0.0.1:1/mcp", **{option: value})
     assert "s3cr3t" not in str(caught.value)
     assert server.mcp_servers() == []
+
+
+async def test_a_server_never_replaces_a_tool_it_does_not_own(store):
+    """A Python tool whose name a server's tool would take (``flaky__echo``) stays the one
+    agents call: the server's tool is left out (a warning says so), and removing the server
+    leaves the Python tool registered."""
+    from chaz_nb.engine.tools import ToolRegistry, tool
+
+    @tool(name="flaky__echo", approval="always")
+    def local_echo(text: str) -> str:
+        """The notebook's own echo (needs approval)."""
+        return text
+
+    s = Server(store, tools=ToolRegistry([local_echo]))
+    try:
+        s.add_mcp_server("flaky", command=fake("mcp_flaky"), approval="never")
+        conn = await ready(s, "flaky")
+        mine = s.tools.get("flaky__echo")
+        assert mine.mcp_server is None and mine.approval == "always"
+        assert "flaky__echo" not in conn.tools and "flaky__fail" in conn.tools
+        await s.remove_mcp_server("flaky")
+        assert s.tools.get("flaky__echo") is mine and "flaky__fail" not in s.tools
+    finally:
+        await s.stop()

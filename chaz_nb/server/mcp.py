@@ -385,12 +385,19 @@ class McpServers(Part):
             )
             for spec in listed
         ]
+        kept = []
         for t in made:
             existing = self.port.tools.get(t.name)
             if existing is not None and existing.mcp_server != conn.name:
-                log.warning("MCP server %s: tool %s hides a tool of the same name", conn.name, t.name)
+                # never in another's place: agents scoped, and approvals set, for that tool
+                # (a Python tool needing approval) would get the server's instead
+                log.warning("MCP server %s: tool %s is left out: a tool of that name is registered already",
+                            conn.name, t.name)
+                continue
             self.port.tools.register(t)
-        conn.tools = [t.name for t in made]
+            if t.name not in kept:  # "a.b" and "a_b" are both SERVER__a_b: the last one listed
+                kept.append(t.name)
+        conn.tools = kept
 
     async def _call(self, conn: McpServer, tool_name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         session = conn.session
