@@ -46,6 +46,7 @@ from typing import Any
 from collections.abc import Callable
 
 from ..core.redaction import redact
+from .views.display import JSON_TEXT_MAX, clip_json
 
 __all__ = ["TARGET_NAME", "LabBridge", "register_comm_target"]
 
@@ -64,7 +65,7 @@ PAGE_MAX = 500
 #: megabytes), so each string of an entry is clipped to ``PAGE_TEXT_MAX`` characters (the
 #: renderer shows 20,000) and the answer holds the newest entries that fit in ``PAGE_BYTES``
 #: characters of JSON (at least one); ``first_seq``/``earlier`` say where the next page starts.
-PAGE_TEXT_MAX = 100_000
+PAGE_TEXT_MAX = JSON_TEXT_MAX
 PAGE_BYTES = 2_000_000
 
 log = logging.getLogger("chaz_nb.labcomm")
@@ -86,23 +87,12 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def _clip(value: Any, limit: int = PAGE_TEXT_MAX) -> Any:
-    """``value`` (JSON data) with every string, keys too, cut to ``limit`` characters."""
-    if isinstance(value, str):
-        return value if len(value) <= limit else f"{value[:limit]}\n… ({len(value) - limit} more characters)"
-    if isinstance(value, dict):
-        return {_clip(k, limit): _clip(v, limit) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_clip(v, limit) for v in value]
-    return value
-
-
 def _page_entries(entries: list[Any]) -> list[dict]:
     """The JSON of the newest ``entries`` that fit in ``PAGE_BYTES`` (at least one), seq order."""
     out: list[dict] = []
     size = 0
     for entry in reversed(entries):
-        item = _clip(_jsonable(entry.to_json()))
+        item = clip_json(_jsonable(entry.to_json()), PAGE_TEXT_MAX)
         cost = len(json.dumps(item))
         if out and size + cost > PAGE_BYTES:
             break

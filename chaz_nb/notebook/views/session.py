@@ -57,7 +57,7 @@ from collections.abc import Callable, Iterable
 
 from ...core.redaction import redact
 from .base import LiveView
-from .display import OUTPUT_METADATA, WIDGET_MIME
+from .display import OUTPUT_METADATA, WIDGET_MIME, clip_json
 from .display import esc as _esc
 
 log = logging.getLogger("chaz_nb.notebook.views.session")
@@ -1062,7 +1062,8 @@ class SessionView(LiveView):
                 "depth": i.depth,
             },
             "status": self.status(),
-            "entries": [e.to_json() for e in self.transcript.entries],
+            # each string clipped: a tool's megabyte output stays in the log, not in the notebook
+            "entries": [clip_json(e.to_json()) for e in self.transcript.entries],
         }
         if self.footer:
             data["footer"] = self.footer
