@@ -477,3 +477,24 @@ async def test_a_server_never_replaces_a_tool_it_does_not_own(store):
         assert s.tools.get("flaky__echo") is mine and "flaky__fail" not in s.tools
     finally:
         await s.stop()
+
+
+async def test_any_failure_of_a_call_is_a_tool_error_with_the_servers_credentials_masked(server):
+    """Not only a JSON-RPC error: whatever the client raises during a call (an HTTP error that
+    quotes the URL, say) becomes the ToolResult the log keeps, so it is masked the same way."""
+    from chaz_nb.errors import ToolError
+    from chaz_nb.server.mcp import McpServer
+
+    class Broken:
+        async def call_tool(self, *args, **kwargs):
+            raise RuntimeError("Client error '502 Bad Gateway' for url "
+                               "'https://mcp.example.invalid/mcp?token=tok-9f8e7d' (X-Team-Token: t0k3n-xyz)")
+
+    conn = McpServer("docs", url="https://mcp.example.invalid/mcp?token=tok-9f8e7d",
+                     headers={"X-Team-Token": "t0k3n-xyz"})
+    conn.state, conn.session = "ready", Broken()
+    with pytest.raises(ToolError) as caught:
+        await server.mcp._call(conn, "search", {})
+    message = str(caught.value)
+    assert "tok-9f8e7d" not in message and "t0k3n-xyz" not in message
+    assert message.startswith("docs search: RuntimeError: Client error '502 Bad Gateway'")

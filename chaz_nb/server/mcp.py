@@ -411,6 +411,9 @@ class McpServers(Part):
             # A closed connection means the server died: it is failed for every later call too.
             self._fail(conn, f"connection lost during {tool_name}")
             raise ToolError(f"MCP server {conn.name} failed during {tool_name}: {conn.reason}") from None
+        except Exception as exc:  # noqa: BLE001 - the client's own failure (an HTTP error quoting the URL...)
+            # becomes the ToolResult the log keeps: masked like the server's answers
+            raise ToolError(conn.mask(f"{conn.name} {tool_name}: {_describe(exc)}")) from None
 
 
 class _FailedServerNotes:
