@@ -498,3 +498,27 @@ async def test_any_failure_of_a_call_is_a_tool_error_with_the_servers_credential
     message = str(caught.value)
     assert "tok-9f8e7d" not in message and "t0k3n-xyz" not in message
     assert message.startswith("docs search: RuntimeError: Client error '502 Bad Gateway'")
+
+
+def test_the_repr_of_a_server_shows_its_target_masked():
+    """``server.add_mcp_server(...)`` as a cell's last line puts the repr in the notebook: the
+    URL's credentials (and a command's ``--api-key=``) are masked there as in ``%chaz mcp list``."""
+    from chaz_nb.server.mcp import McpServer
+
+    conn = McpServer("docs", url="https://bob:pw12345x@mcp.example.invalid/mcp?token=tok-9f8e7d",
+                     headers={"Authorization": "Bearer abcdefgh1234"})
+    text = repr(conn)
+    assert "pw12345x" not in text and "tok-9f8e7d" not in text and "abcdefgh1234" not in text
+    assert text.startswith("McpServer(name='docs', state='starting', target='https://bob:[REDACTED]@")
+    proc = McpServer("gh", command=["gh-mcp", "--api-key=q1w2e3r4t5y6u7"], env={"GITHUB_TOKEN": "ghx-12345678"})
+    assert "q1w2e3r4t5y6u7" not in repr(proc) and "ghx-12345678" not in repr(proc)
+
+
+def test_only_credential_flags_of_a_command_are_masked():
+    from chaz_nb.server.mcp import McpServer
+
+    conn = McpServer("gh", command=["gh-mcp", "--token", "tok-abcdef", "--author", "bob-the-dev",
+                                    "--repository", "/srv/repo", "--client-secret=s3cr3t-42"])
+    assert conn.target == ("gh-mcp --token [REDACTED] --author bob-the-dev --repository /srv/repo "
+                           "--client-secret=[REDACTED]")
+    assert conn.mask("bob-the-dev /srv/repo tok-abcdef") == "bob-the-dev /srv/repo [REDACTED]"

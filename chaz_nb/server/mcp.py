@@ -89,6 +89,10 @@ class McpServer:
     #: called with the server each time it becomes ready or failed (the cell that added it)
     listeners: list[Callable[[McpServer], None]] = field(default_factory=list, repr=False)
 
+    def __repr__(self) -> str:
+        # a cell's last line may be this server: its URL or command may hold credentials
+        return f"McpServer(name={self.name!r}, state={self.state!r}, target={self.target!r}, tools={self.tools!r})"
+
     def names_server(self, pattern: str) -> bool:
         """Whether a tool pattern (``time__*``, ``time__get_current_time``) names this server."""
         return pattern.startswith(f"{self.name}{SEPARATOR}")
@@ -127,6 +131,7 @@ class McpServer:
                 values.add(credential.strip())
         values.update(v for k, v in self.env.items() if is_secret_name(k))
         values.update(_url_secrets(self.url) if self.url else ())
+        values.update(_command_secrets(self.command or []))
         return sorted((v for v in values if len(v) >= MIN_MASKED), key=len, reverse=True)
 
     def mask(self, text: str) -> str:
@@ -457,13 +462,37 @@ def _url_secrets(url: str) -> list[str]:
     for pair in parts.query.split("&"):
         name, eq, raw = pair.partition("=")
         name = urllib.parse.unquote_plus(name).lower()
-        if eq and raw and (_credential_header(name) or any(w in name for w in _CREDENTIAL_PARAMS)):
+        if eq and raw and _credential_param(name):
             values += [raw, urllib.parse.unquote_plus(raw)]
     return values
 
 
+def _command_secrets(command: Sequence[str]) -> list[str]:
+    """The values of a command's credential flags: ``--api-key=V``, ``--token V``."""
+    values = []
+    for i, word in enumerate(command):
+        if not word.startswith("-"):
+            continue
+        name, eq, value = word.lstrip("-").partition("=")
+        if not _credential_param(name.lower()):
+            continue
+        if eq:
+            values.append(value)
+        elif i + 1 < len(command) and not command[i + 1].startswith("-"):
+            values.append(command[i + 1])
+    return values
+
+
+def _credential_param(name: str) -> bool:
+    """Whether a URL query parameter or a command flag called ``name`` (lower case) holds a credential."""
+    return (_credential_header(name) or name in _CREDENTIAL_NAMES
+            or any(w in name for w in _CREDENTIAL_WORDS))
+
+
 #: words of a URL query parameter's name that make its value a credential
-_CREDENTIAL_PARAMS = ("token", "secret", "password", "passwd", "auth", "sig", "credential", "session")
+_CREDENTIAL_WORDS = ("token", "secret", "password", "passwd", "credential")
+#: ... and whole names (not words: ``--author``, ``--signal`` hold none)
+_CREDENTIAL_NAMES = frozenset({"auth", "sig", "signature", "code"})
 
 
 def _credential_header(name: str) -> bool:
