@@ -597,3 +597,26 @@ def test_a_key_in_a_streamed_reply_is_masked_in_the_sidebar():
     s2 = next(s for s in comm.sent[-1]["sessions"] if s["id"] == 2)
     assert key not in s2["streaming"] and key[10:] not in s2["streaming"] and "[REDACTED]" in s2["streaming"]
     bridge.close()
+
+
+@pytest.mark.parametrize(("reason", "passed"), [({"<b>why</b>": [1]}, "{'<b>why</b>': [1]}"), (42, "42"),
+                                                 ("", None), (None, None), ("ok", "ok")])
+def test_a_decide_reason_reaches_the_server_as_text_whatever_type_the_frontend_sent(env, reason, passed):
+    """The ApprovalDecision's payload ``reason`` is text for every reader (the views, the audit
+    views, the renderer); a dict from the comm was stored as an object."""
+    comm = FakeComm()
+    env.bridge.open(comm, {})
+    comm.receive({"type": "decide", "request_id": "req-1", "decision": "deny", "reason": reason})
+    assert env.server.decisions == [("req-1", "deny", passed, "user")]
+
+
+def test_an_empty_page_says_nothing_comes_before_it(env):
+    """A page before seq 10**30 of a session with no such entries: nothing before it either
+    (it said 10**30 - 1 earlier entries, which the renderer offered to show)."""
+    env.server.store.read_page = lambda *a, **k: []
+    comm = FakeComm()
+    env.bridge.open(comm, {})
+    comm.sent.clear()
+    comm.receive({"type": "page", "request_id": "p", "session_id": 1, "before_seq": 10**30})
+    reply = comm.sent[0]
+    assert reply["ok"] is True and reply["entries"] == [] and reply["earlier"] == 0

@@ -399,14 +399,15 @@ class LabBridge:
             session_id=session_id,
             entries=page,
             first_seq=first,
-            earlier=max(0, (first or 1) - 1),
+            earlier=max(0, first - 1) if page else 0,  # an empty page: nothing before it either
         )
         self._send(comm, reply)
 
     def _decide(self, comm: Any, data: dict) -> None:
         request_id = str(data.get("request_id") or "")
         decision = data.get("decision")
-        reason = data.get("reason") or None
+        reason = data.get("reason")
+        reason = str(reason) if reason not in (None, "") else None  # stored as text, whatever was sent
         if decision not in ("approve", "deny"):
             self._decided(comm, request_id, False, f"unknown decision {decision!r}")
             return
