@@ -399,7 +399,7 @@ class LabBridge:
             session_id=session_id,
             entries=page,
             first_seq=first,
-            earlier=max(0, first - 1) if page else 0,  # an empty page: nothing before it either
+            earlier=max(0, page[0]["seq"] - 1) if page else 0,  # an empty page: nothing before it either
         )
         self._send(comm, reply)
 
