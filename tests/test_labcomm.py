@@ -549,3 +549,74 @@ def test_page_answers_the_entries_before_a_seq_for_show_earlier(env):
     comm.receive({"type": "page", "request_id": "p3", "session_id": "nope"})
     assert comm.sent[0]["ok"] is False and comm.sent[0]["message"].startswith("ValueError: ")
     real.close()
+
+
+def test_a_page_answer_stays_bounded_however_big_the_entries_are(env):
+    """A tool (an MCP server) may return megabytes, and the log keeps all of it: a page answer
+    is cut to a byte budget (fewer entries, each string clipped), so one "show earlier" click
+    never sends the frontend hundreds of megabytes; what it leaves out stays reachable."""
+    import json
+
+    from chaz_nb.core.entries import EntryType as RealType
+    from chaz_nb.core.store import NewEntry, SessionStore
+    from chaz_nb.notebook import labcomm
+
+    real = SessionStore(":memory:")
+    sid = real.create_session("assistant")
+    huge = "y" * 400_000
+    real.append_many([NewEntry(sid, RealType.TOOL_RESULT, "t", huge, tool_call_id=f"c{i}", tool_name="t",
+                               payload={"output": huge}) for i in range(1, 41)])
+    env.server.store.read_page = real.read_page
+    comm = FakeComm()
+    env.bridge.open(comm, {})
+    comm.sent.clear()
+    comm.receive({"type": "page", "request_id": "p", "session_id": sid, "limit": labcomm.PAGE_MAX})
+    reply = comm.sent[0]
+    assert reply["ok"] is True
+    assert len(json.dumps(reply)) <= labcomm.PAGE_BYTES + 1000
+    seqs = [e["seq"] for e in reply["entries"]]
+    assert seqs and seqs == list(range(seqs[0], 41))  # the newest ones, contiguous
+    assert (reply["first_seq"], reply["earlier"]) == (seqs[0], seqs[0] - 1)  # show earlier goes on from there
+    assert reply["entries"][-1]["content"].startswith("y" * 1000)
+    assert "more characters" in reply["entries"][-1]["content"]
+    real.close()
+
+
+def test_a_key_in_a_streamed_reply_is_masked_in_the_sidebar():
+    key = "sk-proj-" + "A1b2C3d4E5f6G7h8J9k0"
+    clock = Clock()
+    sched = FakeScheduler(clock)
+    server = StreamingServer()
+    bridge = LabBridge(server, call_later=sched, clock=clock, min_interval=0.25)
+    comm = FakeComm()
+    bridge.open(comm, {})
+    comm.sent.clear()
+    server.hub.delta(2, 7, "x" * 600 + " key: " + key[:10])  # the key split across deltas,
+    server.hub.delta(2, 7, key[10:])  # and the sidebar's tail cut inside the text before it
+    sched.run_due()
+    s2 = next(s for s in comm.sent[-1]["sessions"] if s["id"] == 2)
+    assert key not in s2["streaming"] and key[10:] not in s2["streaming"] and "[REDACTED]" in s2["streaming"]
+    bridge.close()
+
+
+@pytest.mark.parametrize(("reason", "passed"), [({"<b>why</b>": [1]}, "{'<b>why</b>': [1]}"), (42, "42"),
+                                                 ("", None), (None, None), ("ok", "ok")])
+def test_a_decide_reason_reaches_the_server_as_text_whatever_type_the_frontend_sent(env, reason, passed):
+    """The ApprovalDecision's payload ``reason`` is text for every reader (the views, the audit
+    views, the renderer); a dict from the comm was stored as an object."""
+    comm = FakeComm()
+    env.bridge.open(comm, {})
+    comm.receive({"type": "decide", "request_id": "req-1", "decision": "deny", "reason": reason})
+    assert env.server.decisions == [("req-1", "deny", passed, "user")]
+
+
+def test_an_empty_page_says_nothing_comes_before_it(env):
+    """A page before seq 10**30 of a session with no such entries: nothing before it either
+    (it said 10**30 - 1 earlier entries, which the renderer offered to show)."""
+    env.server.store.read_page = lambda *a, **k: []
+    comm = FakeComm()
+    env.bridge.open(comm, {})
+    comm.sent.clear()
+    comm.receive({"type": "page", "request_id": "p", "session_id": 1, "before_seq": 10**30})
+    reply = comm.sent[0]
+    assert reply["ok"] is True and reply["entries"] == [] and reply["earlier"] == 0

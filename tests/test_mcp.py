@@ -406,3 +406,119 @@ async def test_a_server_still_starting_holds_up_nothing(server):
     assert conn.state == "starting" and not conn.settled.is_set()
     await server.remove_mcp_server("slow")
     assert conn.state == "stopped" and not children_running("mcp_hang_at_start")
+
+
+async def test_a_server_name_ending_in_underscore_is_refused_so_no_server_takes_anothers_tool_names(server):
+    """``time_``'s tool ``x`` would be ``time___x``: what ``time__*`` (an agent's scope, an
+    auto-approve pattern) names, and the same registry name as ``time``'s tool ``_x``, which
+    it would replace. With no name ending in ``_`` (and none holding ``__``), ``NAME__`` is one
+    server's prefix only."""
+    from fnmatch import fnmatchcase
+
+    from chaz_nb.engine.mcp_tools import check_server_name, registry_name
+
+    assert registry_name("time_", "x") == registry_name("time", "_x")  # what the rule prevents
+    assert fnmatchcase(registry_name("time_", "x"), "time__*")
+    for name in ("time_", "a-_", "_"):
+        with pytest.raises(ValueError, match="NAME__TOOL"):
+            check_server_name(name)
+        with pytest.raises(ServerError, match="NAME__TOOL"):
+            server.add_mcp_server(name, command=TIME)
+    assert check_server_name("my_time") == "my_time" and check_server_name("_t") == "_t"
+    assert server.mcp_servers() == []
+
+
+def test_credentials_in_a_url_servers_url_are_masked_in_its_target_and_text():
+    """Hosted MCP servers often take their key in the URL (``?token=``, ``?key=``, a password
+    in ``user:pw@``): ``%chaz mcp list``, the cell's "starting (URL)" line and a failure reason
+    show the URL, so those values are masked like a credential header's."""
+    from chaz_nb.server.mcp import McpServer
+
+    conn = McpServer("docs", url="https://bob:pa55w0rd-x@mcp.example.invalid/mcp?token=tok-9f8e7d"
+                                 "&access_token=acc%2Fess77&key=AIzaKey123&tz=Europe%2FParis")
+    target = conn.target
+    for secret in ("pa55w0rd-x", "tok-9f8e7d", "acc%2Fess77", "AIzaKey123"):
+        assert secret not in target, target
+    assert "bob" in target and "tz=Europe%2FParis" in target  # the rest says which server it is
+    assert conn.mask("failed: 401 for tok-9f8e7d and acc/ess77") == "failed: 401 for [REDACTED] and [REDACTED]"
+    assert conn.status()["target"] == target
+
+
+@pytest.mark.parametrize("option", ["env", "headers", "tool_approval"])
+@pytest.mark.parametrize("value", ["Bearer s3cr3t-v4lue", ["Bearer s3cr3t-v4lue"], {"Authorization": ["s3cr3t-v4lue"]}])
+async def test_a_table_option_of_the_wrong_shape_is_one_error_that_never_echoes_the_value(server, option, value):
+    """``%%chaz mcp``'s TOML may give ``headers = "Bearer ..."``: a ServerError (the magic's one
+    line), not an AttributeError traceback; the value may be a credential, so it is not quoted."""
+    with pytest.raises(ServerError, match=f"{option} is a table") as caught:
+        server.add_mcp_server("docs", url="http://127.0.0.1:1/mcp", **{option: value})
+    assert "s3cr3t" not in str(caught.value)
+    assert server.mcp_servers() == []
+
+
+async def test_a_server_never_replaces_a_tool_it_does_not_own(store):
+    """A Python tool whose name a server's tool would take (``flaky__echo``) stays the one
+    agents call: the server's tool is left out (a warning says so), and removing the server
+    leaves the Python tool registered."""
+    from chaz_nb.engine.tools import ToolRegistry, tool
+
+    @tool(name="flaky__echo", approval="always")
+    def local_echo(text: str) -> str:
+        """The notebook's own echo (needs approval)."""
+        return text
+
+    s = Server(store, tools=ToolRegistry([local_echo]))
+    try:
+        s.add_mcp_server("flaky", command=fake("mcp_flaky"), approval="never")
+        conn = await ready(s, "flaky")
+        mine = s.tools.get("flaky__echo")
+        assert mine.mcp_server is None and mine.approval == "always"
+        assert "flaky__echo" not in conn.tools and "flaky__fail" in conn.tools
+        await s.remove_mcp_server("flaky")
+        assert s.tools.get("flaky__echo") is mine and "flaky__fail" not in s.tools
+    finally:
+        await s.stop()
+
+
+async def test_any_failure_of_a_call_is_a_tool_error_with_the_servers_credentials_masked(server):
+    """Not only a JSON-RPC error: whatever the client raises during a call (an HTTP error that
+    quotes the URL, say) becomes the ToolResult the log keeps, so it is masked the same way."""
+    from chaz_nb.errors import ToolError
+    from chaz_nb.server.mcp import McpServer
+
+    class Broken:
+        async def call_tool(self, *args, **kwargs):
+            raise RuntimeError("Client error '502 Bad Gateway' for url "
+                               "'https://mcp.example.invalid/mcp?token=tok-9f8e7d' (X-Team-Token: t0k3n-xyz)")
+
+    conn = McpServer("docs", url="https://mcp.example.invalid/mcp?token=tok-9f8e7d",
+                     headers={"X-Team-Token": "t0k3n-xyz"})
+    conn.state, conn.session = "ready", Broken()
+    with pytest.raises(ToolError) as caught:
+        await server.mcp._call(conn, "search", {})
+    message = str(caught.value)
+    assert "tok-9f8e7d" not in message and "t0k3n-xyz" not in message
+    assert message.startswith("docs search: RuntimeError: Client error '502 Bad Gateway'")
+
+
+def test_the_repr_of_a_server_shows_its_target_masked():
+    """``server.add_mcp_server(...)`` as a cell's last line puts the repr in the notebook: the
+    URL's credentials (and a command's ``--api-key=``) are masked there as in ``%chaz mcp list``."""
+    from chaz_nb.server.mcp import McpServer
+
+    conn = McpServer("docs", url="https://bob:pw12345x@mcp.example.invalid/mcp?token=tok-9f8e7d",
+                     headers={"Authorization": "Bearer abcdefgh1234"})
+    text = repr(conn)
+    assert "pw12345x" not in text and "tok-9f8e7d" not in text and "abcdefgh1234" not in text
+    assert text.startswith("McpServer(name='docs', state='starting', target='https://bob:[REDACTED]@")
+    proc = McpServer("gh", command=["gh-mcp", "--api-key=q1w2e3r4t5y6u7"], env={"GITHUB_TOKEN": "ghx-12345678"})
+    assert "q1w2e3r4t5y6u7" not in repr(proc) and "ghx-12345678" not in repr(proc)
+
+
+def test_only_credential_flags_of_a_command_are_masked():
+    from chaz_nb.server.mcp import McpServer
+
+    conn = McpServer("gh", command=["gh-mcp", "--token", "tok-abcdef", "--author", "bob-the-dev",
+                                    "--repository", "/srv/repo", "--client-secret=s3cr3t-42"])
+    assert conn.target == ("gh-mcp --token [REDACTED] --author bob-the-dev --repository /srv/repo "
+                           "--client-secret=[REDACTED]")
+    assert conn.mask("bob-the-dev /srv/repo tok-abcdef") == "bob-the-dev /srv/repo [REDACTED]"

@@ -310,6 +310,11 @@ def test_reading_a_file_is_refused_in_one_line(filled, tmp_path):
     "SELECT rolname, rolpassword FROM pg_authid",
     "SELECT set_config('default_transaction_read_only', 'off', false)",
     "EXPLAIN SELECT pg_sleep(10)",
+    # migration 011's sequences: nextval/setval write, and a NOTIFY wakes every kernel's fire loop
+    "SELECT nextval('schedules_id_seq')",
+    "SELECT pg_catalog.NEXTVAL('schedules_id_seq'::regclass)",
+    "SELECT setval('schedules_id_seq', 1)",
+    "SELECT pg_notify('chaz_schedules', 'x')",
 ])
 def test_chaz_sql_on_postgres_refuses_server_functions_and_catalogs(pg_url, query):
     """READ ONLY does not stop these: one ends another kernel's lease connection (its sessions

@@ -313,6 +313,18 @@ def test_read_page_gives_the_newest_entries_in_seq_order_and_pages_back(store):
     assert store.read_page(s, limit=4) == store.entries(s, after_seq=7)
 
 
+def test_read_page_takes_any_whole_number_limit_or_seq_on_both_back_ends(store):
+    """``%chaz log --limit 99999999999999999999`` and a frontend's page request pass their
+    numbers through: past a 64-bit integer PostgreSQL refused the LIMIT (bigint out of range)."""
+    s = store.create_session("alice")
+    store.append_many([NewEntry(s, EntryType.MESSAGE, "user", f"m{i}") for i in range(1, 6)])
+    for huge in (2**63, 10**20):
+        assert [e.seq for e in store.read_page(s, limit=huge)] == [1, 2, 3, 4, 5]
+        assert [e.seq for e in store.read_page(s, before_seq=huge, limit=huge)] == [1, 2, 3, 4, 5]
+    assert store.read_page(s, before_seq=-(10**20), limit=3) == []
+    assert store.read_page(10**20, limit=10**20) == []
+
+
 def test_read_page_is_right_across_a_gap_in_the_seqs(store):
     duckdb_only(store)  # the seq-range read; PostgreSQL reads the index backwards
     s = store.create_session("alice")
@@ -321,3 +333,4 @@ def test_read_page_is_right_across_a_gap_in_the_seqs(store):
     assert [e.seq for e in store.read_page(s, limit=4)] == [5, 6, 9, 10]
     assert [e.seq for e in store.read_page(s, before_seq=99, limit=3)] == [6, 9, 10]
     assert [e.seq for e in store.read_page(s, before_seq=5, limit=3)] == [2, 3, 4]
+    assert [e.seq for e in store.read_page(s, limit=10**20)] == [1, 2, 3, 4, 5, 6, 9, 10]

@@ -161,3 +161,24 @@ def test_a_200_delta_stream_updates_the_static_output_at_most_four_times_a_secon
     assert [len(t) for t in streamed] == sorted(len(t) for t in streamed)  # growing
     assert view.stats.stream_events == 200
     view.close()
+
+
+def test_a_key_in_streamed_text_is_masked_in_the_widget_the_static_output_and_the_session_json(store):
+    """The reply's Message is redacted when it is written; the text streamed before it is shown
+    (and kept in the notebook's output if the kernel dies mid-reply) with the same masking."""
+    key = "sk-proj-" + "A1b2C3d4E5f6G7h8J9k0"
+
+    async def scenario():
+        sid = store.create_session("calc")
+        hub = StreamHub()
+        view = live_view(store, hub, asyncio.get_running_loop(), sid)
+        ack = store.append(sid, EntryType.ACK, "calc", "calc is working")
+        hub.delta(sid, ack.id, "the key is sk-proj-")
+        hub.delta(sid, ack.id, key[len("sk-proj-"):] + " ok")
+        await until(lambda: view.transcript.partial is not None, view.on_update, what="the partial reply")
+        shown = [view._status_widget.value, view.html(), view.text(), str(view.bundle()[MIME_TYPE]["stream"])]
+        for out in shown:
+            assert key not in out and "[REDACTED]" in out, out
+        view.close()
+
+    asyncio.run(scenario())

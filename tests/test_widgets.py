@@ -459,3 +459,20 @@ def test_a_paged_view_escapes_every_agent_string_in_its_earlier_line_rows_and_wi
         view.close()
     finally:
         loop.close()
+
+
+def test_the_session_json_clips_each_string_so_a_huge_tool_output_does_not_fill_the_notebook(store):
+    """The log keeps a tool's whole output (an MCP server may return megabytes); the session
+    JSON saved in the notebook (and re-sent with each display update) clips each string, as the
+    HTML form and the lab page answers do; the renderer shows 20,000 characters anyway."""
+    from chaz_nb.notebook import labcomm
+
+    sid = store.create_session("calc")
+    huge = "z" * 1_000_000
+    store.append(sid, EntryType.TOOL_RESULT, "calc", huge, tool_call_id="c1", tool_name="t",
+                 payload={"output": huge, "is_error": False})
+    mime = SessionView(store, sid, status=FakeStatus("idle")).bundle()[MIME_TYPE]
+    entry = mime["entries"][0]
+    assert len(json.dumps(mime)) < 3 * labcomm.PAGE_TEXT_MAX
+    assert entry["content"].startswith("z" * 1000) and entry["content"].endswith("(900000 more characters)")
+    assert entry["payload"]["is_error"] is False and entry["payload"]["output"].endswith("more characters)")

@@ -417,12 +417,14 @@ class PgSessionStore(GroupCommitWriter):
         self._check_open()
         if limit < 1:
             return []
+        # any whole number is a page request (a frontend's, %chaz log's): past bigint, PostgreSQL
+        # refuses a LIMIT and compares as numeric (no index); no seq or id is that far out
         query = f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE session_id = ?"
-        params: list[Any] = [int(session_id)]
+        params: list[Any] = [_bigint(session_id)]
         if before_seq is not None:
             query += " AND seq < ?"
-            params.append(int(before_seq))
-        rows = self._rows(query + " ORDER BY seq DESC LIMIT ?", [*params, int(limit)])
+            params.append(_bigint(before_seq))
+        rows = self._rows(query + " ORDER BY seq DESC LIMIT ?", [*params, _bigint(limit)])
         return [_entry(row) for row in reversed(rows)]
 
     def latest(self, session_id: int) -> Entry | None:
@@ -614,3 +616,11 @@ _session = session_from_row
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+_BIGINT = 2**63 - 1
+
+
+def _bigint(n: Any) -> int:
+    """``n`` as a whole number within PostgreSQL's bigint (a larger one means "all of them")."""
+    return max(-_BIGINT, min(int(n), _BIGINT))

@@ -494,7 +494,7 @@ class SessionStore(GroupCommitWriter):
             if len(rows) < hi - lo:  # a gap in the seqs (not written by this store): the plain query
                 rows = self._con.execute(
                     f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE session_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?",
-                    [sid, hi, limit],
+                    [sid, hi, min(limit, 2**63 - 1)],
                 ).fetchall()[::-1]
         return [_entry_from_row(row) for row in rows]
 

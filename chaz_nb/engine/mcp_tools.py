@@ -42,9 +42,13 @@ def registry_name(server: str, tool_name: str) -> str:
 
 def check_server_name(name: str) -> str:
     """A server name usable as a tool-name prefix; ValueError saying what to use otherwise."""
-    if not _NAME_OK.fullmatch(name) or SEPARATOR in name or len(name) > 40:
+    # A name ending in "_" would make NAME__ another server's prefix: "time_"'s tool "x" is
+    # "time___x", which "time__*" (a scope, an auto-approve pattern) names and which is also
+    # "time"'s tool "_x". Without "__" in it nor "_" at its end, NAME__ is this server's only.
+    if not _NAME_OK.fullmatch(name) or SEPARATOR in name or name.endswith("_") or len(name) > 40:
         raise ValueError(
-            f"MCP server name {name!r}: use 1-40 letters, digits, - or single _ (it prefixes its tools as NAME__TOOL)"
+            f"MCP server name {name!r}: use 1-40 letters, digits, - or single _ (not at the end; "
+            "it prefixes its tools as NAME__TOOL)"
         )
     return name
 

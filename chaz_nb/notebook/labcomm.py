@@ -38,11 +38,15 @@ import contextlib
 import datetime as _dt
 import enum
 import inspect
+import json
 import logging
 import threading
 import time
 from typing import Any
 from collections.abc import Callable
+
+from ..core.redaction import redact
+from .views.display import JSON_TEXT_MAX, clip_json
 
 __all__ = ["TARGET_NAME", "LabBridge", "register_comm_target"]
 
@@ -57,6 +61,12 @@ MAX_SESSIONS = 200
 #: Entries in a "page" reply when the frontend gives no limit, and the most it may ask for.
 PAGE_LIMIT = 50
 PAGE_MAX = 500
+#: A page answer's size: the log keeps a tool's whole output (an MCP server may return
+#: megabytes), so each string of an entry is clipped to ``PAGE_TEXT_MAX`` characters (the
+#: renderer shows 20,000) and the answer holds the newest entries that fit in ``PAGE_BYTES``
+#: characters of JSON (at least one); ``first_seq``/``earlier`` say where the next page starts.
+PAGE_TEXT_MAX = JSON_TEXT_MAX
+PAGE_BYTES = 2_000_000
 
 log = logging.getLogger("chaz_nb.labcomm")
 log.addHandler(logging.NullHandler())
@@ -75,6 +85,23 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, (list, tuple, set, frozenset)):
         return [_jsonable(v) for v in value]
     return str(value)
+
+
+def _page_entries(entries: list[Any]) -> list[dict]:
+    """The JSON of the newest ``entries`` that fit in ``PAGE_BYTES`` (at least one), seq order."""
+    out: list[dict] = []
+    size = 0
+    for entry in reversed(entries):
+        item = clip_json(_jsonable(entry.to_json()), PAGE_TEXT_MAX)
+        cost = len(json.dumps(item))
+        if out and size + cost > PAGE_BYTES:
+            break
+        if cost > PAGE_BYTES:  # one entry alone, its strings clipped, still too big: a huge payload
+            item["payload"] = {"page_clipped": "payload left out of this page (too big); %chaz sql reads it"}
+            cost = len(json.dumps(item))
+        out.append(item)
+        size += cost
+    return out[::-1]
 
 
 def _value(x: Any) -> Any:
@@ -114,6 +141,8 @@ def _streaming(server: Any, session_id: Any) -> dict:
     text = getattr(event, "text", "") if event is not None else ""
     if not text:
         return {}
+    # masked as entries are when written (the whole text first: a key cut by the tail would pass)
+    text = redact(text)
     return {"streaming": text if len(text) <= MAX_CONTENT else "…" + text[-(MAX_CONTENT - 1):]}
 
 
@@ -363,20 +392,22 @@ class LabBridge:
             reply.update(ok=False, message=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
             self._send(comm, reply)
             return
-        first = entries[0].seq if entries else before_seq
+        page = _page_entries(entries)
+        first = page[0]["seq"] if page else before_seq
         reply.update(
             ok=True,
             session_id=session_id,
-            entries=[_jsonable(e.to_json()) for e in entries],
+            entries=page,
             first_seq=first,
-            earlier=max(0, (first or 1) - 1),
+            earlier=max(0, page[0]["seq"] - 1) if page else 0,  # an empty page: nothing before it either
         )
         self._send(comm, reply)
 
     def _decide(self, comm: Any, data: dict) -> None:
         request_id = str(data.get("request_id") or "")
         decision = data.get("decision")
-        reason = data.get("reason") or None
+        reason = data.get("reason")
+        reason = str(reason) if reason not in (None, "") else None  # stored as text, whatever was sent
         if decision not in ("approve", "deny"):
             self._decided(comm, request_id, False, f"unknown decision {decision!r}")
             return

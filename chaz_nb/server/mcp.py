@@ -26,6 +26,7 @@ import contextlib
 import logging
 import os
 import tempfile
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from collections.abc import Callable, Mapping, Sequence
@@ -88,6 +89,10 @@ class McpServer:
     #: called with the server each time it becomes ready or failed (the cell that added it)
     listeners: list[Callable[[McpServer], None]] = field(default_factory=list, repr=False)
 
+    def __repr__(self) -> str:
+        # a cell's last line may be this server: its URL or command may hold credentials
+        return f"McpServer(name={self.name!r}, state={self.state!r}, target={self.target!r}, tools={self.tools!r})"
+
     def names_server(self, pattern: str) -> bool:
         """Whether a tool pattern (``time__*``, ``time__get_current_time``) names this server."""
         return pattern.startswith(f"{self.name}{SEPARATOR}")
@@ -125,6 +130,8 @@ class McpServer:
             if credential and scheme.isalpha():
                 values.add(credential.strip())
         values.update(v for k, v in self.env.items() if is_secret_name(k))
+        values.update(_url_secrets(self.url) if self.url else ())
+        values.update(_command_secrets(self.command or []))
         return sorted((v for v in values if len(v) >= MIN_MASKED), key=len, reverse=True)
 
     def mask(self, text: str) -> str:
@@ -182,6 +189,12 @@ class McpServers(Part):
             raise ServerError(str(exc)) from None
         if (command is None) == (url is None):
             raise ServerError(f"MCP server {name}: give either command=[...] or url=..., not both or neither")
+        for option, table in (("env", env), ("headers", headers), ("tool_approval", tool_approval)):
+            if table is not None and not (
+                isinstance(table, Mapping) and all(isinstance(k, str) and isinstance(v, str) for k, v in table.items())
+            ):  # the values may be credentials: never quoted
+                raise ServerError(f"MCP server {name}: {option} is a table of names to strings, "
+                                  f"e.g. {option} = {{NAME = \"...\"}}")
         if headers and url is None:
             raise ServerError(f"MCP server {name}: headers are for a url=... server (a process gets env=...)")
         if command is not None and (isinstance(command, str) or not command):
@@ -377,12 +390,19 @@ class McpServers(Part):
             )
             for spec in listed
         ]
+        kept = []
         for t in made:
             existing = self.port.tools.get(t.name)
             if existing is not None and existing.mcp_server != conn.name:
-                log.warning("MCP server %s: tool %s hides a tool of the same name", conn.name, t.name)
+                # never in another's place: agents scoped, and approvals set, for that tool
+                # (a Python tool needing approval) would get the server's instead
+                log.warning("MCP server %s: tool %s is left out: a tool of that name is registered already",
+                            conn.name, t.name)
+                continue
             self.port.tools.register(t)
-        conn.tools = [t.name for t in made]
+            if t.name not in kept:  # "a.b" and "a_b" are both SERVER__a_b: the last one listed
+                kept.append(t.name)
+        conn.tools = kept
 
     async def _call(self, conn: McpServer, tool_name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         session = conn.session
@@ -396,6 +416,9 @@ class McpServers(Part):
             # A closed connection means the server died: it is failed for every later call too.
             self._fail(conn, f"connection lost during {tool_name}")
             raise ToolError(f"MCP server {conn.name} failed during {tool_name}: {conn.reason}") from None
+        except Exception as exc:  # noqa: BLE001 - the client's own failure (an HTTP error quoting the URL...)
+            # becomes the ToolResult the log keeps: masked like the server's answers
+            raise ToolError(conn.mask(f"{conn.name} {tool_name}: {_describe(exc)}")) from None
 
 
 class _FailedServerNotes:
@@ -424,6 +447,52 @@ class _FailedServerNotes:
 
     async def call(self, call_id: str, name: str, arguments: dict[str, Any]) -> ToolOutcome:
         return await self.inner.call(call_id, name, arguments)
+
+
+def _url_secrets(url: str) -> list[str]:
+    """The credentials a URL carries: the password of ``user:pw@`` and the values of query
+    parameters named like a key (``token``, ``access_token``, ``key``, ``sig``...), as written and
+    decoded."""
+    parts = urllib.parse.urlsplit(url)
+    values: list[str] = []
+    userinfo = parts.netloc.rpartition("@")[0]
+    password = userinfo.partition(":")[2]
+    if password:
+        values += [password, urllib.parse.unquote(password)]
+    for pair in parts.query.split("&"):
+        name, eq, raw = pair.partition("=")
+        name = urllib.parse.unquote_plus(name).lower()
+        if eq and raw and _credential_param(name):
+            values += [raw, urllib.parse.unquote_plus(raw)]
+    return values
+
+
+def _command_secrets(command: Sequence[str]) -> list[str]:
+    """The values of a command's credential flags: ``--api-key=V``, ``--token V``."""
+    values = []
+    for i, word in enumerate(command):
+        if not word.startswith("-"):
+            continue
+        name, eq, value = word.lstrip("-").partition("=")
+        if not _credential_param(name.lower()):
+            continue
+        if eq:
+            values.append(value)
+        elif i + 1 < len(command) and not command[i + 1].startswith("-"):
+            values.append(command[i + 1])
+    return values
+
+
+def _credential_param(name: str) -> bool:
+    """Whether a URL query parameter or a command flag called ``name`` (lower case) holds a credential."""
+    return (_credential_header(name) or name in _CREDENTIAL_NAMES
+            or any(w in name for w in _CREDENTIAL_WORDS))
+
+
+#: words of a URL query parameter's name that make its value a credential
+_CREDENTIAL_WORDS = ("token", "secret", "password", "passwd", "credential")
+#: ... and whole names (not words: ``--author``, ``--signal`` hold none)
+_CREDENTIAL_NAMES = frozenset({"auth", "sig", "signature", "code"})
 
 
 def _credential_header(name: str) -> bool:

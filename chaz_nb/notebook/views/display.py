@@ -32,6 +32,23 @@ WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 OUTPUT_METADATA = {"chaz_nb": {"static_fallback": True}}
 
 
+#: most characters of one string of an entry in JSON sent to a frontend (the session JSON, a lab
+#: page answer): the log keeps a tool's whole output, which may be megabytes; the renderer
+#: shows 20,000 characters of it
+JSON_TEXT_MAX = 100_000
+
+
+def clip_json(value: Any, limit: int = JSON_TEXT_MAX) -> Any:
+    """``value`` (JSON data) with every string, keys too, cut to ``limit`` characters."""
+    if isinstance(value, str):
+        return value if len(value) <= limit else f"{value[:limit]}\n… ({len(value) - limit} more characters)"
+    if isinstance(value, dict):
+        return {clip_json(k, limit): clip_json(v, limit) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clip_json(v, limit) for v in value]
+    return value
+
+
 def esc(value: Any) -> str:
     """HTML-escape anything an agent, a tool or a user wrote (the HTML widget does not sanitise)."""
     return html.escape("" if value is None else str(value), quote=True)

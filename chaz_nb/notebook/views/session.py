@@ -55,8 +55,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Callable, Iterable
 
+from ...core.redaction import redact
 from .base import LiveView
-from .display import OUTPUT_METADATA, WIDGET_MIME
+from .display import OUTPUT_METADATA, WIDGET_MIME, clip_json
 from .display import esc as _esc
 
 log = logging.getLogger("chaz_nb.notebook.views.session")
@@ -716,7 +717,8 @@ class SessionView(LiveView):
             self.transcript.partial = None
         else:
             sender = self.transcript.working or self.info.agent
-            self.transcript.partial = (event.run_id, sender, event.text)
+            # masked as the reply's entry will be (here, at most a few times a second, not per delta)
+            self.transcript.partial = (event.run_id, sender, redact(event.text))
         return self.transcript.partial != before
 
     def _stop_following(self) -> None:
@@ -1063,7 +1065,8 @@ class SessionView(LiveView):
                 "depth": i.depth,
             },
             "status": self.status(),
-            "entries": [e.to_json() for e in self.transcript.entries],
+            # each string clipped: a tool's megabyte output stays in the log, not in the notebook
+            "entries": [clip_json(e.to_json()) for e in self.transcript.entries],
         }
         if self.footer:
             data["footer"] = self.footer
