@@ -291,21 +291,6 @@ class PgSessionStore(GroupCommitWriter):
         return [_session(row) for row in self._rows(f"SELECT {_SESSION_COLUMNS} FROM sessions ORDER BY id")]
 
     # ---------------------------------------------------------------- entries
-    def append(
-        self,
-        session_id: int,
-        entry_type: EntryType | str,
-        sender: str,
-        content: str = "",
-        *,
-        tool_call_id: str | None = None,
-        tool_name: str | None = None,
-        payload: dict[str, Any] | None = None,
-    ) -> Entry:
-        """Write one entry in one transaction, then run the on_write callbacks with it."""
-        item = NewEntry(session_id, EntryType(entry_type), sender, content, tool_call_id, tool_name, payload)
-        return self.append_many([item])[0]
-
     def append_many(self, items: Iterable[NewEntry]) -> list[Entry]:
         """Write several entries in one transaction, then the callbacks, in commit order.
 

@@ -321,32 +321,6 @@ class SessionStore(GroupCommitWriter):
         return [_session_from_row(row) for row in rows]
 
     # ---------------------------------------------------------------- entries
-    def append(
-        self,
-        session_id: int,
-        entry_type: EntryType | str,
-        sender: str,
-        content: str = "",
-        *,
-        tool_call_id: str | None = None,
-        tool_name: str | None = None,
-        payload: dict[str, Any] | None = None,
-    ) -> Entry:
-        """Write one entry in one transaction, then run the on_write callbacks with it."""
-        return self.append_many(
-            [
-                NewEntry(
-                    session_id,
-                    EntryType(entry_type),
-                    sender,
-                    content,
-                    tool_call_id,
-                    tool_name,
-                    payload,
-                )
-            ]
-        )[0]
-
     def append_many(self, items: Iterable[NewEntry]) -> list[Entry]:
         """Write several entries in one transaction (group commit), then the callbacks, in order.
 

@@ -43,6 +43,13 @@ class NewEntry:
     payload: dict[str, Any] | None = None
 
 
+def _new_entry(
+    session_id: int, entry_type: EntryType | str, sender: str, content: str,
+    tool_call_id: str | None, tool_name: str | None, payload: dict[str, Any] | None,
+) -> NewEntry:
+    return NewEntry(session_id, EntryType(entry_type), sender, content, tool_call_id, tool_name, payload)
+
+
 class GroupCommitWriter:
     """Group commit and on_write dispatch; the store supplies ``append_many`` (the commit)."""
 
@@ -73,6 +80,21 @@ class GroupCommitWriter:
 
     def _after_dispatch(self, entry: Entry) -> None:
         """Called once every subscriber has had ``entry`` (PostgreSQL counts what it handed out)."""
+
+    def append(
+        self,
+        session_id: int,
+        entry_type: EntryType | str,
+        sender: str,
+        content: str = "",
+        *,
+        tool_call_id: str | None = None,
+        tool_name: str | None = None,
+        payload: dict[str, Any] | None = None,
+    ) -> Entry:
+        """Write one entry in one transaction, then run the on_write callbacks with it."""
+        item = _new_entry(session_id, entry_type, sender, content, tool_call_id, tool_name, payload)
+        return self.append_many([item])[0]
 
     # ------------------------------------------------------------ group commit
     async def write(self, items: Iterable[NewEntry]) -> list[Entry]:
@@ -107,8 +129,8 @@ class GroupCommitWriter:
         payload: dict[str, Any] | None = None,
     ) -> Entry:
         """``append`` through the group commit."""
-        entry = NewEntry(session_id, EntryType(entry_type), sender, content, tool_call_id, tool_name, payload)
-        return (await self.write([entry]))[0]
+        item = _new_entry(session_id, entry_type, sender, content, tool_call_id, tool_name, payload)
+        return (await self.write([item]))[0]
 
     def _flush_pending(self) -> None:
         batch, self._pending_writes = self._pending_writes, []
