@@ -17,7 +17,12 @@ For each phase it prints the largest stall: how much later than its 10 ms period
 heartbeat woke up. While the loop stalls, widgets, comms, schedules and other runs freeze.
 Target: < 50 ms on the first turn (2,360 ms before litellm was imported off the loop).
 
-    python bench/bench_loop_stall.py [--runs 3]
+``--why`` prints, for each stalled phase, the loop thread's and the background import
+thread's stacks at the worst moment, and every garbage collection over 10 ms (a full
+collection holds the GIL for as long as it walks the heap: before the import ran with the
+collector off, those were the largest stalls while litellm imported, 100-210 ms each).
+
+    python bench/bench_loop_stall.py [--runs 3] [--why]
 """
 
 from __future__ import annotations
@@ -64,10 +69,27 @@ def _watch():
         time.sleep(0.005)
         late = time.perf_counter() - _beat_at[0]
         if late > 0.030:
-            frame = sys._current_frames().get(_loop_thread)
+            frames = sys._current_frames()
+            frame = frames.get(_loop_thread)
             if frame is not None:
                 _samples.append((_stall["phase"], round(late * 1000), "".join(traceback.format_stack(frame)[-12:])))
+            # the background import holds the GIL while the loop waits: where it is now
+            for t in threading.enumerate():
+                if t.name == "chaz-import-litellm" and t.ident in frames:
+                    _samples.append((_stall["phase"] + " [import thread]", round(late * 1000),
+                                     "".join(traceback.format_stack(frames[t.ident])[-8:])))
+import gc
+def _gc_watch(phase, info, _at=[0.0]):
+    # a full collection holds the GIL for as long as it walks the heap (--why names it)
+    if phase == "start":
+        _at[0] = time.perf_counter()
+    elif time.perf_counter() - _at[0] > 0.010:
+        took = round((time.perf_counter() - _at[0]) * 1000)
+        _samples.append((_stall["phase"] + f" [gc gen{info['generation']}]", took,
+                         f"a gen-{info['generation']} collection, {took} ms, "
+                         f"in thread {threading.current_thread().name}\n"))
 if __WHY__:
+    gc.callbacks.append(_gc_watch)
     async def _stamp():
         while True:
             _beat_at[0] = time.perf_counter()
@@ -165,7 +187,9 @@ def one_run(why: bool = False, settled: bool = False) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--why", action="store_true", help="print the loop thread's stack during each stall")
+    parser.add_argument("--why", action="store_true",
+                        help="print the loop thread's and the import thread's stacks during each stall, and full "
+                             "garbage collections over 10 ms (each holds the GIL throughout)")
     args = parser.parse_args()
     print(f"largest kernel-loop stall (ms) over {args.runs} fresh kernels each, 10 ms heartbeat; median [min–max]")
     firsts: dict[bool, float] = {}

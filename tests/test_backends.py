@@ -111,3 +111,27 @@ async def test_offline_models_are_not_retried(backend, monkeypatch):
     with pytest.raises(Exception, match="unknown offline model"):
         await backend.complete("chaz/bogus", [{"role": "user", "content": "x"}], options={"num_retries": 3})
     assert calls == ["chaz/bogus"]
+
+
+def test_litellm_import_runs_without_the_cyclic_collector_and_freezes_what_it_built():
+    # each full collection during the import held the GIL for 100-200 ms (the kernel loop
+    # stalled meanwhile: bench/bench_loop_stall.py --why)
+    import gc
+
+    from chaz_nb.engine.backends import _no_collection
+
+    assert gc.isenabled()
+    frozen = gc.get_freeze_count()
+    try:
+        with _no_collection():
+            assert not gc.isenabled()
+            built = [[] for _ in range(100)]
+        assert gc.isenabled()
+        assert gc.get_freeze_count() >= frozen + len(built)
+        gc.disable()  # a collector the user switched off stays off
+        with _no_collection():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+        gc.unfreeze()

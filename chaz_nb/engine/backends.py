@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import gc
 import importlib
 import json
 import logging
@@ -140,21 +142,47 @@ def _import_litellm() -> Any:
     global _litellm
     with _import_lock:
         if _litellm is None:
-            # Without this litellm fetches its price map from the network at import (slow, and
-            # it warns on a machine with no network).
-            os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-            import litellm
-
-            litellm.suppress_debug_info = True
-            handler = _offline_handler_class()()
-            if not any(p.get("provider") == OFFLINE_PROVIDER for p in litellm.custom_provider_map):
-                litellm.custom_provider_map = [
-                    *litellm.custom_provider_map,
-                    {"provider": OFFLINE_PROVIDER, "custom_handler": handler},
-                ]
-            _warm_up(litellm)
-            _litellm = litellm
+            _import_and_warm_up()
     return _litellm
+
+
+def _import_and_warm_up() -> None:
+    global _litellm
+    with _no_collection():
+        # Without this litellm fetches its price map from the network at import (slow, and
+        # it warns on a machine with no network).
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        import litellm
+
+        litellm.suppress_debug_info = True
+        handler = _offline_handler_class()()
+        if not any(p.get("provider") == OFFLINE_PROVIDER for p in litellm.custom_provider_map):
+            litellm.custom_provider_map = [
+                *litellm.custom_provider_map,
+                {"provider": OFFLINE_PROVIDER, "custom_handler": handler},
+            ]
+        _warm_up(litellm)
+        _litellm = litellm
+
+
+@contextlib.contextmanager
+def _no_collection() -> Iterator[None]:
+    """No cyclic garbage collection while litellm imports; its objects frozen afterwards.
+
+    The import builds some 3,000 modules' worth of long-lived objects, and every full (gen-2)
+    collection it triggers walks all of them while holding the GIL: 100-200 ms each, five or
+    six times, with the kernel loop unable to run meanwhile (bench/bench_loop_stall.py
+    --why). Those objects live as long as the kernel, so ``gc.freeze()`` moves them out of the
+    collector's sight: later full collections (on the loop) do not walk them either.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
 
 
 def _warm_up(litellm: Any) -> None:
