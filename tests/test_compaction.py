@@ -1,20 +1,10 @@
 import pytest
 
 from chaz_nb.server.agents import Agent
-from chaz_nb.engine.backends import LiteLLMBackend
 from chaz_nb.server.compaction import CompactionError
 from chaz_nb.core.entries import SUMMARY_PREFIX, Entry, EntryType as T, build_context, fit_to_budget
 from chaz_nb.server import Server
-
-
-class Recording:
-    def __init__(self):
-        self.inner = LiteLLMBackend()
-        self.calls = []
-
-    async def complete(self, model, messages, tools=None, **kw):
-        self.calls.append(([dict(m) for m in messages], kw))
-        return await self.inner.complete(model, messages, tools, **kw)
+from recording import Recording
 
 
 async def chat(server, session, *texts):

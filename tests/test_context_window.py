@@ -11,7 +11,8 @@ from chaz_nb.core.window import DEFAULT_CONTEXT_TOKENS
 from chaz_nb.errors import AgentError
 from chaz_nb.server import Server
 from chaz_nb.server.agents import Agent
-from test_compaction import Recording, chat
+from recording import Recording
+from test_compaction import chat
 
 
 def fill(store, sid, count, start=0, text="m"):

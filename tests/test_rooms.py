@@ -2,25 +2,15 @@
 import pytest
 
 from chaz_nb.server.agents import Agent
-from chaz_nb.engine.backends import LiteLLMBackend
 from chaz_nb.core.entries import EntryType as T
 from chaz_nb.server.rooms import mentions
 from chaz_nb.errors import ServerError
 from chaz_nb.server import Server
+from recording import Recording
 
 from waiting import until
 
 
-class Recording:
-    """The real backend, remembering the messages of every model call."""
-
-    def __init__(self):
-        self.inner = LiteLLMBackend()
-        self.calls = []
-
-    async def complete(self, model, messages, tools=None, **kw):
-        self.calls.append([dict(m) for m in messages])
-        return await self.inner.complete(model, messages, tools, **kw)
 
 
 def scripted(name, *steps, **kw):
@@ -120,7 +110,7 @@ async def test_agent_mention_starts_the_other_agents_turn_with_labelled_context(
         ("Message", "alice", "@bob can you check the numbers?"),
         ("Message", "bob", "numbers are fine"),
     ]
-    alice_call, bob_call = backend.calls
+    (alice_call, _), (bob_call, _) = backend.calls
     assert alice_call[0]["role"] == "system" and alice_call[0]["content"].startswith("You are Alice.\n\n")
     assert "@bob" in alice_call[0]["content"] and "mention" in alice_call[0]["content"]
     assert "@alice" in bob_call[0]["content"]
