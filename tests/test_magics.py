@@ -510,3 +510,12 @@ def test_wait_looks_back_for_its_trigger_a_page_at_a_time(chaz, monkeypatch):
     chaz.store.append(session, EntryType.DIRECTIVE, "user", "the new trigger")  # seq 451
     pages.clear()
     assert core._last_trigger_seq(chaz, session) == 450 and len(pages) == 1
+
+
+def test_max_tool_output_from_the_magic_and_toml(chaz):
+    from ipython_harness import ip
+
+    ip.run_line_magic("chaz", "agent short --max-tool-output 2000")
+    assert chaz.agents["short"].max_tool_output == 2000
+    ip.run_cell_magic("chaz", "agent long", "max_tool_output = 90000\n")
+    assert chaz.agents["long"].max_tool_output == 90000

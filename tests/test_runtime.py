@@ -16,6 +16,7 @@ from chaz_nb.engine.runtime import (
     execute,
 )
 from chaz_nb.engine.tools import ToolRegistry, tool
+from recording import Recording
 
 
 @tool
@@ -316,3 +317,43 @@ async def test_an_async_tool_that_holds_the_loop_past_the_timeout_is_an_error_re
     assert re.match(r"hogs_the_loop held the kernel loop for \d+\.\d s", outcome.output)
     assert "0.1 s tool timeout" in outcome.output
     assert "hogs_the_loop held the kernel loop" in caplog.text  # noticed in the log as well
+
+
+
+
+@tool
+def dump(n: int) -> str:
+    """A huge output."""
+    return "x" * n
+
+
+async def test_a_huge_tool_output_reaches_the_model_clipped_and_the_log_whole():
+    backend = Recording()
+    events = asyncio.Queue()
+    await execute(
+        model="chaz/script",
+        messages=[{"role": "user", "content": "go"}],
+        backend=backend,
+        tools=ScopedToolExecutor(ToolRegistry([dump]).scope(None)),
+        events=events,
+        script=[{"tool": "dump", "args": {"n": 300_000}}, "done"],
+        max_tool_output=1000,
+    )
+    seen = [m for m in backend.calls[-1][0] if m["role"] == "tool"][0]["content"]
+    assert seen.startswith("x" * 1000) and len(seen) < 1300
+    assert "299,000 more characters cut" in seen and "ToolResult" in seen
+    results = [e for e in [events.get_nowait() for _ in range(events.qsize())] if isinstance(e, ToolResultEvent)]
+    assert len(results[0].output) == 300_000  # the audit trail keeps the whole output
+
+
+async def test_a_tool_output_within_the_limit_reaches_the_model_unchanged():
+    backend = Recording()
+    await execute(
+        model="chaz/script",
+        messages=[{"role": "user", "content": "go"}],
+        backend=backend,
+        tools=ScopedToolExecutor(ToolRegistry([dump]).scope(None)),
+        script=[{"tool": "dump", "args": {"n": 1000}}, "done"],
+        max_tool_output=1000,
+    )
+    assert [m for m in backend.calls[-1][0] if m["role"] == "tool"][0]["content"] == "x" * 1000

@@ -359,3 +359,25 @@ async def test_an_unprintable_tool_result_is_that_calls_error_and_the_run_still_
     bad = results["unprintable"].payload
     assert bad["is_error"] and bad["output"].startswith("unprintable returned a _Unprintable that cannot be shown")
     assert not [e for e in store.entries(s) if e.entry_type is T.ERROR]
+
+
+async def test_an_agents_max_tool_output_clips_what_the_model_is_sent_not_the_log(store):
+    from recording import Recording
+
+    @tool
+    def dump() -> str:
+        """A big output."""
+        return "y" * 5000
+
+    backend = Recording()
+    agent = Agent("big", model="chaz/script", tools=["dump"], script=[{"tool": "dump"}, "ok"], max_tool_output=300)
+    server = Server(store, [agent], ToolRegistry([dump]), backend=backend)
+    s = server.current_session("big")
+    await (await server.send(s, "go")).wait()
+    sent = [m for m in backend.calls[-1][0] if m["role"] == "tool"][0]["content"]
+    assert sent.startswith("y" * 300) and "4,700 more characters cut" in sent
+    result = [e for e in store.entries(s) if e.entry_type is T.TOOL_RESULT][0]
+    assert result.payload["output"] == "y" * 5000  # the audit trail keeps the whole output
+    with pytest.raises(AgentError, match="max_tool_output must be a positive integer"):
+        Agent("x", max_tool_output=0)
+    await server.stop()

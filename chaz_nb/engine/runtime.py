@@ -170,6 +170,20 @@ def one_line_reason(exc: BaseException) -> str:
 
 
 # ------------------------------------------------------------------- loop
+#: the most characters of one tool result sent to the model (about 12k tokens): a tool that
+#: returns megabytes would otherwise overflow the model's context or cost a fortune
+DEFAULT_MAX_TOOL_OUTPUT = 50_000
+
+
+def clip_for_model(output: str, limit: int | None) -> str:
+    """``output`` as the model is sent it: its first ``limit`` characters and a note of the rest."""
+    if limit is None or len(output) <= limit:
+        return output
+    cut = len(output) - limit
+    return (f"{output[:limit]}\n[... {cut:,} more characters cut: the model is sent the first {limit:,}; "
+            "the whole output is in the ToolResult entry]")
+
+
 async def execute(
     *,
     model: str,
@@ -182,8 +196,12 @@ async def execute(
     options: dict[str, Any] | None = None,
     limiter: asyncio.Semaphore | None = None,
     on_delta: DeltaCallback | None = None,
+    max_tool_output: int | None = DEFAULT_MAX_TOOL_OUTPUT,
 ) -> RunResult:
     """Run the ReAct loop and return the final answer with the usage of every call.
+
+    ``max_tool_output``: the most characters of one tool result the model is sent (``None``:
+    all); the ToolResult event keeps the whole output, so the audit trail is complete.
 
     ``on_delta``: each piece of reply text as the model writes it (every model call of the
     run; only with a backend that ``streams``, else the calls are not streamed).
@@ -298,7 +316,9 @@ async def execute(
                             )
             raise
         for (call, _, _), outcome in zip(planned, outcomes, strict=True):
-            history.append({"role": "tool", "tool_call_id": call.id, "content": outcome.output})
+            history.append(
+                {"role": "tool", "tool_call_id": call.id, "content": clip_for_model(outcome.output, max_tool_output)}
+            )
         if looped:
             return await final(LOOP_NOTE, "loop_detected")
 

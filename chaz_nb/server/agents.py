@@ -49,6 +49,9 @@ class Agent:
     #: token budget of a run's context (about 4 characters a token), filled newest first from
     #: the latest Summary; ``None`` takes the server's (``DEFAULT_CONTEXT_TOKENS``, 32k)
     context_tokens: int | None = None
+    #: the most characters of one tool result the model is sent (the ToolResult entry keeps the
+    #: whole output); ``None`` takes ``DEFAULT_MAX_TOOL_OUTPUT`` (50,000)
+    max_tool_output: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
@@ -73,6 +76,11 @@ class Agent:
             or self.context_tokens < 1
         ):
             raise AgentError(f"agent {self.name}: context_tokens must be a positive integer (tokens)")
+        if self.max_tool_output is not None and (
+            isinstance(self.max_tool_output, bool) or not isinstance(self.max_tool_output, int)
+            or self.max_tool_output < 1
+        ):
+            raise AgentError(f"agent {self.name}: max_tool_output must be a positive integer (characters)")
         if self.tools is not None:
             if isinstance(self.tools, str):
                 self.tools = [t.strip() for t in self.tools.split(",") if t.strip()]

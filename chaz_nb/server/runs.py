@@ -33,6 +33,7 @@ from ..core.window import DEFAULT_CONTEXT_TOKENS
 from ..core.store import SessionStore, served_elsewhere
 from ..engine.backends import ModelBackend
 from ..engine.runtime import (
+    DEFAULT_MAX_TOOL_OUTPUT,
     IterationBudget,
     ModelCallError,
     RunResult,
@@ -598,6 +599,7 @@ class RunEngine:
                 options=agent.call_options(),
                 limiter=self.limiter(),
                 on_delta=on_delta if agent.stream else None,
+                max_tool_output=agent.max_tool_output or DEFAULT_MAX_TOOL_OUTPUT,
             )
         except asyncio.CancelledError:
             await event_writer.drain(events, writer)

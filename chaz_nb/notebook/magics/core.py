@@ -113,6 +113,8 @@ def _agent_parser() -> CommandParser:
                    help="model calls in the whole run tree this agent starts (default 500)")
     p.add_argument("--context-tokens", type=int, dest="context_tokens", metavar="N",
                    help="token budget of a run's context, newest first from the latest Summary (default 32000)")
+    p.add_argument("--max-tool-output", type=int, dest="max_tool_output", metavar="N",
+                   help="characters of one tool result the model is sent; the log keeps it whole (default 50000)")
     p.add_argument("--script", metavar="JSON", help="JSON list of steps for the chaz/script model")
     p.add_argument("--api-base", dest="api_base", metavar="URL",
                    help="the model server's URL (keys come from the environment)")
@@ -453,7 +455,8 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, McpCommands,
         where = f"%chaz agent {args.name}" if body is None else f"%%chaz agent {args.name}"
         spec: dict[str, Any] = {} if body is None else parse_toml(body, where)
         for key in ("model", "system", "max_depth", "max_iterations", "approval_timeout", "max_spawns",
-                    "max_model_calls", "api_base", "model_timeout", "max_retries", "stream", "context_tokens"):
+                    "max_model_calls", "api_base", "model_timeout", "max_retries", "stream", "context_tokens",
+                    "max_tool_output"):
             if getattr(args, key) is not None:
                 spec[key] = getattr(args, key)
         if args.auto_approve is not None:
