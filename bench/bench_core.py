@@ -11,6 +11,8 @@ Run: python bench/bench_core.py [--entries 10000] [--runs 30]
 ``litellm.acompletion`` loop, both over HTTP to the same local OpenAI-compatible fake
 (tests/fakes/openai_server.py) answering after ``--latency`` seconds (20 ms). Runs are
 interleaved; medians over ``--runs``. Targets: < 5 % (one step), < 2 % (8 steps).
+``--commits`` (with ``--http``) also times each commit of entries of the served turns
+(the store's connection behind a timing proxy) and prints their medians in turn order.
 """
 
 from __future__ import annotations
@@ -164,7 +166,32 @@ def http_script(fake, steps: int, latency: float) -> None:
                 Reply("done", delay=latency))
 
 
-async def bench_http(runs: int, latency: float) -> None:
+class TimedConnection:
+    """The store's connection, each ``INSERT INTO entries`` timed into ``log`` (``--commits``)."""
+
+    def __init__(self, con, log: list[float]) -> None:
+        self._con, self._log = con, log
+
+    def execute(self, query, *args):
+        t0 = time.perf_counter()
+        result = self._con.execute(query, *args)
+        if query.startswith("INSERT INTO entries"):
+            self._log.append(time.perf_counter() - t0)
+        return result
+
+    def __getattr__(self, name):
+        return getattr(self._con, name)
+
+
+def print_commits(label: str, per_turn: list[list[float]]) -> None:
+    parts = []
+    for i in range(max(map(len, per_turn))):
+        column = [turn[i] * 1000 for turn in per_turn if len(turn) > i]
+        parts.append(f"#{i + 1} {statistics.median(column):.2f}")
+    print(f"  {label}: commits of entries in a served turn, in order, median ms: {', '.join(parts)}")
+
+
+async def bench_http(runs: int, latency: float, commits: bool = False) -> None:
     """Server vs bare litellm over HTTP (issue 14): medians of interleaved runs.
 
     Both sides alike: whole replies on both (``Agent(stream=False)``), then streamed on both
@@ -177,6 +204,9 @@ async def bench_http(runs: int, latency: float) -> None:
     with FakeModelServer() as fake, tempfile.TemporaryDirectory() as tmp:
         options = {"api_base": fake.openai_base, "api_key": "sk-bench"}
         store = SessionStore(os.path.join(tmp, "http.duckdb"))
+        log: list[float] = []
+        if commits:
+            store._con = TimedConnection(store._con, log)
         for stream in (False, True):
             server = Server(store, [Agent("bench", model="openai/bench", tools=["add"], max_iterations=STEPS + 2,
                                           stream=stream, api_base=fake.openai_base,
@@ -187,7 +217,7 @@ async def bench_http(runs: int, latency: float) -> None:
                 await bare_http(litellm, fake, steps, options, stream)  # warm-up: connections, caches
                 http_script(fake, steps, latency)
                 await server_http(server)
-                bare, served = [], []
+                bare, served, per_turn = [], [], []
                 for i in range(runs):
                     # interleaved, alternating which goes first, so machine noise hits both alike
                     for first in ((0, 1) if i % 2 else (1, 0)):
@@ -195,7 +225,9 @@ async def bench_http(runs: int, latency: float) -> None:
                         if first:
                             bare.append(await bare_http(litellm, fake, steps, options, stream))
                         else:
+                            start = len(log)
                             served.append(await server_http(server))
+                            per_turn.append(log[start:])
                 b, s = statistics.median(bare) * 1000, statistics.median(served) * 1000
                 overhead = (s - b) / b * 100
                 label = "one-step turn" if steps == 0 else f"{steps + 1}-call run ({steps} tool steps)"
@@ -203,6 +235,8 @@ async def bench_http(runs: int, latency: float) -> None:
                       f"{label}: bare litellm {b:.1f} ms, through the server {s:.1f} ms, "
                       f"overhead {s - b:+.1f} ms = {overhead:+.1f} % "
                       f"(target < {target:.0f} %: {'met' if overhead < target else 'NOT met'})")
+                if commits:
+                    print_commits(label, per_turn)
                 assert not fake.unscripted and not fake.pending(), "the fake was asked more or less than scripted"
             await server.stop()
         store.close()
@@ -223,11 +257,12 @@ def main() -> None:
     parser.add_argument("--entries", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--http", action="store_true", help="only the local-HTTP overhead benchmark")
+    parser.add_argument("--commits", action="store_true", help="--http: also time each INSERT of a served turn")
     parser.add_argument("--latency", type=float, default=0.02, help="seconds the HTTP fake waits (--http)")
     args = parser.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     if args.http:
-        asyncio.run(bench_http(args.runs, args.latency))
+        asyncio.run(bench_http(args.runs, args.latency, args.commits))
         return
     bench_append(args.entries)
     asyncio.run(bench_overhead(args.runs))

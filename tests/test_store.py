@@ -334,3 +334,22 @@ def test_read_page_is_right_across_a_gap_in_the_seqs(store):
     assert [e.seq for e in store.read_page(s, before_seq=99, limit=3)] == [6, 9, 10]
     assert [e.seq for e in store.read_page(s, before_seq=5, limit=3)] == [2, 3, 4]
     assert [e.seq for e in store.read_page(s, limit=10**20)] == [1, 2, 3, 4, 5, 6, 9, 10]
+
+
+def test_a_failed_batch_leaves_nothing_written_and_nothing_for_the_next_write(db_path):
+    """The rows of a batch that fails are neither in the file nor held back for a later commit."""
+    with SessionStore(db_path) as store:
+        s = store.create_session("alice")
+        store.append(s, EntryType.MESSAGE, "user", "one")
+        taken = store._next_entry_id  # a row chaz_nb did not write holds the next id
+        store._con.execute("INSERT INTO entries (id, session_id, seq, entry_type, sender, created_at) "
+                           "VALUES (?, 999, 1, 'Message', 'x', now()::TIMESTAMP)", [taken])
+        with pytest.raises(StoreError, match="could not write entry"):
+            store.append_many([NewEntry(s, EntryType.MESSAGE, "user", "two"),
+                               NewEntry(s, EntryType.MESSAGE, "user", "three")])
+        store._con.execute("DELETE FROM entries WHERE id = ?", [taken])
+        four = store.append(s, EntryType.MESSAGE, "user", "four")
+        assert (four.id, four.seq) == (taken, 2)
+        assert store.execute("SELECT content FROM entries ORDER BY id") == [("one",), ("four",)]
+    with SessionStore(db_path) as again:
+        assert [e.content for e in again.entries(s)] == ["one", "four"]
