@@ -442,14 +442,27 @@ class StreamingServer(FakeServer):
         self.current_stream = self.hub.current
 
 
-def test_a_streamed_reply_reaches_the_sidebar_throttled_and_leaves_with_its_entry():
-    clock = Clock()
-    sched = FakeScheduler(clock)
-    server = StreamingServer()
-    bridge = LabBridge(server, call_later=sched, clock=clock, min_interval=0.25)
-    comm = FakeComm()
-    bridge.open(comm, {})
-    comm.sent.clear()
+class StreamingBridge:
+    """A LabBridge open on a StreamingServer, with a fake clock and scheduler (0.25 s throttle)."""
+
+    def __init__(self):
+        self.clock = Clock()
+        self.sched = FakeScheduler(self.clock)
+        self.server = StreamingServer()
+        self.bridge = LabBridge(self.server, call_later=self.sched, clock=self.clock, min_interval=0.25)
+        self.comm = FakeComm()
+        self.bridge.open(self.comm, {})
+        self.comm.sent.clear()
+
+
+@pytest.fixture
+def streaming():
+    return StreamingBridge()
+
+
+def test_a_streamed_reply_reaches_the_sidebar_throttled_and_leaves_with_its_entry(streaming):
+    clock, sched, server, bridge, comm = (streaming.clock, streaming.sched, streaming.server, streaming.bridge,
+                                          streaming.comm)
     for i in range(100):  # 100 deltas before the first broadcast fires: one state message
         server.hub.delta(2, 7, f"w{i} ")
     assert len(sched.calls) == 1
@@ -582,15 +595,9 @@ def test_a_page_answer_stays_bounded_however_big_the_entries_are(env):
     real.close()
 
 
-def test_a_key_in_a_streamed_reply_is_masked_in_the_sidebar():
+def test_a_key_in_a_streamed_reply_is_masked_in_the_sidebar(streaming):
     key = "sk-proj-" + "A1b2C3d4E5f6G7h8J9k0"
-    clock = Clock()
-    sched = FakeScheduler(clock)
-    server = StreamingServer()
-    bridge = LabBridge(server, call_later=sched, clock=clock, min_interval=0.25)
-    comm = FakeComm()
-    bridge.open(comm, {})
-    comm.sent.clear()
+    sched, server, bridge, comm = streaming.sched, streaming.server, streaming.bridge, streaming.comm
     server.hub.delta(2, 7, "x" * 600 + " key: " + key[:10])  # the key split across deltas,
     server.hub.delta(2, 7, key[10:])  # and the sidebar's tail cut inside the text before it
     sched.run_due()
