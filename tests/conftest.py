@@ -1,4 +1,5 @@
 import os
+import subprocess
 
 # litellm must never fetch its price map from the network during tests.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -111,3 +112,17 @@ def parked(chaz, capsys):
     assert chaz.session_status(sid) == "parked"
     capsys.readouterr()
     return sid
+
+
+@pytest.fixture
+def repo(tmp_path):
+    """A git repository with one commit and one untracked file (for the reference git MCP server)."""
+    path = tmp_path / "repo"
+    path.mkdir()
+    git = ["git", "-C", str(path), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (path / "README").write_text("hello\n")
+    subprocess.run([*git, "add", "README"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "first commit"], check=True)
+    (path / "new.txt").write_text("untracked\n")
+    return path

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 import psutil
@@ -28,15 +27,7 @@ def time_servers() -> list[psutil.Process]:
     return found
 
 
-def test_add_list_and_an_agent_call_approved_with_chaz_approve(chaz, capsys, tmp_path):
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
-    subprocess.run([*git, "init", "-q"], check=True)
-    (repo / "README").write_text("hello\n")
-    subprocess.run([*git, "add", "README"], check=True)
-    subprocess.run([*git, "commit", "-q", "-m", "first commit"], check=True)
-    (repo / "new.txt").write_text("untracked\n")
+def test_add_list_and_an_agent_call_approved_with_chaz_approve(chaz, capsys, repo):
     ip.run_line_magic("chaz", f"mcp add time --approval never --timeout 20 --wait -- {TIME}")
     assert "MCP server time: ready, 2 tools" in capsys.readouterr().out
     ip.run_line_magic("chaz", f"mcp add git --wait -- {sys.executable} -m mcp_server_git --repository {repo}")

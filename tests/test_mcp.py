@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -30,20 +29,6 @@ TIME = [sys.executable, "-m", "mcp_server_time", "--local-timezone", "UTC"]
 
 def fake(name: str) -> list[str]:
     return [sys.executable, str(FAKES / f"{name}.py")]
-
-
-@pytest.fixture
-def repo(tmp_path):
-    """A git repository with one commit and one untracked file."""
-    path = tmp_path / "repo"
-    path.mkdir()
-    git = ["git", "-C", str(path), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
-    subprocess.run([*git, "init", "-q"], check=True)
-    (path / "README").write_text("hello\n")
-    subprocess.run([*git, "add", "README"], check=True)
-    subprocess.run([*git, "commit", "-q", "-m", "first commit"], check=True)
-    (path / "new.txt").write_text("untracked\n")
-    return path
 
 
 @pytest.fixture
