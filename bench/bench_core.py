@@ -11,6 +11,11 @@ Run: python bench/bench_core.py [--entries 10000] [--runs 30]
 ``litellm.acompletion`` loop, both over HTTP to the same local OpenAI-compatible fake
 (tests/fakes/openai_server.py) answering after ``--latency`` seconds (20 ms). Runs are
 interleaved; medians over ``--runs``. Targets: < 5 % (one step), < 2 % (8 steps).
+Each case also times the *floor*, interleaved with the other two: the bare loop plus the two
+durable commits the primitive puts on a turn's path whatever the server does (the trigger
+before the run starts: on_write fires after its commit; the reply before the turn ends:
+the handle resolves with the committed entry), each an ``await store.write_one`` into the
+same store. Served minus floor is what the server itself adds.
 ``--commits`` (with ``--http``) also times each commit of entries of the served turns
 (the store's connection behind a timing proxy) and prints their medians in turn order.
 """
@@ -34,6 +39,8 @@ from chaz_nb.engine.backends import litellm_module  # noqa: E402
 from chaz_nb.core.entries import EntryType  # noqa: E402
 
 STEPS = 8  # tool-calling steps per run (+1 final answer)
+#: the order of the three interleaved measurements, rotated run by run (--http)
+ORDERS = [("bare", "floor", "served"), ("served", "bare", "floor"), ("floor", "served", "bare")]
 
 
 @tool  # async: runs on the loop, no thread hop in the measured step
@@ -130,15 +137,19 @@ async def bench_overhead(runs: int) -> None:
             store.close()
 
 
-async def bare_http(litellm, fake, steps: int, options: dict, stream: bool = False) -> float:
+async def bare_http(litellm, fake, steps: int, options: dict, stream: bool = False, floor=None) -> float:
     """``steps`` tool-calling model calls and the final answer, litellm alone, over HTTP.
 
     ``stream``: as the server streams (``Agent.stream``, the default): ``stream=True`` with
     usage in the last chunk, the chunks read as they come and put together by litellm.
+    ``floor``: ``(store, session)``: also commit the trigger before the first call and the
+    reply after the last one (the primitive's two commits on the path, see the module doc).
     """
     tools = [add.schema]
-    messages: list[dict] = [{"role": "user", "content": "go"}]
     t0 = time.perf_counter()
+    if floor is not None:
+        await floor[0].write_one(floor[1], EntryType.MESSAGE, "user", "go")
+    messages: list[dict] = [{"role": "user", "content": "go"}]
     while True:
         if stream:
             chunks = [c async for c in await litellm.acompletion(
@@ -156,6 +167,8 @@ async def bare_http(litellm, fake, steps: int, options: dict, stream: bool = Fal
         for c in msg.tool_calls:
             out = await add.fn(**json.loads(c.function.arguments))
             messages.append({"role": "tool", "tool_call_id": c.id, "content": json.dumps(out)})
+    if floor is not None:
+        await floor[0].write_one(floor[1], EntryType.MESSAGE, "bench", msg.content or "")
     return time.perf_counter() - t0
 
 
@@ -204,6 +217,8 @@ async def bench_http(runs: int, latency: float, commits: bool = False) -> None:
     with FakeModelServer() as fake, tempfile.TemporaryDirectory() as tmp:
         options = {"api_base": fake.openai_base, "api_key": "sk-bench"}
         store = SessionStore(os.path.join(tmp, "http.duckdb"))
+        # the floor's commits: a store of its own on the same disk, so no server hears them
+        floor_store = SessionStore(os.path.join(tmp, "floor.duckdb"))
         log: list[float] = []
         if commits:
             store._con = TimedConnection(store._con, log)
@@ -217,29 +232,36 @@ async def bench_http(runs: int, latency: float, commits: bool = False) -> None:
                 await bare_http(litellm, fake, steps, options, stream)  # warm-up: connections, caches
                 http_script(fake, steps, latency)
                 await server_http(server)
-                bare, served, per_turn = [], [], []
+                bare, floor, served, per_turn = [], [], [], []
+                floor_session = floor_store.create_session("floor")
                 for i in range(runs):
-                    # interleaved, alternating which goes first, so machine noise hits both alike
-                    for first in ((0, 1) if i % 2 else (1, 0)):
+                    # interleaved, rotating which goes first, so machine noise hits all alike
+                    for which in ORDERS[i % len(ORDERS)]:
                         http_script(fake, steps, latency)
-                        if first:
+                        if which == "bare":
                             bare.append(await bare_http(litellm, fake, steps, options, stream))
+                        elif which == "floor":
+                            floor.append(await bare_http(litellm, fake, steps, options, stream,
+                                                         floor=(floor_store, floor_session)))
                         else:
                             start = len(log)
                             served.append(await server_http(server))
                             per_turn.append(log[start:])
-                b, s = statistics.median(bare) * 1000, statistics.median(served) * 1000
+                b, f, s = (statistics.median(x) * 1000 for x in (bare, floor, served))
                 overhead = (s - b) / b * 100
                 label = "one-step turn" if steps == 0 else f"{steps + 1}-call run ({steps} tool steps)"
                 print(f"HTTP, {latency * 1000:.0f} ms latency, {'streamed' if stream else 'whole replies'}, "
                       f"{label}: bare litellm {b:.1f} ms, through the server {s:.1f} ms, "
                       f"overhead {s - b:+.1f} ms = {overhead:+.1f} % "
                       f"(target < {target:.0f} %: {'met' if overhead < target else 'NOT met'})")
+                print(f"  floor (bare + the trigger's and the reply's commits) {f:.1f} ms = {(f - b) / b * 100:+.1f} %;"
+                      f" the server above the floor: {s - f:+.1f} ms = {(s - f) / b * 100:+.1f} %")
                 if commits:
                     print_commits(label, per_turn)
                 assert not fake.unscripted and not fake.pending(), "the fake was asked more or less than scripted"
             await server.stop()
         store.close()
+        floor_store.close()
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

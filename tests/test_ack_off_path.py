@@ -10,6 +10,7 @@ import asyncio
 import pytest
 
 from chaz_nb.core.entries import EntryType as T
+from chaz_nb.core.writer import COMMIT_WINDOW
 from chaz_nb.engine.backends import ModelReply, ToolCallRequest
 from chaz_nb.engine.tools import ToolRegistry, tool
 from chaz_nb.server import Server
@@ -27,13 +28,23 @@ def hold_acks(store) -> tuple[asyncio.Event, asyncio.Event]:
     """Make ``store`` hold each run's opening Ack before its commit; (held, release)."""
     held, release = asyncio.Event(), asyncio.Event()
 
+    def opens_a_run(items) -> bool:
+        return any(i.entry_type is T.ACK and "trigger_id" in (i.payload or {}) for i in items)
+
     class HeldAck(type(store)):
         async def write(self, items):
             items = list(items)
-            if any(i.entry_type is T.ACK and "trigger_id" in (i.payload or {}) for i in items):
+            if opens_a_run(items):
                 held.set()
                 await release.wait()
             return await super().write(items)
+
+        def write_behind(self, items, window=COMMIT_WINDOW):
+            items = list(items)
+            if not opens_a_run(items):
+                return super().write_behind(items, window)
+            held.set()
+            return asyncio.ensure_future(self.write(items))  # held, whoever hurries it
 
     store.__class__ = HeldAck
     return held, release

@@ -245,11 +245,14 @@ async def test_stop_cancels_runs_and_records_interruption(store):
     assert server.post(s, T.MESSAGE, "after stop") is None
 
 
-async def test_a_run_stopped_right_after_its_ack_still_records_the_interruption(store):
-    server = Server(store, [Agent("a")])
+async def test_a_run_stopped_once_its_ack_has_landed_is_closed_under_that_run(store):
+    class Hang:  # the model call starts before the Ack lands (it is written behind)
+        async def complete(self, *a, **k):
+            await asyncio.Event().wait()  # until cancelled
+
+    server = Server(store, [Agent("a")], backend=Hang())
     s = server.current_session("a")
     handle = await server.send(s, "hi")
-    # this wait resumes before the run does: the stop lands between the Ack and the model call
     await until(lambda: store.latest(s).entry_type is T.ACK, store.subscribe, what="the Ack")
     await server.stop()
     assert await handle.wait() is None

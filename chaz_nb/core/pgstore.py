@@ -200,6 +200,7 @@ class PgSessionStore(GroupCommitWriter):
 
     def close(self) -> None:
         """Close the connections; the leases this store held are freed with them."""
+        self._flush_queued()  # entries queued for a group commit are written first
         with self._lock:
             if self._closed:
                 return

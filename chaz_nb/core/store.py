@@ -203,6 +203,7 @@ class SessionStore(GroupCommitWriter):
 
     def close(self) -> None:
         """Close the connection (DuckDB checkpoints the WAL into the file)."""
+        self._flush_queued()  # entries queued for a group commit are written first
         with self._lock:
             if not self._closed:
                 self._closed = True

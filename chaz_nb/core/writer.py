@@ -7,6 +7,10 @@ subscribers through ``_dispatch``/``_drain``, return them). Everything else is h
 - ``write`` / ``write_one``: entries written in the same loop tick share one transaction
   (one ``append_many``); each request's future gets its own entries, in order. One bad
   request does not sink the others: when the batch fails, each request is written alone.
+- ``write_behind``: for an entry nobody waits on yet (a run's Ack): it is committed within
+  ``COMMIT_WINDOW``, or sooner, with the next ``write`` or when ``hurry`` is called. Its commit
+  then falls while the run's model request is on the wire instead of before it is sent (a
+  durable commit holds the loop ~1.5-3 ms). Commit order is request order either way.
 - ``subscribe`` and the dispatch queue: callbacks run after each commit, in commit order; a
   callback that writes in turn queues its entries behind the current ones, so every
   subscriber sees entries in commit order.
@@ -28,6 +32,10 @@ from ..errors import StoreError
 log = logging.getLogger(__name__)
 
 OnWrite = Callable[[Entry], None]
+
+#: seconds an entry written with ``write_behind`` waits for company before its commit; the
+#: event writer gathers tool events for as long (server/events.py)
+COMMIT_WINDOW = 0.005
 
 
 @dataclass(frozen=True)
@@ -63,6 +71,7 @@ class GroupCommitWriter:
         self._dispatching = False
         self._pending_writes: list[tuple[list[NewEntry], asyncio.Future]] = []
         self._flush_scheduled = False
+        self._flush_timer: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------- the store's own steps
     def _check_writable(self) -> None:  # pragma: no cover - each store defines it
@@ -132,9 +141,48 @@ class GroupCommitWriter:
         item = _new_entry(session_id, entry_type, sender, content, tool_call_id, tool_name, payload)
         return (await self.write([item]))[0]
 
+    def write_behind(self, items: Iterable[NewEntry], window: float = COMMIT_WINDOW) -> asyncio.Future[list[Entry]]:
+        """Queue ``items`` for a commit within ``window`` seconds (the future has the entries).
+
+        Sooner when a ``write`` comes meanwhile (they share its transaction, in request order)
+        or ``hurry`` is called: whoever comes to wait on these entries calls it. For entries
+        the writer does not wait on at once (a run's Ack, see server/runs.py).
+        """
+        self._check_writable()
+        items = list(items)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[Entry]] = loop.create_future()
+        if not items:
+            future.set_result([])
+            return future
+        self._writing_on(loop)
+        self._pending_writes.append((items, future))
+        if not self._flush_scheduled and self._flush_timer is None:
+            self._flush_timer = loop.call_later(window, self._flush_pending)
+        return future
+
+    def hurry(self) -> None:
+        """Commit what is queued at the next loop turn (someone waits on a ``write_behind``)."""
+        if self._pending_writes and not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_pending)
+
+    def _flush_queued(self) -> None:
+        """Commit what is queued now (the store is closing: nothing queued may be lost)."""
+        if self._pending_writes and not self._closed:
+            try:
+                self._flush_pending()
+            except RuntimeError:  # the futures' loop is closed: the entries are committed, no one waits
+                log.debug("closing the store after its event loop", exc_info=True)
+
     def _flush_pending(self) -> None:
         batch, self._pending_writes = self._pending_writes, []
         self._flush_scheduled = False
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
+        if not batch:
+            return
         if self._closed:
             for _, future in batch:
                 if not future.done():

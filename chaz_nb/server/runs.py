@@ -16,8 +16,11 @@ still committing, the interruption is written once it lands.
 
 The run does not wait for its Ack's commit (issue 14: it is one DuckDB commit, ~1-3 ms, on
 every turn's critical path otherwise): the context is read and the model called while the Ack
-commits. What names the run waits for it: each tool call (``AfterAck``), the event writer and
-the closing entry, so they all land after the Ack, in commit order.
+commits. The Ack is written behind (``write_behind``, core/writer.py): its commit waits up to
+one commit window, so it falls while the model request is on the wire rather than before it
+is sent. What names the run waits for it, and hurries it: each tool call (``AfterAck``) and
+the closing entry; the event writer waits for it too. So they all land after the Ack, in
+commit order.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from collections.abc import Awaitable, Callable
 
 from ..core.entries import Entry, EntryType, build_context
 from ..core.window import DEFAULT_CONTEXT_TOKENS
-from ..core.store import SessionStore, served_elsewhere
+from ..core.store import NewEntry, SessionStore, served_elsewhere
 from ..engine.backends import ModelBackend
 from ..engine.runtime import (
     DEFAULT_MAX_TOOL_OUTPUT,
@@ -89,6 +92,11 @@ WHERE session_id = ? AND id <= ? AND entry_type IN ('Message', 'Directive')
 """
 
 
+async def _only(write: Awaitable[list[Entry]]) -> Entry:
+    """The one entry of a one-entry write."""
+    return (await write)[0]
+
+
 @dataclass
 class SessionState:
     """What the engine knows of a session with a run (or a part's loop) in flight."""
@@ -125,15 +133,20 @@ class AfterAck:
     its own that name the run: approval requests, spawned sessions' Directives).
     """
 
-    def __init__(self, executor: ToolExecutor, ctx: RunContext, ack_write: asyncio.Future[Entry]) -> None:
+    def __init__(
+        self, executor: ToolExecutor, ctx: RunContext, ack_write: asyncio.Future[Entry], hurry: Callable[[], None]
+    ) -> None:
         self.executor = executor
         self.ctx = ctx
         self.ack_write = ack_write
+        self.hurry = hurry
 
     def schemas(self) -> list[dict[str, Any]]:
         return self.executor.schemas()
 
     async def call(self, call_id: str, name: str, arguments: dict[str, Any]) -> ToolOutcome:
+        if not self.ack_write.done():
+            self.hurry()  # the Ack is written behind: a tool waits on it now
         self.ctx.run_id = (await asyncio.shield(self.ack_write)).id
         return await self.executor.call(call_id, name, arguments)
 
@@ -483,7 +496,7 @@ class RunEngine:
                 session_id, EntryType.ERROR, "system", f"{exc}; the session does not run (start a new one)"
             )
         tree = (origin.tree if origin else None) or (spawn.tree if spawn else None) or TreeBudget.for_agent(agent)
-        ack_write = asyncio.ensure_future(self.store.write_one(
+        ack_write = asyncio.ensure_future(_only(self.store.write_behind([NewEntry(
             session_id,
             EntryType.ACK,
             agent.name,
@@ -493,11 +506,12 @@ class RunEngine:
                      "parent_run": spawn.parent_run if spawn else None,
                      "answers": [e.id for e in answers], "answers_count": len(answers),
                      **(invocation.ack if invocation else {})},
-        ))
+        )])))
         # The Ack commits while the context is read and the model called: the run does not
-        # wait on it. Whatever needs the run id waits for it: a tool call (the gate below), the
-        # event writer (so every ToolCall lands after the Ack) and the closing entry (so the
-        # reply waits for its own commit and for everything before it).
+        # wait on it, and it is written behind, so its commit tends to fall while the model
+        # request is on the wire. Whatever needs the run id waits for it: a tool call (the
+        # gate below), the event writer (so every ToolCall lands after the Ack) and the closing
+        # entry (so the reply waits for its own commit and for everything before it).
         # spawn_worker shares its parent's iteration budget (first run only)
         budget = (spawn.budget if spawn else None) or IterationBudget(agent.max_iterations)
         ctx = RunContext(
@@ -543,6 +557,8 @@ class RunEngine:
         """Close a cancelled run, now if its Ack has landed, else as soon as it lands."""
         stopping = self._states.get(session_id)
         by, dropped = (stopping.stop_by, list(stopping.dropped)) if stopping else (None, [])
+        if not ack_write.done() and not self.store.closed:
+            self.store.hurry()  # the run closes as soon as its Ack has landed
         if ack_write.done():
             self._close_cancelled(session_id, agent, ack_write, by, dropped)
         else:
@@ -592,7 +608,7 @@ class RunEngine:
                 model=agent.model,
                 messages=messages,
                 backend=BudgetedBackend(self.backend, ctx.tree) if ctx.tree else self.backend,
-                tools=AfterAck(self._executor_for(ctx), ctx, ack_write),
+                tools=AfterAck(self._executor_for(ctx), ctx, ack_write, self.store.hurry),
                 events=events,
                 budget=ctx.budget,
                 script=agent.script,
@@ -641,6 +657,8 @@ class RunEngine:
 
     async def _run_id(self, session_id: int, agent: Agent, ack_write: asyncio.Future[Entry]) -> int:
         """The run id, once the run's Ack has landed (a cancel meanwhile still closes the run)."""
+        if not ack_write.done():
+            self.store.hurry()
         try:
             return (await asyncio.shield(ack_write)).id
         except asyncio.CancelledError:
