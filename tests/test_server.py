@@ -261,6 +261,28 @@ async def test_a_run_stopped_once_its_ack_has_landed_is_closed_under_that_run(st
     assert closing.payload["run_id"] == store.entries(s)[1].id  # the run the Ack opened is closed
 
 
+async def test_stop_returns_once_a_run_stopped_before_its_ack_landed_is_closed(store):
+    at_model = asyncio.Event()
+
+    class Hang:  # reached while the run's Ack still waits in its commit window
+        async def complete(self, *a, **k):
+            at_model.set()
+            await asyncio.Event().wait()
+
+    server = Server(store, [Agent("a")], backend=Hang())
+    s = server.current_session("a")
+    handle = await server.send(s, "hi")
+    await asyncio.wait_for(at_model.wait(), 30)
+    assert [e.entry_type for e in store.entries(s)] == [T.MESSAGE]  # the Ack has not landed
+    await server.stop()
+    # stop has waited for the Ack and for the entry that closes the run it opened
+    message, ack, closing = store.entries(s)
+    assert ack.entry_type is T.ACK and ack.run_id == ack.id
+    assert (closing.entry_type, closing.content) == (T.ERROR, "interrupted: run cancelled")
+    assert closing.payload["run_id"] == ack.id
+    assert await handle.wait() is None
+
+
 def test_bad_agent_definitions_say_what_to_change():
     with pytest.raises(AgentError, match="must start with a letter"):
         Agent("1bad")
