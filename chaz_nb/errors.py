@@ -85,6 +85,11 @@ class TreeBudgetExceeded(ChazError):
 
 
 # ------------------------------------------------------------ server and its parts
+class McpToolRefused(ChazError, ValueError):
+    """An MCP server's tool left out of the registry (its input schema is too large to send the
+    model on every step); the server's other tools are offered. Fix or configure the server."""
+
+
 class ServerError(ChazError):
     """A server request that cannot be served; the message says what to do."""
 

@@ -188,3 +188,79 @@ async def test_a_parked_run_whose_server_holds_no_lease_still_resumes_on_a_decis
     assert b.decide(req["request_id"], "approve")[0]
     reply = await asyncio.wait_for(handle.wait(), 30)  # (the bound only ends a failing test)
     assert reply.content == "result: deployed prod" and ran == ["prod"]
+
+
+@pytest.fixture
+def held(two):
+    """``two``, with A serving a session whose agent's tool holds its run until ``release``."""
+    a, b = two
+    release = asyncio.Event()
+
+    @tool
+    async def hold() -> str:
+        """Wait until the test releases the run."""
+        await release.wait()
+        return "released"
+
+    a.tools.register(hold)
+    a.define_agent(Agent("holder", model="chaz/script", tools=["hold"],
+                         script=[{"tool": "hold", "args": {}}, "done: {result}"]))
+    return a, b, release
+
+
+async def wait_remotely(held, poll_interval: float):
+    """A's run holds; B writes to the session (A serves it) and starts the wait a cell makes on
+    a run served elsewhere (magics/turns.py): woken by the session's entries, else polled."""
+    from chaz_nb.notebook.kernel_loop import watch_run
+    from chaz_nb.server.remote import session_writes
+
+    a, b, _release = held
+    sid = a.current_session("holder")
+    first = await a.send(sid, "hold on")  # A serves the session: it holds the lease
+    await until(lambda: b.session_status(sid) == "running", b.store.subscribe, what="A's run, seen from B")
+    handle = b.post(sid, T.MESSAGE, "are you there?")
+    assert isinstance(handle, RemoteRun)
+    await until(lambda: a.store.dispatched_id >= handle.trigger.id, a.store.subscribe,
+                what="B's message, queued in A")
+    reads: list[str] = []
+    looked = asyncio.Event()
+
+    def status() -> str:
+        reads.append(status := b.session_status(sid))
+        looked.set()
+        return status
+
+    watch = asyncio.ensure_future(watch_run(
+        lambda: status() == "idle", lambda: status() == "parked",
+        wake=session_writes(b.store, sid), poll_interval=poll_interval,
+    ))
+    await looked.wait()  # the wait has read the status once: it is running
+    assert set(reads) == {"running"}
+    return sid, first, watch, reads
+
+
+async def test_a_wait_on_a_run_served_elsewhere_is_woken_by_the_listener_not_a_poll(held):
+    a, b, release = held
+    hour = 3600.0  # no poll ends this wait: only the entries B's listener hands out can
+    sid, first, watch, reads = await wait_remotely(held, poll_interval=hour)
+    release.set()  # A answers "hold on", then B's message, in a second run
+    outcome = await asyncio.wait_for(watch, 30)  # (the bound only ends a failing test)
+    assert outcome.state == "done" and (await first.wait()).content == "done: released"
+    replies = [e for e in b.store.entries(sid, types=[T.MESSAGE]) if e.sender == "holder"]
+    assert len(replies) == 2  # "hold on" and B's message (a second run) are both answered
+    entries = len(b.store.entries(sid))
+    assert reads[-1] == "idle" and len(reads) <= 2 * entries  # one look (two reads) an entry at most
+
+
+async def test_a_wait_on_a_run_served_elsewhere_ends_when_its_lease_frees_with_no_entry(held):
+    from chaz_nb.server.remote import REMOTE_POLL_INTERVAL
+
+    a, b, release = held
+    sid, first, watch, reads = await wait_remotely(held, poll_interval=REMOTE_POLL_INTERVAL)
+    try:
+        a.store.release(sid)  # as a dead kernel's lease frees: no entry says so, the slow poll sees it
+        outcome = await asyncio.wait_for(watch, 30)
+        assert outcome.state == "done" and reads[-1] == "idle" and not first.done()
+    finally:
+        release.set()
+        await first.wait()

@@ -128,6 +128,8 @@ class PgSessionStore(GroupCommitWriter):
     """Session log over PostgreSQL (psycopg 3): ``PgSessionStore("postgresql://...")``."""
 
     dialect = "postgresql"
+    #: several kernels serve this store's sessions, one per session: the lease holder (``claim``)
+    shares_sessions = True
 
     def __init__(
         self,

@@ -117,6 +117,11 @@ def _connect(path: str, read_only: bool) -> duckdb.DuckDBPyConnection:
 class SessionStore(GroupCommitWriter):
     """Session log over DuckDB: ``":memory:"`` or a file path."""
 
+    #: Whether other processes serve this store's sessions too (PostgreSQL): a session is then
+    #: served by the process that holds its lease (``claim``/``holds``/``held_elsewhere``). A
+    #: DuckDB file has one writing process, so every session in it is this process's.
+    shares_sessions = False
+
     @classmethod
     def open(cls, path: str = ":memory:", **options: Any) -> Any:
         """The store for ``path``: PostgreSQL (``PgSessionStore``) for a ``postgresql://`` URL, else DuckDB."""
@@ -754,5 +759,4 @@ def served_elsewhere(store: Any, session_id: int) -> bool:
     Only a shared store (PostgreSQL, with leases) can say yes; an embedded DuckDB file has one
     writing process, so everything open in it was left by a process that is gone.
     """
-    check = getattr(store, "held_elsewhere", None)
-    return bool(check is not None and check(session_id))
+    return bool(getattr(store, "shares_sessions", False) and store.held_elsewhere(session_id))

@@ -12,6 +12,13 @@ The tool keeps the server's input schema as its parameters (so validation, scope
 
 An MCP error result (``isError``) raises ``ToolError`` with its text: a tool error the model
 sees, exactly like a Python tool that raised.
+
+What a server lists is sent to the model on every step of every run that may use the tool, and a
+buggy or hostile server can list anything (megabytes of description). So, as results are cut
+(``Agent.max_tool_output``), a tool's description and each description in its input schema are
+cut to ``MAX_DESCRIPTION_CHARS`` with a visible mark, and a tool whose schema is still over
+``MAX_SCHEMA_CHARS`` of JSON (a huge ``enum``, say) is refused (``McpToolRefused``): the server
+leaves it out with a one-line warning and offers its other tools.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from mcp import types
 
-from ..errors import ToolError
+from ..errors import McpToolRefused, ToolError
 from .tools import ApprovalMode, RiskLevel, Tool
 
 #: what a call goes through: (MCP tool name, arguments) -> the server's result
@@ -33,6 +40,17 @@ CallFn = Callable[[str, dict[str, Any]], Awaitable[types.CallToolResult]]
 
 SEPARATOR = "__"
 _NAME_OK = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+#: a description (the tool's, or one in its input schema) sent to the model, at most (with the mark)
+MAX_DESCRIPTION_CHARS = 2_000
+#: an input schema sent to the model, at most, as JSON once its descriptions are cut (~16k tokens)
+MAX_SCHEMA_CHARS = 64_000
+#: ends a description that was cut, so the model (and whoever reads the request) can tell
+CLIP_MARK = "…[clipped]"
+#: schema keywords whose values are data, not schemas: a "description" key in them is left alone
+_DATA_KEYWORDS = frozenset({"default", "const", "enum", "examples", "example"})
+#: schema keywords whose values map names to schemas
+_NAMED_SCHEMAS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
 
 
 def registry_name(server: str, tool_name: str) -> str:
@@ -69,7 +87,8 @@ def mcp_tool(
     ``mask``: applied to what the server returns (its own credentials, such as the value of an
     Authorization header it echoes, never reach the model or the log).
     """
-    parameters = dict(spec.input_schema or {})
+    name = registry_name(server, spec.name)
+    parameters = bounded_schema(name, spec.input_schema or {})
     parameters.setdefault("type", "object")
     parameters.setdefault("properties", {})
     mcp_name = spec.name
@@ -81,9 +100,9 @@ def mcp_tool(
             raise ToolError(text or f"{server} reported an error from {mcp_name} (no text)")
         return text
 
-    description = spec.description or spec.title or mcp_name
+    description = clip(spec.description or spec.title or mcp_name)
     return Tool(
-        name=registry_name(server, mcp_name),
+        name=name,
         description=f"{description} (MCP server {server})",
         parameters=parameters,
         fn=call_mcp,
@@ -94,6 +113,49 @@ def mcp_tool(
         timeout=timeout,
         mcp_server=server,
     )
+
+
+def clip(text: str, limit: int = MAX_DESCRIPTION_CHARS) -> str:
+    """``text`` if it is at most ``limit`` characters, else its start and ``CLIP_MARK`` (``limit`` in all)."""
+    return text if len(text) <= limit else text[: limit - len(CLIP_MARK)] + CLIP_MARK
+
+
+def bounded_schema(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+    """A copy of tool ``name``'s input schema with its descriptions clipped; ``McpToolRefused``
+    when it is still over ``MAX_SCHEMA_CHARS`` of JSON, or too deeply nested to measure."""
+    try:
+        bounded = _clip_descriptions(schema)
+        size = len(json.dumps(bounded, ensure_ascii=False, default=str))
+    except RecursionError:
+        raise McpToolRefused(f"tool {name}: its input schema is nested too deeply to send") from None
+    if size > MAX_SCHEMA_CHARS:
+        raise McpToolRefused(
+            f"tool {name}: its input schema is {size:,} characters of JSON, over the {MAX_SCHEMA_CHARS:,} "
+            "sent to the model on every step"
+        )
+    return bounded
+
+
+def _clip_descriptions(node: Any, named: bool = False) -> Any:
+    """``node`` (a schema, or a part of one) with every ``description`` string clipped.
+
+    ``named``: ``node`` maps names to schemas (``properties``, ``$defs``...), so a parameter
+    called ``description`` or ``default`` is a schema like any other."""
+    if isinstance(node, list):
+        return [_clip_descriptions(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    clipped: dict[str, Any] = {}
+    for key, value in node.items():
+        if named:
+            clipped[key] = _clip_descriptions(value)
+        elif key == "description" and isinstance(value, str):
+            clipped[key] = clip(value)
+        elif key in _DATA_KEYWORDS:
+            clipped[key] = value  # what a value may be, not a schema: sent as the server wrote it
+        else:
+            clipped[key] = _clip_descriptions(value, named=key in _NAMED_SCHEMAS)
+    return clipped
 
 
 def result_text(result: types.CallToolResult) -> str:

@@ -39,6 +39,10 @@ T = TypeVar("T")
 #: how often a wait re-checks the session status (parked runs have no future to await)
 POLL_INTERVAL = 0.05
 
+#: ``wake(callback)`` calls ``callback()`` whenever what a wait checks may have changed, and
+#: returns the function that stops it (``chaz_nb.server.remote.session_writes``)
+WakeSource = Callable[[Callable[[], None]], Callable[[], None]]
+
 
 def get_loop() -> asyncio.AbstractEventLoop:
     """The kernel's running loop; else the loop IPython runs ``await`` cells on."""
@@ -125,24 +129,53 @@ class WaitOutcome:
     result: Any = None
 
 
-def wait_run(
+class _Waker:
+    """The wake callback of a wait: resolves the future the wait sleeps on, from any thread."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.thread = threading.get_ident()
+        self.future: asyncio.Future[None] = loop.create_future()
+
+    def __call__(self) -> None:
+        if threading.get_ident() == self.thread:
+            self._set()
+        else:  # a write from a worker thread: futures are not thread-safe
+            self.loop.call_soon_threadsafe(self._set)
+
+    def _set(self) -> None:
+        if not self.future.done():
+            self.future.set_result(None)
+
+    def rearm(self) -> None:
+        """Before a check: a wake from now on ends the next sleep."""
+        if self.future.done():
+            self.future = self.loop.create_future()
+
+
+async def watch_run(
     is_done: Callable[[], bool],
     is_parked: Callable[[], bool],
     future: asyncio.Future[Any] | None = None,
     *,
-    loop: asyncio.AbstractEventLoop | None = None,
     timeout: float | None = None,
+    wake: WakeSource | None = None,
+    poll_interval: float | None = None,
 ) -> WaitOutcome:
-    """Drive the loop until the run is done, or parks, or the user interrupts.
+    """Until the run is done (``future`` resolves, else ``is_done()``), parks, or ``timeout``.
 
-    ``future`` (a run's future), when given, ends the wait as soon as it resolves; the
-    predicates are polled every ``POLL_INTERVAL`` seconds. The run is never cancelled here.
+    The predicates are checked every ``poll_interval`` seconds (``POLL_INTERVAL`` by default),
+    and at once each time ``wake`` reports a change: with a wake source the interval is only
+    the fallback for what no event announces.
     """
-    loop = loop or get_loop()
-
-    async def watch() -> WaitOutcome:
-        deadline = None if timeout is None else loop.time() + timeout
+    loop = asyncio.get_running_loop()
+    interval = POLL_INTERVAL if poll_interval is None else poll_interval
+    deadline = None if timeout is None else loop.time() + timeout
+    waker = _Waker(loop)
+    stop = wake(waker) if wake is not None else None
+    try:
         while True:
+            waker.rearm()  # (the checks below see every change reported before this)
             if future is not None and future.done():
                 return WaitOutcome("done", None if future.cancelled() else future.result())
             if future is None and is_done():
@@ -151,14 +184,39 @@ def wait_run(
                 return WaitOutcome("parked")
             if deadline is not None and loop.time() >= deadline:
                 return WaitOutcome("timeout")
-            if future is not None:
-                await asyncio.wait({future}, timeout=POLL_INTERVAL)
+            sleep = interval if deadline is None else max(0.0, min(interval, deadline - loop.time()))
+            wakers = [f for f in (future, waker.future if stop is not None else None) if f is not None]
+            if wakers:
+                await asyncio.wait(wakers, timeout=sleep, return_when=asyncio.FIRST_COMPLETED)
             else:
-                await asyncio.sleep(POLL_INTERVAL)
+                await asyncio.sleep(sleep)
+    finally:
+        if stop is not None:
+            stop()
+
+
+def wait_run(
+    is_done: Callable[[], bool],
+    is_parked: Callable[[], bool],
+    future: asyncio.Future[Any] | None = None,
+    *,
+    loop: asyncio.AbstractEventLoop | None = None,
+    timeout: float | None = None,
+    wake: WakeSource | None = None,
+    poll_interval: float | None = None,
+) -> WaitOutcome:
+    """Drive the loop until the run is done, or parks, or the user interrupts (``watch_run``).
+
+    ``future`` (a run's future), when given, ends the wait as soon as it resolves; the
+    predicates are checked every ``poll_interval`` seconds and at each ``wake``. The run is
+    never cancelled here.
+    """
+    loop = loop or get_loop()
+    watch = watch_run(is_done, is_parked, future, timeout=timeout, wake=wake, poll_interval=poll_interval)
 
     if loop.is_running():
         make_reentrant(loop)
-    task = loop.create_task(watch())
+    task = loop.create_task(watch)
     guard = _SigintGuard(loop, lambda: task.cancel())
     try:
         with guard:

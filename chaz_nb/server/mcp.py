@@ -43,7 +43,7 @@ from ..core.redaction import REDACTED, is_credential_field, is_secret_name, reda
 from ..engine.mcp_tools import SEPARATOR, check_server_name, mcp_tool
 from ..engine.runtime import ToolExecutor, ToolOutcome
 from ..engine.tools import APPROVAL_MODES, RISK_LEVELS, ApprovalMode, RiskLevel, Tool
-from ..errors import ServerError, ToolError
+from ..errors import McpToolRefused, ServerError, ToolError
 from .ports import Part, RunContext, ServerPort
 
 log = logging.getLogger(__name__)
@@ -382,14 +382,16 @@ class McpServers(Part):
         async def call(tool_name: str, arguments: dict[str, Any]) -> types.CallToolResult:
             return await self._call(conn, tool_name, arguments)
 
-        made: list[Tool] = [
-            mcp_tool(
-                conn.name, spec, call, approval=conn.tool_approval.get(spec.name, conn.approval),
-                risk=conn.risk, timeout=conn.timeout, sensitive_params=conn.sensitive_params,
-                mask=conn.mask,
-            )
-            for spec in listed
-        ]
+        made: list[Tool] = []
+        for spec in listed:
+            try:
+                made.append(mcp_tool(
+                    conn.name, spec, call, approval=conn.tool_approval.get(spec.name, conn.approval),
+                    risk=conn.risk, timeout=conn.timeout, sensitive_params=conn.sensitive_params,
+                    mask=conn.mask,
+                ))
+            except McpToolRefused as exc:  # too large for every step's request: the others still serve
+                log.warning("MCP server %s: %s; it is left out", conn.name, exc)
         kept = []
         for t in made:
             existing = self.port.tools.get(t.name)

@@ -16,17 +16,47 @@ through the store's cross-process on_write:
 
 Nothing is polled: the entries are read when the store says they were committed. The handle
 unsubscribes once it is resolved.
+
+A cell that waits on such a run (``%chaz @NAME`` in a session served elsewhere, ``%chaz wait``)
+follows the session's status, read from the log up to the entries the listener has handed out
+(``session_status``), so that it also ends when the serving kernel dies before it answers.
+That status changes only when an entry of the session is dispatched here, or when the serving
+kernel's lease frees, which no entry announces. So the wait re-reads it at each entry of the
+session (``session_writes``, a wake source) and otherwise every ``REMOTE_POLL_INTERVAL``
+seconds, for a dead serving kernel, rather than every 0.05 s (each read is a few queries).
+(Should this kernel take the session over during the wait, the end of its own run is seen
+at the next look, within that interval: its run ends after its last entry is dispatched.)
 """
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
+from collections.abc import Callable
 
 from ..core.entries import Entry, EntryType
 from .handle import RunHandle
 
 _CLOSING = (EntryType.MESSAGE, EntryType.ERROR, EntryType.ACK)
+
+#: how often a wait on a run served elsewhere re-reads the session's status when no entry came:
+#: how late it notices that the serving kernel died (its lease freed) at most
+REMOTE_POLL_INTERVAL = 1.0
+
+
+def session_writes(store: Any, session_id: int) -> Callable[[Callable[[], None]], Callable[[], None]]:
+    """A wake source for a wait on ``session_id``: ``wake(callback)`` calls ``callback()`` after
+    each entry of the session the store hands its subscribers (another kernel's through the
+    listener) and returns the function that stops it."""
+
+    def wake(callback: Callable[[], None]) -> Callable[[], None]:
+        def on_write(entry: Entry) -> None:
+            if entry.session_id == session_id:
+                callback()
+
+        return store.subscribe(on_write)
+
+    return wake
 
 
 class RemoteRun(RunHandle):

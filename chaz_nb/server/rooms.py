@@ -155,7 +155,7 @@ class Rooms(Part):
 
     def room(self, session_id: int) -> Room | None:
         """The room of a session, or None when it is not a room."""
-        shared = getattr(self.port.store, "claim", None) is not None
+        shared = self.port.store.shares_sessions
         if session_id not in self._cache or (shared and self._cache[session_id] is not None):
             # (on a shared store another kernel may attach or detach members: read them again)
             try:
@@ -319,8 +319,8 @@ class Rooms(Part):
         room = self.room(entry.session_id)
         if room is None:
             return False
-        claim = getattr(self.port.store, "claim", None)  # a shared store (pgstore.py): one server per room
-        if claim is not None and not claim(room.id):
+        store: Any = self.port.store
+        if store.shares_sessions and not store.claim(room.id):  # (pgstore.py): one server per room
             return True  # another kernel serves this room; the write woke it
         self._route(room, entry)
         return True

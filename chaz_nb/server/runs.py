@@ -247,7 +247,7 @@ class RunEngine:
         """Before this server writes a trigger: on a shared store, take the session's lease when
         nobody holds it and this server defines its agent, so that the kernel that writes
         serves, not whichever other kernel's listener reads the entry first."""
-        if getattr(self.store, "claim", None) is None or self.store.holds(session_id):  # type: ignore[attr-defined]
+        if not self.store.shares_sessions or self.store.holds(session_id):  # type: ignore[attr-defined]
             return
         info = self.store.session(session_id)
         if info.kind != "room" and info.agent in self.agents:  # (rooms route their own turns, rooms.py)
@@ -320,7 +320,7 @@ class RunEngine:
         if self._stopped or any(p.route(entry) for p in self.parts) or not self.triggers_run(entry):
             return  # (a room routes its own entries: mention-gated turns, see rooms.py)
         # a shared store (pgstore.py): one server per session, the one that holds its lease
-        if getattr(self.store, "claim", None) is not None and not self._claim(entry.session_id):
+        if self.store.shares_sessions and not self._claim(entry.session_id):
             return  # another kernel serves this session (the write woke it), or will
         loop = self.loop()
         future: asyncio.Future = loop.create_future()
@@ -360,7 +360,7 @@ class RunEngine:
         """Run with no trigger entry (a schedule fire); None when the session is busy or stopped."""
         if self._stopped or session_id in self._states:
             return None
-        if getattr(self.store, "claim", None) is not None and not self._claim(session_id):
+        if self.store.shares_sessions and not self._claim(session_id):
             return None  # another kernel serves the session (shared store): busy for this fire
         loop = self.loop()
         future: asyncio.Future = loop.create_future()
@@ -572,7 +572,9 @@ class RunEngine:
             messages = await part.run_messages(session_id, agent, invocation)
             if messages is not None:
                 return messages
-        # no part builds the context: the agent's own system prompt and token budget
+        # No part builds the context: an engine without the Compaction part (a Server always
+        # has it, so there the budget is the agent's, else server.compaction.context_tokens).
+        # The agent's own system prompt and budget, else the default one.
         budget = agent.context_tokens if agent.context_tokens is not None else DEFAULT_CONTEXT_TOKENS
         entries = self.store.context_window(session_id, budget)
         messages = build_context(entries, agent.name, agent.system, context_tokens=budget)
@@ -743,7 +745,7 @@ class RunEngine:
         state = self._states.get(session_id)
         if state is not None:
             return "parked" if state.parked else "running"
-        if getattr(self.store, "claim", None) is None:
+        if not self.store.shares_sessions:
             return "idle"  # an embedded store: every run of it is this server's
         # only the entries this server's subscribers were handed (the views, the handles): a run
         # that closed in the table but whose end the listener has not brought yet is running here

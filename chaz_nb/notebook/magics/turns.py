@@ -147,17 +147,22 @@ def wait_session(state: ExtensionState, session: int, handle: Any, view: Any) ->
     from ...errors import WaitInterrupted
     from ..kernel_loop import wait_run
 
-    from ...server.remote import RemoteRun
+    from ...server import remote
 
     server = state.server
     # A run another kernel serves is followed by its status (read from the log): the wait also
-    # ends, rather than hang, if that kernel dies before it answers (its lease frees).
-    future = handle.future if handle is not None and not isinstance(handle, RemoteRun) else None
+    # ends, rather than hang, if that kernel dies before it answers (its lease frees). That
+    # status moves with the session's entries, so they wake the wait; the slow poll is for the
+    # serving kernel's death, which no entry announces (remote.py).
+    future = handle.future if handle is not None and not isinstance(handle, remote.RemoteRun) else None
+    elsewhere = future is None and served_elsewhere(server.store, session)
     outcome = wait_run(
         is_done=lambda: server.session_status(session) == "idle",  # (also a run served elsewhere)
         is_parked=lambda: server.session_status(session) == "parked",
         future=future,
         loop=state.loop,
+        wake=remote.session_writes(server.store, session) if elsewhere else None,
+        poll_interval=remote.REMOTE_POLL_INTERVAL if elsewhere else None,
     )
     if view is not None:
         view.flush(final=True)

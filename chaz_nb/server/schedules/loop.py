@@ -118,8 +118,8 @@ class Scheduler:
             return True
         if s.agent not in self.port.agents:
             return False  # a kernel that defines it fires it
-        claim = getattr(self.store, "claim", None)
-        return s.session_id is None or claim is None or bool(claim(s.session_id))
+        store: Any = self.store  # (shared: a PgSessionStore, with leases)
+        return s.session_id is None or bool(store.claim(s.session_id))
 
     def _dispatch(self, s: Schedule, now: datetime) -> None:
         if s.expires_at is not None and now >= s.expires_at:
@@ -170,8 +170,9 @@ class Scheduler:
         if session_id is not None and self.port.is_busy(session_id):
             fire = Fire(fire_id, s.id, "skipped", session_id, reason=f"session {session_id} is busy")
             return self._finish(s, fire, count=False)
-        claim = getattr(self.store, "claim", None)  # a shared store: one server per session
-        if session_id is not None and claim is not None and not claim(session_id):
+        store: Any = self.store
+        shared = store.shares_sessions  # one server per session, the lease holder's
+        if session_id is not None and shared and not store.claim(session_id):
             reason = f"session {session_id} is served by another kernel"
             fire = Fire(fire_id, s.id, "skipped", session_id, reason=reason)
             return self._finish(s, fire, count=False)
@@ -180,8 +181,8 @@ class Scheduler:
                 s.agent, "schedule", title=f"schedule #{s.id} fire {fire_id}",
                 metadata={"schedule_id": s.id, "fire_id": fire_id}, ceiling=s.ceiling,
             )
-            if claim is not None:
-                claim(session_id)
+            if shared:
+                store.claim(session_id)
         # the fire's session is known while it runs: a kernel starting meanwhile leaves it alone
         self.store.execute("UPDATE schedule_fires SET session_id = ? WHERE id = ?", [session_id, fire_id])
         invocation = Invocation(

@@ -103,7 +103,7 @@ class ScheduleTable:
     def __init__(self, store: SessionStore) -> None:
         self.store = store
         #: several kernels write the store (PostgreSQL): read it each time, cache nothing
-        self.shared = getattr(store, "claim", None) is not None
+        self.shared = store.shares_sessions
         self._cache: dict[int, Schedule] | None = None
         # A read-only file of an older schema has no ceiling column.
         self._columns = _COLUMNS + (", ceiling" if self.store.has_column("schedules", "ceiling") else "")
