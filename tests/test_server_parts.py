@@ -40,3 +40,25 @@ async def test_a_part_added_from_outside_gets_the_port_and_every_hook(store):
     await server.stop()
     store.append(sid, EntryType.MESSAGE, "user", "after stop")
     assert tally.messages == {sid: 1}  # stop() unsubscribes the added part too
+
+
+class Briefing(Part):
+    """Builds every run's context itself: a fixed system note, then the person's last Message."""
+
+    name = "briefing"
+
+    def __init__(self, port: ServerPort) -> None:
+        self.port = port
+
+    async def run_messages(self, session_id: int, agent: Agent, invocation=None):
+        last = self.port.store.latest(session_id)
+        return [{"role": "system", "content": "briefed"}, {"role": "user", "content": f"briefed: {last.content}"}]
+
+
+async def test_a_part_added_from_outside_builds_the_runs_context_over_the_built_in_one(store):
+    server = Server(store, [Agent("assistant")])
+    server.add_part(Briefing(server.port))
+    sid = server.current_session("assistant")
+    reply = await (await server.send(sid, "hello")).wait()
+    assert reply.content == "echo: briefed: hello"  # the echo model answered the part's context
+    await server.stop()

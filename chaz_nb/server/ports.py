@@ -149,7 +149,8 @@ class Part(Protocol):
     async def run_messages(
         self, session_id: int, agent: Agent, invocation: Invocation | None
     ) -> list[dict[str, Any]] | None:
-        """The messages a run starts with; the first part that returns a list builds them."""
+        """The messages a run starts with; the part added last that returns a list builds them
+        (so a part added with ``Server.add_part`` comes before the built-in Compaction)."""
         return None
 
     async def after_run(self, session_id: int, agent: Agent) -> Any:

@@ -568,7 +568,9 @@ class RunEngine:
     async def _run_messages(
         self, session_id: int, agent: Agent, invocation: Invocation | None
     ) -> list[dict[str, Any]]:
-        for part in self.parts:
+        # the part added last first: the built-in Compaction always builds a context, so a part
+        # added from outside (Server.add_part) comes before it or would never be asked
+        for part in reversed(self.parts):
             messages = await part.run_messages(session_id, agent, invocation)
             if messages is not None:
                 return messages
