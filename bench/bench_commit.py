@@ -16,7 +16,8 @@ them alike. Medians over ``--rounds``.
 3. ``settings``: connect-time settings of the writer's instance (``threads``, ``async_threads``,
    ``scheduler_process_partial``, ``pin_threads``).
 4. ``cold``: the store's commit right after 5 ms of other Python work (JSON in and out, as a
-   turn's litellm and server code before it): the CPU caches no longer hold DuckDB's code and data.
+   turn's litellm and server code before it): the CPU caches no longer hold DuckDB's code and
+   data; and right after 20 ms idle (a model call's wait, then the reply's commit).
 5. ``gil``: the same commit while another Python thread is busy: DuckDB releases the GIL while
    it works, and each time the busy thread keeps it for up to ``sys.getswitchinterval()``.
 
@@ -206,7 +207,8 @@ def cold(db: Databases) -> list[Case]:
     return [("warm: the store's INSERT", db.store(), insert),
             ("warm: threads=1", db.store(threads=1), insert),
             ("after 5 ms of other work: the store's INSERT", db.store(), insert),
-            ("after 5 ms of other work: threads=1", db.store(threads=1), insert)]
+            ("after 5 ms of other work: threads=1", db.store(threads=1), insert),
+            ("after 20 ms idle: the store's INSERT", db.store(), insert)]
 
 
 def run(title: str, cases: list[Case], rounds: int) -> None:
@@ -215,6 +217,8 @@ def run(title: str, cases: list[Case], rounds: int) -> None:
         for name, con, fn in cases if i % 2 else cases[::-1]:
             if name.startswith("after 5 ms"):
                 other_work(5)
+            elif name.startswith("after 20 ms idle"):
+                time.sleep(0.02)
             t0 = time.perf_counter()
             fn(con)
             if i >= 20:  # the first 20 rounds warm up
