@@ -258,7 +258,9 @@ async def litellm_ready() -> Any:
     """litellm, imported off the event loop (the first call waits here without blocking it)."""
     if _litellm is not None:
         return _litellm
-    return await asyncio.wrap_future(start_import())
+    # shielded: a run cancelled while it waits (a stop) must not cancel the one import every
+    # run of the process shares (wrap_future passes a cancel on to the thread's future)
+    return await asyncio.shield(asyncio.wrap_future(start_import()))
 
 
 def litellm_module() -> Any:
