@@ -264,3 +264,113 @@ async def test_a_wait_on_a_run_served_elsewhere_ends_when_its_lease_frees_with_n
     finally:
         release.set()
         await first.wait()
+
+
+async def held_run(held):
+    """A's run of ``holder`` waits in its tool; B has seen it running (through its listener)."""
+    a, b, _release = held
+    sid = a.current_session("holder")
+    handle = await a.send(sid, "hold on")  # A serves the session: it holds the lease
+    await until(lambda: b.session_status(sid) == "running" and b.store.entries(sid, types=[T.TOOL_CALL]),
+                b.store.subscribe, what="A's run in its tool, seen from B")
+    return sid, handle
+
+
+def cancelled_acks(store, sid: int) -> list:
+    return [e for e in store.entries(sid, types=[T.ACK]) if e.payload.get("status") == "cancelled"]
+
+
+async def test_a_stop_from_another_kernel_stops_the_run_where_it_is_served(held):
+    a, b, release = held
+    sid, handle = await held_run(held)
+    try:
+        stopped = await b.stop_runs(sid, by="bea")  # B does not serve the session: A stops its run
+    finally:
+        release.set()  # (a failing stop must not leave A's run waiting)
+    [run] = stopped
+    assert (run.session_id, run.agent, run.was, run.elsewhere) == (sid, "holder", "running", True)
+    assert run.describe() == f"stopped session {sid} (holder, run {run.run_id}, was running, in another kernel)"
+    assert await handle.wait() is None and not a.is_busy(sid)  # A's run ended on the stop
+    [ack] = cancelled_acks(b.store, sid)  # B's subscribers had it before B's stop returned
+    assert ack.payload["run_id"] == run.run_id and ack.sender == "holder"
+    assert (ack.content, ack.payload["stopped_by"]) == ("holder was stopped by bea", "bea")
+    assert b.session_status(sid) == "idle"
+    assert [e.content for e in a.store.entries(sid, types=[T.ERROR])] == []  # no second closing entry
+
+
+async def test_a_stop_button_in_another_kernel_asks_the_serving_kernel_without_waiting(held):
+    a, b, release = held
+    sid, handle = await held_run(held)
+    try:
+        [run] = b.request_stop(sid, by="user")  # what the Stop button and the sidebar call
+        assert (run.session_id, run.elsewhere, run.was) == (sid, True, "running")
+        assert await asyncio.wait_for(handle.wait(), 30) is None  # (the bound only ends a failing test)
+    finally:
+        release.set()
+    [ack] = await until(lambda: cancelled_acks(b.store, sid), b.store.subscribe, what="A's cancelled Ack in B")
+    assert ack.payload["stopped_by"] == "user" and ack.payload["run_id"] == run.run_id
+
+
+async def test_garbage_on_the_stop_channel_is_ignored_and_the_listener_goes_on(held):
+    from chaz_nb.server.stop_relay import STOP_CHANNEL
+
+    a, b, release = held
+    sid, handle = await held_run(held)
+    garbage = ["", "not json", "[]", "null", "17", '{"stop": true, "by": "x", "id": "g1"}',
+               f'{{"stop": {sid}, "by": "x"}}', f'{{"stop": {sid}, "by": 5, "id": "g2"}}',
+               f'{{"stop": {sid}, "by": "", "id": "g3"}}', f'{{"stop": {sid}, "by": "x", "id": 4}}',
+               f'{{"stop": {sid}, "by": "x", "id": "{"i" * 200}"}}', f'{{"stop": -{sid}, "by": "x", "id": "g5"}}',
+               '{"stop": 1e999, "by": "x", "id": "g6"}', f'{{"stop": "{sid}", "by": "x", "id": "g7"}}',
+               '{"stopped": "g8", "runs": "all"}', '{"stopped": "g9", "runs": [{"session_id": "1"}]}',
+               '{"stopped": 5, "runs": []}', '{"id": "g10"}', '{"stop": 99999, "by": "x", "id": "g11"}']
+    try:
+        for relay in (a._engine.relay, b._engine.relay):  # straight to the handler: it never raises
+            for payload in garbage:
+                relay._heard(payload)
+        for payload in garbage:  # and over the channel, through both kernels' listeners
+            b.store.notify(STOP_CHANNEL, payload)
+        assert a.session_status(sid) == "running" and not handle.done()
+        # the listeners hear notices in order: a stop sent now is handled after all of that
+        [run] = await b.stop_runs(sid, by="bea")
+    finally:
+        release.set()
+    assert await handle.wait() is None
+    [ack] = cancelled_acks(a.store, sid)  # stopped once, by the real request
+    assert ack.payload["stopped_by"] == "bea" and run.run_id == ack.payload["run_id"]
+    assert not a.store._listener.done() and not b.store._listener.done()
+
+
+def test_a_stop_request_is_read_strictly():
+    from chaz_nb.server.stop_relay import MAX_BY, parse_runs, plain_label
+
+    assert plain_label("bea\n\x07 (kernel B)") == "bea (kernel B)"
+    assert plain_label("x" * 500) == "x" * MAX_BY
+    assert plain_label(" \n") is None and plain_label(7) is None
+    run = {"session_id": 3, "agent": "ops", "run_id": 17, "was": "parked", "via": None, "dropped": 1}
+    [parsed] = parse_runs([run])
+    assert (parsed.session_id, parsed.run_id, parsed.was, parsed.dropped) == (3, 17, "parked", 1)
+    assert parsed.elsewhere
+    for bad in ({"run_id": "17"}, {"was": "done"}, {"session_id": True}, {"dropped": -1}, {"via": 1.5},
+                {"agent": ""}):
+        assert parse_runs([{**run, **bad}]) is None, bad
+    assert parse_runs({"session_id": 3}) is None and parse_runs([run] * 41) is None
+
+
+async def test_a_stop_of_a_run_nobody_serves_says_how_it_gets_closed(two):
+    a, b = two
+    sid = a.store.create_session("ops")
+    assert await b.stop_runs(sid) == [] and b.request_stop(sid) == []  # nothing open, nobody serves it
+    ack = a.store.append(sid, T.ACK, "ops", "ops is working", payload={"trigger_id": 1})  # a dead kernel's run
+    assert not a.store.holds(sid) and not b.store.holds(sid)
+    message = (f"no kernel serves session {sid}: the kernel that ran it is gone and left its run open; "
+               "a message to it from a kernel that defines ops closes that run and answers")
+    with pytest.raises(ServerError) as stop:
+        await b.stop_runs(sid)
+    assert str(stop.value) == message
+    with pytest.raises(ServerError, match="no kernel serves session"):
+        b.request_stop(sid)
+    a.define_agent(Agent("ops"))  # what the message says: A's ops answers without tools
+    assert (await (await a.send(sid, "again")).wait()).content == "echo: again"
+    closing = [e for e in a.store.entries(sid) if e.payload.get("run_id") == ack.id and e.id != ack.id]
+    assert [e.content for e in closing] == ["interrupted: kernel stopped"]
+    assert await b.stop_runs(sid) == []  # A serves it now, and it is idle

@@ -61,8 +61,9 @@ log = logging.getLogger(__name__)
 
 __all__ = ["OnWrite", "PgSessionStore"]
 CHANNEL = "chaz_entries"
-#: other channels the listener relays to ``on_notice`` callbacks (schedule changes)
-NOTICE_CHANNELS = ("chaz_schedules",)
+#: other channels the listener relays to ``on_notice`` callbacks (schedule changes, stop
+#: requests between kernels: server/stop_relay.py)
+NOTICE_CHANNELS = ("chaz_schedules", "chaz_stop")
 #: advisory lock keys (first int: this project's namespace; second: what is locked)
 _WRITE_LOCK = (7261, 1)
 _LEASE_NS = 7262

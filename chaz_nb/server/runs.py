@@ -58,6 +58,7 @@ from .remote import RemoteRun
 from .ports import Part, RunContext, SpawnContext, current_run
 from .streams import StreamHub
 from .stopping import CANCELLED, StoppedRun
+from .stop_relay import REMOTE_STOP_TIMEOUT, StopRelay
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,14 @@ SELECT
                      AND d.entry_type = 'ApprovalDecision'
                      AND json_extract_string(d.payload, '$.request_id')
                          = json_extract_string(r.payload, '$.request_id')))
+"""
+
+#: the newest run of a session with an Ack and no closing entry (in the whole table)
+_OPEN_RUN = """
+SELECT max(a.id) FROM entries a
+WHERE a.session_id = ? AND a.entry_type = 'Ack' AND a.run_id = a.id
+  AND NOT EXISTS (SELECT 1 FROM entries e WHERE e.run_id = a.id AND e.id <> a.id
+                  AND e.entry_type IN ('Message', 'Error', 'Ack'))
 """
 
 #: the Messages and Directives written since a session's last Ack (triggers not yet answered),
@@ -185,6 +194,8 @@ class RunEngine:
         self._stopped = False
         #: reply text while it is written (transient, not entries; see streams.py)
         self.streams = StreamHub()
+        #: stop requests to and from the other kernels of a shared store (stop_relay.py)
+        self.relay = StopRelay(store, self._serves, self._stop_here_and_wait)
 
     # ------------------------------------------------------------ parts
     def register(self, part: Part) -> None:
@@ -825,11 +836,25 @@ class RunEngine:
 
     def request_stop(self, session_id: int | None = None, by: str = "user") -> list[StoppedRun]:
         """Cancel the run of ``session_id`` and of the sessions spawned from it (None: every
-        session's); return what was stopped, [] when nothing was running. See stopping.py.
+        session's run in this server); return what was stopped, [] when nothing was running.
+        See stopping.py.
 
         The cancels are requested here; each run writes its closing Ack as it unwinds
-        (``stop_runs`` waits for that).
+        (``stop_runs`` waits for that). On a shared store, a session another kernel serves is
+        that kernel's to stop: it is asked to (stop_relay.py), and the run it is asked about is
+        returned with ``elsewhere`` set; a run left open by a kernel that is gone is a ServerError.
         """
+        stopped = self._stop_here(session_id, by)
+        if session_id is None or any(run.session_id == session_id for run in stopped):
+            return stopped
+        remote = self._run_elsewhere(session_id)
+        if remote is None:
+            return stopped
+        self.relay.send(session_id, by)
+        return [*stopped, remote]
+
+    def _stop_here(self, session_id: int | None, by: str) -> list[StoppedRun]:
+        """``request_stop`` of the runs in this server only."""
         targets: dict[int, int | None]  # session -> the stopped ancestor that reaches it
         if session_id is None:
             targets = dict.fromkeys(self._states)
@@ -864,16 +889,72 @@ class RunEngine:
         return False
 
     async def stop_runs(self, session_id: int | None = None, by: str = "user") -> list[StoppedRun]:
-        """``request_stop``, then wait until each stopped run has written its closing Ack."""
+        """``request_stop``, then wait until each stopped run has written its closing Ack.
+
+        A session another kernel serves (shared store): that kernel stops it and answers with
+        what it stopped (stop_relay.py); no answer within ``REMOTE_STOP_TIMEOUT`` s is a
+        ServerError, unless the log shows the run closed meanwhile."""
+        stopped = await self._stop_here_and_wait(session_id, by)
+        if session_id is None or any(run.session_id == session_id for run in stopped):
+            return stopped
+        remote = self._run_elsewhere(session_id)
+        if remote is None:
+            return stopped
+        answer = await self.relay.ask(session_id, by, REMOTE_STOP_TIMEOUT)
+        if answer is None:
+            if remote.run_id is None or self._open_run(session_id) == remote.run_id:
+                raise ServerError(
+                    f"asked the kernel that serves session {session_id} to stop its run; no answer in "
+                    f"{REMOTE_STOP_TIMEOUT:g} s (is a cell running there?); %chaz log {session_id} shows when it ends"
+                )
+            answer = [remote]  # the answer was lost (a listener reconnecting), the run is closed
+        return [*stopped, *answer]
+
+    async def _stop_here_and_wait(self, session_id: int | None, by: str) -> list[StoppedRun]:
+        """Stop the runs of this server (``_stop_here``) and wait until they have ended."""
         tasks = {sid: st.task for sid, st in self._states.items()}  # the states go as runs end
-        stopped = self.request_stop(session_id, by)
+        stopped = self._stop_here(session_id, by)
         waits = [t for s in stopped if (t := tasks.get(s.session_id)) is not None]
         await asyncio.gather(*waits, return_exceptions=True)
         return stopped
 
+    def _serves(self, session_id: int) -> bool:
+        """Whether a stop request for the session is this server's to carry out: it runs the
+        session (or holds its lease, and so would answer that nothing runs)."""
+        if self._stopped:
+            return False
+        return session_id in self._states or bool(self.store.shares_sessions and self.store.holds(session_id))  # type: ignore[attr-defined]
+
+    def _open_run(self, session_id: int) -> int | None:
+        """The session's newest run with no closing entry in the log, or None."""
+        rows = self.store.execute(_OPEN_RUN, [session_id])
+        return rows[0][0] if rows and rows[0][0] is not None else None
+
+    def _run_elsewhere(self, session_id: int) -> StoppedRun | None:
+        """The run another kernel serves in the session (what a stop from here would stop), or
+        None when there is none. A run open in the log whose kernel is gone (nobody holds the
+        lease) is a ServerError saying how it gets closed."""
+        store: Any = self.store
+        if not self.relay.enabled or store.holds(session_id):
+            return None
+        if not served_elsewhere(store, session_id):
+            if self._open_run(session_id) is None:
+                return None
+            agent = store.session(session_id).agent
+            raise ServerError(
+                f"no kernel serves session {session_id}: the kernel that ran it is gone and left its run open; "
+                f"a message to it from a kernel that defines {agent} closes that run and answers"
+            )
+        status = self.session_status(session_id)
+        if status == "idle":
+            return None
+        agent = store.session(session_id).agent
+        return StoppedRun(session_id, agent, self._open_run(session_id), status, elsewhere=True)
+
     async def stop(self) -> None:
         """Cancel every run (each records an Error entry), then stop the parts."""
         self._stopped = True
+        self.relay.close()
         tasks = [s.task for s in self._states.values() if s.task is not None]
         for task in tasks:
             task.cancel()

@@ -43,10 +43,13 @@ class StoppedRun:
     via: int | None = None
     #: queued trigger entries dropped with it
     dropped: int = 0
+    #: another kernel serves the session and stopped it on this kernel's request (stop_relay.py)
+    elsewhere: bool = False
 
     def describe(self) -> str:
         """One line for ``%chaz stop``: ``stopped session 3 (analyst, run 17, was parked)``."""
         run = f"run {self.run_id}" if self.run_id is not None else "run starting"
         extra = f", spawned from session {self.via}" if self.via is not None else ""
+        extra += ", in another kernel" if self.elsewhere else ""
         dropped = f"; dropped {self.dropped} queued message(s)" if self.dropped else ""
         return f"stopped session {self.session_id} ({self.agent}, {run}, was {self.was}{extra}){dropped}"

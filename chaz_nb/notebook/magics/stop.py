@@ -4,13 +4,15 @@ The same stop as the Server's ``stop_runs`` (see ``chaz_nb/server/stopping.py``)
 and running tools are cancelled, open approval requests close as timed_out, and the run ends
 with an Ack whose status is ``cancelled`` (the ``runs`` view shows it). The sessions spawned from
 the stopped one are stopped with it. The cell returns once every stopped run wrote its Ack.
+On a shared store (PostgreSQL) a session another kernel serves is stopped by that kernel, on
+this one's request (server/stop_relay.py).
 """
 
 from __future__ import annotations
 
 from IPython.core.error import UsageError
 
-from ...errors import StoreError
+from ...errors import ServerError, StoreError
 from .host import MagicsHost
 from .turns import parse_session
 
@@ -31,7 +33,7 @@ class StopCommands(MagicsHost):
         session = None if words == ["all"] else parse_session(server, rest, state.last_session, "stop")
         try:
             stopped = run_sync(server.stop_runs(session, by="user"))
-        except StoreError as exc:  # the session vanished between the check and the stop
+        except (StoreError, ServerError) as exc:  # the session vanished; its kernel is gone or busy
             raise UsageError(f"%chaz stop: {exc}") from None
         if not stopped:
             print("nothing is running" if session is None else f"session {session} has no run to stop")
