@@ -192,3 +192,55 @@ async def hang() -> str:
     r = b.collect(cell, timeout=60)  # the wait ends once A's lease is gone (no hang)
     assert r.status == "ok", r.outputs
     assert f"session {sid} · slow · chat · idle" in "\n".join(r.texts())
+
+
+HANG = '''
+import asyncio
+import chaz_nb
+from chaz_nb.notebook.kernel_loop import run_sync
+
+started = asyncio.Event()
+
+@chaz_nb.tool
+async def hang() -> str:
+    """Wait for ever."""
+    started.set()
+    await asyncio.Event().wait()
+    return "never"
+'''
+SLOW = '%%chaz agent slow\nmodel = "chaz/script"\ntools = ["hang"]\nscript = [{tool = "hang", args = {}}, "done"]'
+
+
+def test_a_stop_from_another_kernel_stops_the_run_in_the_kernel_that_serves_it(kernels, pg_url):
+    a, b = kernels(2)
+    ok(a, HANG)
+    ok(a, SLOW)
+    ok(a, "%chaz --no-wait @slow go")
+    ok(a, "run_sync(started.wait())")  # A's run is in its tool, for ever
+    sid = session_of(a, "slow")
+    out = ok(b, f"%chaz stop {sid}").strip()  # B does not serve the session: A stops its run
+    [(run_id,)] = rows(pg_url, "SELECT id FROM entries WHERE session_id = %s AND entry_type = 'Ack'"
+                               " AND run_id = id", (sid,))
+    assert out == f"stopped session {sid} (slow, run {run_id}, was running, in another kernel)"
+    [(content, by)] = rows(pg_url, "SELECT content, payload->>'stopped_by' FROM entries WHERE run_id = %s"
+                                   " AND id <> run_id AND entry_type = 'Ack'", (run_id,))
+    assert (content, by) == ("slow was stopped by user", "user")
+    assert ok(a, f"%chaz wait {sid}").strip() == f"session {sid} is idle"
+    assert ok(b, f"%chaz stop {sid}").strip() == f"session {sid} has no run to stop"
+
+
+def test_a_stop_of_a_run_whose_kernel_died_says_how_it_gets_closed(kernels, pg_url):
+    a, b = kernels(2)
+    ok(a, HANG)
+    ok(a, SLOW)
+    ok(a, "%chaz --no-wait @slow go")
+    ok(a, "run_sync(started.wait())")
+    sid = session_of(a, "slow")
+    os.kill(a.km.provisioner.process.pid, signal.SIGKILL)  # type: ignore[union-attr]
+    a.km.provisioner.process.wait(timeout=30)  # type: ignore[union-attr]
+    lease_freed(pg_url, sid)
+    r = b.run(f"%chaz stop {sid}")
+    assert r.status == "error"
+    assert r.stderr.strip().endswith(
+        f"%chaz stop: no kernel serves session {sid}: the kernel that ran it is gone and left its run open; "
+        "a message to it from a kernel that defines slow closes that run and answers"), r.stderr

@@ -13,8 +13,9 @@ same throttled broadcast as writes, so the sidebar shows the reply as it is writ
 The frontend sends ``{"type": "refresh"}``,
 ``{"type": "decide", "request_id", "decision": "approve"|"deny", "reason"}``,
 ``{"type": "stop", "session_id"}`` (the sidebar's Stop button: what ``%chaz stop SESSION``
-does, server/stopping.py) and ``{"type": "page", "session_id", "before_seq", "limit",
-"request_id"}`` (the transcript renderer's "show earlier"). A decide is answered with
+does, server/stopping.py; a session another kernel serves is stopped there, server/stop_relay.py)
+and ``{"type": "page", "session_id", "before_seq", "limit", "request_id"}`` (the transcript
+renderer's "show earlier"). A decide is answered with
 ``{"type": "decided", "request_id", "ok", "message"}``, a stop with
 ``{"type": "stopped", "session_id", "ok", "message"}`` (``message`` says what was stopped, or
 why nothing was), each then with a fresh state; a page with ``{"type": "page", "request_id",

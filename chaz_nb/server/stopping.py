@@ -19,6 +19,9 @@ What a stop does (the run engine, runs.py, carries it out):
 - The runs of sessions spawned from it (children, grandchildren, sync or async spawns) are
   stopped too: they serve the same request. Stopping a child alone leaves its parent running;
   the parent's spawn call then returns a tool error saying the child was stopped.
+- On a shared store (PostgreSQL) a session's run is in the kernel that serves it: a stop asked
+  for in another kernel is carried out there, the same way (stop_relay.py). ``stop all`` stops
+  this kernel's runs only.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ The row shows while the session is ``running`` or ``parked`` (a run waiting for 
 can be stopped too) and hides once it is idle; the session view closes it with its other
 widgets when it finishes, so a saved notebook never shows it. A click asks the server to stop
 the session's run (``request_stop(session_id, by="user")``, what ``%chaz stop`` does, see
-server/stopping.py) and disables the button; the run then writes its cancelled Ack, which the
-view shows as it shows every entry. The click handler never raises into the widget's comm: a
+server/stopping.py; on a shared store a run another kernel serves is stopped by that kernel,
+server/stop_relay.py) and disables the button; the run then writes its cancelled Ack, which
+the view shows as it shows every entry. The click handler never raises into the widget's comm: a
 failure is the row's one-line note.
 """
 
