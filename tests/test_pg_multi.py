@@ -374,3 +374,41 @@ async def test_a_stop_of_a_run_nobody_serves_says_how_it_gets_closed(two):
     closing = [e for e in a.store.entries(sid) if e.payload.get("run_id") == ack.id and e.id != ack.id]
     assert [e.content for e in closing] == ["interrupted: kernel stopped"]
     assert await b.stop_runs(sid) == []  # A serves it now, and it is idle
+
+
+async def test_a_stop_the_serving_kernel_does_not_answer_is_a_one_line_error(held, monkeypatch):
+    import chaz_nb.server.runs as runs
+
+    a, b, release = held
+    sid, handle = await held_run(held)
+    a._engine.relay.close()  # A hears no request, as a kernel whose loop a long cell holds
+    monkeypatch.setattr(runs, "REMOTE_STOP_TIMEOUT", 0.2)  # (the bound under test, not a wait for A)
+    try:
+        with pytest.raises(ServerError) as stop:
+            await b.stop_runs(sid)
+        assert str(stop.value) == (f"asked the kernel that serves session {sid} to stop its run; no answer in "
+                                   f"0.2 s (is a cell running there?); %chaz log {sid} shows when it ends")
+        assert not handle.done() and a.session_status(sid) == "running"
+    finally:
+        release.set()
+    assert (await handle.wait()).content == "done: released"
+
+
+async def test_a_lost_answer_to_a_stop_is_made_up_from_the_log(held, monkeypatch):
+    a, b, release = held
+    sid, handle = await held_run(held)
+    relay = b._engine.relay
+
+    async def answer_lost(session_id: int, by: str, timeout: float) -> list | None:
+        relay.send(session_id, by)  # A stops the run; its answer is lost (B's listener reconnected)
+        await until(lambda: cancelled_acks(b.store, sid), b.store.subscribe, what="A's cancelled Ack in B")
+        return None  # what ask() returns when no answer came in time
+
+    monkeypatch.setattr(relay, "ask", answer_lost)
+    try:
+        [run] = await b.stop_runs(sid)
+    finally:
+        release.set()
+    [ack] = cancelled_acks(b.store, sid)
+    assert (run.session_id, run.run_id, run.elsewhere) == (sid, ack.payload["run_id"], True)
+    assert await handle.wait() is None
