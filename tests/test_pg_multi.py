@@ -412,3 +412,18 @@ async def test_a_lost_answer_to_a_stop_is_made_up_from_the_log(held, monkeypatch
     [ack] = cancelled_acks(b.store, sid)
     assert (run.session_id, run.run_id, run.elsewhere) == (sid, ack.payload["run_id"], True)
     assert await handle.wait() is None
+
+
+async def test_a_run_parked_in_one_kernel_is_stopped_from_another_and_its_request_closes(two):
+    a, b = two
+    sid = a.current_session("ops")
+    handle = await a.send(sid, "ship it")
+    [req] = await until(lambda: b.pending_approvals(), b.store.subscribe, what="A's request in B")
+    [run] = await b.stop_runs(sid, by="bea")
+    assert (run.session_id, run.agent, run.was, run.elsewhere) == (sid, "ops", "parked", True)
+    assert await handle.wait() is None and ran == []  # the tool never ran
+    assert a.pending_approvals() == b.pending_approvals() == []
+    [decision] = [e for e in b.store.entries(sid, types=[T.APPROVAL_DECISION])]
+    assert (decision.payload["request_id"], decision.payload["decision"]) == (req["request_id"], "timed_out")
+    [ack] = cancelled_acks(b.store, sid)
+    assert ack.payload["stopped_by"] == "bea" and b.session_status(sid) == "idle"
