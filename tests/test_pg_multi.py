@@ -322,7 +322,8 @@ async def test_garbage_on_the_stop_channel_is_ignored_and_the_listener_goes_on(h
                f'{{"stop": {sid}, "by": "x", "id": "{"i" * 200}"}}', f'{{"stop": -{sid}, "by": "x", "id": "g5"}}',
                '{"stop": 1e999, "by": "x", "id": "g6"}', f'{{"stop": "{sid}", "by": "x", "id": "g7"}}',
                '{"stopped": "g8", "runs": "all"}', '{"stopped": "g9", "runs": [{"session_id": "1"}]}',
-               '{"stopped": 5, "runs": []}', '{"id": "g10"}', '{"stop": 99999, "by": "x", "id": "g11"}']
+               '{"stopped": 5, "runs": []}', '{"id": "g10"}', '{"stop": 99999, "by": "x", "id": "g11"}',
+               "[" * 5000, '{"stop": ' * 800]
     try:
         for relay in (a._engine.relay, b._engine.relay):  # straight to the handler: it never raises
             for payload in garbage:

@@ -921,9 +921,10 @@ class RunEngine:
     def _serves(self, session_id: int) -> bool:
         """Whether a stop request for the session is this server's to carry out: it runs the
         session (or holds its lease, and so would answer that nothing runs)."""
+        store: Any = self.store
         if self._stopped:
             return False
-        return session_id in self._states or bool(self.store.shares_sessions and self.store.holds(session_id))  # type: ignore[attr-defined]
+        return session_id in self._states or bool(store.shares_sessions and store.holds(session_id))
 
     def _open_run(self, session_id: int) -> int | None:
         """The session's newest run with no closing entry in the log, or None."""

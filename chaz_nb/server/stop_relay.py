@@ -135,7 +135,7 @@ class StopRelay:
         """A notice on the channel, from any client of the database: act on the two shapes."""
         try:
             message = json.loads(payload)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RecursionError):  # (deep nesting fits in a NOTIFY payload)
             return
         if not isinstance(message, dict):
             return
