@@ -197,18 +197,24 @@ async def hang() -> str:
 HANG = '''
 import asyncio
 import chaz_nb
-from chaz_nb.notebook.kernel_loop import run_sync
-
-started = asyncio.Event()
 
 @chaz_nb.tool
 async def hang() -> str:
     """Wait for ever."""
-    started.set()
     await asyncio.Event().wait()
     return "never"
 '''
 SLOW = '%%chaz agent slow\nmodel = "chaz/script"\ntools = ["hang"]\nscript = [{tool = "hang", args = {}}, "done"]'
+
+
+def in_its_tool(url: str, sid: int, deadline: float = 60.0) -> None:
+    """A's run has called its tool (it hangs there): another process's state, read from the
+    table within a bounded deadline, as ``lease_freed`` does (no event reaches the test)."""
+    end = time.monotonic() + deadline
+    while not rows(url, "SELECT count(*) FROM entries WHERE session_id = %s AND entry_type = 'ToolCall'",
+                   (sid,))[0][0]:
+        assert time.monotonic() < end, f"session {sid}'s run did not call its tool in {deadline:g} s"
+        time.sleep(0.05)
 
 
 def test_a_stop_from_another_kernel_stops_the_run_in_the_kernel_that_serves_it(kernels, pg_url):
@@ -216,8 +222,8 @@ def test_a_stop_from_another_kernel_stops_the_run_in_the_kernel_that_serves_it(k
     ok(a, HANG)
     ok(a, SLOW)
     ok(a, "%chaz --no-wait @slow go")
-    ok(a, "run_sync(started.wait())")  # A's run is in its tool, for ever
     sid = session_of(a, "slow")
+    in_its_tool(pg_url, sid)  # A's run is in its tool, for ever
     out = ok(b, f"%chaz stop {sid}").strip()  # B does not serve the session: A stops its run
     [(run_id,)] = rows(pg_url, "SELECT id FROM entries WHERE session_id = %s AND entry_type = 'Ack'"
                                " AND run_id = id", (sid,))
@@ -234,8 +240,8 @@ def test_a_stop_of_a_run_whose_kernel_died_says_how_it_gets_closed(kernels, pg_u
     ok(a, HANG)
     ok(a, SLOW)
     ok(a, "%chaz --no-wait @slow go")
-    ok(a, "run_sync(started.wait())")
     sid = session_of(a, "slow")
+    in_its_tool(pg_url, sid)
     os.kill(a.km.provisioner.process.pid, signal.SIGKILL)  # type: ignore[union-attr]
     a.km.provisioner.process.wait(timeout=30)  # type: ignore[union-attr]
     lease_freed(pg_url, sid)
