@@ -353,3 +353,23 @@ def test_a_failed_batch_leaves_nothing_written_and_nothing_for_the_next_write(db
         assert store.execute("SELECT content FROM entries ORDER BY id") == [("one",), ("four",)]
     with SessionStore(db_path) as again:
         assert [e.content for e in again.entries(s)] == ["one", "four"]
+
+
+def test_text_utf8_cannot_carry_is_stored_with_a_stand_in_not_refused(store):
+    """A tool, MCP server or model can hand back a lone surrogate (JSON's ``"\\ud800"``) or a NUL;
+    DuckDB refused the surrogate and PostgreSQL both, so the ToolResult or reply was never
+    written and its run hung with no closing entry. Each is stored as U+FFFD instead."""
+    s = store.create_session("alice")
+    entry = store.append(
+        s, EntryType.TOOL_RESULT, "ag\ud800ent", "out\ud800put \x00 end",
+        tool_call_id="call\udfff", tool_name="t\ud800",
+        payload={"output": "x\udfffy\x00", "k\ud800": ["\ud83d"], "n": 1},
+    )
+    for got in (entry, store.entries(s)[-1]):
+        nul = "\ufffd" if getattr(store, "dialect", "duckdb") == "postgresql" else "\x00"  # PostgreSQL text has no NUL
+        assert got.content == f"out\ufffdput {nul} end"
+        assert got.sender == "ag\ufffdent"
+        assert (got.tool_call_id, got.tool_name) == ("call\ufffd", "t\ufffd")
+        assert got.payload["k\ufffd"] == ["\ufffd"]
+        assert got.payload["output"].startswith("x\ufffdy")
+    assert store.append(s, EntryType.MESSAGE, "user", "next").seq == entry.seq + 1

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections import deque
 from collections.abc import Callable, Iterable
 from contextlib import suppress
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .entries import Entry, EntryType
+from .redaction import redact_data
 from ..errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -41,6 +43,60 @@ class NewEntry:
     tool_call_id: str | None = None
     tool_name: str | None = None
     payload: dict[str, Any] | None = None
+
+
+#: What UTF-8 cannot encode: a lone surrogate (a tool's or model's JSON can carry ``"\\ud800"``).
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+#: PostgreSQL's text and jsonb refuse NUL as well.
+LONE_SURROGATE_OR_NUL = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable_text(text: str, unstorable: re.Pattern[str] = LONE_SURROGATE) -> str:
+    """``text`` with each character the database cannot store as U+FFFD.
+
+    A tool output or a reply the database refused was never written, and its run hung with no
+    closing entry; a stand-in keeps the rest of the text.
+    """
+    if text.isascii() and "\x00" not in text:
+        return text
+    return unstorable.sub("\ufffd", text)
+
+
+@dataclass(frozen=True)
+class StorableFields:
+    """An entry's text fields as the store writes them: redacted, every character storable."""
+
+    sender: str
+    content: str
+    tool_call_id: str | None
+    tool_name: str | None
+    payload: dict[str, Any]
+
+
+def storable_fields(
+    item: NewEntry, redact: Callable[[str], str], unstorable: re.Pattern[str] = LONE_SURROGATE
+) -> StorableFields:
+    """``item``'s fields with secrets redacted and unstorable characters replaced (both stores)."""
+
+    def clean(value: Any) -> str:
+        return storable_text(as_text(value), unstorable)
+
+    def clean_optional(value: str | None) -> str | None:
+        return None if value is None else clean(value)
+
+    return StorableFields(
+        sender=clean(item.sender),
+        content=redact(clean(item.content)),
+        tool_call_id=clean_optional(item.tool_call_id),
+        tool_name=clean_optional(item.tool_name),
+        payload=redact_data(item.payload or {}, lambda text: redact(clean(text))),
+    )
+
+
+def as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return "" if value is None else str(value)
 
 
 def _new_entry(
