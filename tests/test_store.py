@@ -373,3 +373,16 @@ def test_text_utf8_cannot_carry_is_stored_with_a_stand_in_not_refused(store):
         assert got.payload["k\ufffd"] == ["\ufffd"]
         assert got.payload["output"].startswith("x\ufffdy")
     assert store.append(s, EntryType.MESSAGE, "user", "next").seq == entry.seq + 1
+
+
+def test_a_key_the_model_gives_as_a_tool_name_or_call_id_is_redacted(store, monkeypatch):
+    """The model names the tool it calls: one that had read a key (a tool's raw output reaches
+    the model) could call a tool named after it, and the ToolCall/ToolResult tool_name column,
+    the tool_calls view and the audit table kept the key while their content said [REDACTED]."""
+    monkeypatch.setenv("OPENAI_API_KEY", "zq9-secret-value-123456")
+    s = store.create_session("alice")
+    store.append(s, EntryType.TOOL_CALL, "alice", "x", tool_name="zq9-secret-value-123456",
+                 tool_call_id="sk-proj-ABCDEFGHIJKLMNOPQRSTUV")
+    rows = store.read("SELECT tool_name, tool_call_id FROM entries")
+    assert rows == [("[REDACTED]", "[REDACTED]")]
+    assert store.read("SELECT tool FROM tool_calls") == [("[REDACTED]",)]

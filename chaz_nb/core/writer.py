@@ -76,13 +76,15 @@ class StorableFields:
 def storable_fields(
     item: NewEntry, redact: Callable[[str], str], unstorable: re.Pattern[str] = LONE_SURROGATE
 ) -> StorableFields:
-    """``item``'s fields with secrets redacted and unstorable characters replaced (both stores)."""
+    """``item``'s fields with secrets redacted (all but the sender, whom no model names) and
+    unstorable characters replaced (both stores)."""
 
     def clean(value: Any) -> str:
         return storable_text(as_text(value), unstorable)
 
     def clean_optional(value: str | None) -> str | None:
-        return None if value is None else clean(value)
+        # The model names the tool (and may echo a key it read as the name): redacted too.
+        return None if value is None else redact(clean(value))
 
     return StorableFields(
         sender=clean(item.sender),
