@@ -386,3 +386,15 @@ def test_a_key_the_model_gives_as_a_tool_name_or_call_id_is_redacted(store, monk
     rows = store.read("SELECT tool_name, tool_call_id FROM entries")
     assert rows == [("[REDACTED]", "[REDACTED]")]
     assert store.read("SELECT tool FROM tool_calls") == [("[REDACTED]",)]
+
+
+def test_nan_and_infinity_in_a_payload_are_written_as_text_on_both_back_ends(store):
+    """Python's json reads ``NaN``/``Infinity`` in a model's tool arguments; PostgreSQL's jsonb
+    refused them, so the ToolCall (and the ToolResult beside it) was never written while the
+    tool ran. Both stores write such a number as its text, as JSON has no other spelling."""
+    s = store.create_session("alice")
+    entry = store.append(s, EntryType.TOOL_CALL, "alice", "echo(...)", tool_name="echo",
+                         payload={"arguments": {"x": float("nan"), "y": [float("inf"), -float("inf")], "z": 1.5}})
+    for got in (entry, store.entries(s)[-1]):
+        assert got.payload["arguments"] == {"x": "NaN", "y": ["Infinity", "-Infinity"], "z": 1.5}
+    assert store.read("SELECT count(*) FROM tool_calls") == [(1,)]

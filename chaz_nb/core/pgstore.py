@@ -53,7 +53,7 @@ from .redaction import redact_data
 from .store import ENTRY_COLUMNS as _ENTRY_COLUMNS
 from .store import NewEntry, SessionInfo, utcnow
 from .store import entry_from_row, run_id_of, session_from_row
-from .writer import LONE_SURROGATE_OR_NUL, GroupCommitWriter, OnWrite, storable_fields
+from .writer import LONE_SURROGATE_OR_NUL, GroupCommitWriter, OnWrite, payload_text, storable_fields
 from ..errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -303,7 +303,7 @@ class PgSessionStore(GroupCommitWriter):
         prepared = []
         for item in items:
             fields = storable_fields(item, self.redact, LONE_SURROGATE_OR_NUL)
-            payload_json = json.dumps(fields.payload, default=str, ensure_ascii=False)
+            payload_json = payload_text(fields.payload)
             prepared.append((int(item.session_id), EntryType(item.entry_type), fields.sender, fields.content,
                              fields.tool_call_id, fields.tool_name, payload_json))
         entries: list[Entry] = []

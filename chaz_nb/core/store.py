@@ -34,7 +34,7 @@ from .window import ContextWindow, chunk_rows, fill_window, window_types
 from .migrations import MIGRATIONS, Migration, apply_migrations
 from .redaction import redact as redact_secrets
 from .redaction import redact_data
-from .writer import GroupCommitWriter, NewEntry, OnWrite, storable_fields
+from .writer import GroupCommitWriter, NewEntry, OnWrite, payload_text, storable_fields
 from ..errors import StoreError, StoreLockedError
 
 log = logging.getLogger(__name__)
@@ -343,7 +343,7 @@ class SessionStore(GroupCommitWriter):
                 entry_type = EntryType(item.entry_type)
                 fields = storable_fields(item, self.redact)
                 content = fields.content
-                payload_json = json.dumps(fields.payload, default=str, ensure_ascii=False)
+                payload_json = payload_text(fields.payload)
                 entry = Entry(
                     id=next_id,
                     session_id=sid,

@@ -15,7 +15,9 @@ subscribers through ``_dispatch``/``_drain``, return them). Everything else is h
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import math
 import re
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -93,6 +95,29 @@ def storable_fields(
         tool_name=clean_optional(item.tool_name),
         payload=redact_data(item.payload or {}, lambda text: redact(clean(text))),
     )
+
+
+def payload_text(payload: dict[str, Any]) -> str:
+    """``payload`` as the JSON text both stores write.
+
+    Python's json reads ``NaN`` and ``Infinity`` (a model's tool arguments can hold them) but
+    they are not JSON: PostgreSQL's jsonb refused the entry. Such a number is written as its
+    text; the walk runs only for a payload that has one.
+    """
+    try:
+        return json.dumps(payload, default=str, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(payload), default=str, ensure_ascii=False, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return json.dumps(value)  # "NaN", "Infinity", "-Infinity"
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 def as_text(value: Any) -> str:
