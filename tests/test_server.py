@@ -193,6 +193,36 @@ async def test_raising_tool_is_an_error_result_not_a_crash(store):
     assert result.payload["is_error"] is True
 
 
+@tool
+def unwritable() -> str:
+    """Returns what the store below refuses."""
+    return "refuse-me"
+
+
+async def test_tool_events_the_store_refuses_leave_an_error_entry_not_a_silent_gap(store):
+    """When the store could not write a run's ToolCall/ToolResult (any write failure), the event
+    writer only logged it: the tool had run and the session's log showed no sign of the call."""
+    plain = store.redact
+
+    def refusing(text: str) -> str:
+        if "refuse-me" in text:
+            raise ValueError("this text cannot be stored")
+        return plain(text)
+
+    store.redact = refusing
+    server = Server(
+        store,
+        [Agent("x", model="chaz/script", script=[{"tool": "unwritable", "args": {}}, "done"])],
+        ToolRegistry([unwritable]),
+    )
+    reply = await (await server.send(server.current_session("x"), "go")).wait()
+    errors = [e for e in store.entries(reply.session_id) if e.entry_type is T.ERROR]
+    assert len(errors) == 1
+    assert "could not write" in errors[0].content and "unwritable" in errors[0].content
+    assert "this text cannot be stored" in errors[0].content
+    assert errors[0].payload["unwritten_run"] == reply.payload["run_id"]  # not the run's end: no run_id
+
+
 async def test_tool_outside_the_agents_scope_is_refused(store):
     server = Server(
         store,

@@ -47,10 +47,25 @@ async def write_events(
         if items:
             try:
                 await store.write(items)
-            except Exception:
+            except Exception as exc:  # noqa: BLE001 - said in the log itself, below
                 log.exception("could not write tool events of run %s", run_id)
+                await _note_lost(store, session_id, run_id, items, exc)
         for _ in batch:
             events.task_done()
+
+
+async def _note_lost(store: SessionStore, session_id: int, run_id: int, items: list[NewEntry],
+                     exc: Exception) -> None:
+    """An Error entry in place of tool events the store refused: the tools ran, and the log
+    must show it rather than a silent gap. It carries no run_id, as it does not end the run."""
+    calls = ", ".join(f"{item.entry_type.value} {item.tool_name}" for item in items)
+    reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    text = f"could not write {len(items)} tool event(s) of run {run_id} ({calls}): {reason}"
+    payload = {"unwritten_run": run_id, "tool_call_ids": [item.tool_call_id for item in items]}
+    try:
+        await store.write([NewEntry(session_id, EntryType.ERROR, "system", text, payload=payload)])
+    except Exception:  # noqa: BLE001 - the log above has it
+        log.exception("could not write the note of run %s's lost tool events either", run_id)
 
 
 async def drain(events: asyncio.Queue, writer: asyncio.Task) -> None:
