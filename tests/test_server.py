@@ -223,6 +223,28 @@ async def test_tool_events_the_store_refuses_leave_an_error_entry_not_a_silent_g
     assert errors[0].payload["unwritten_run"] == reply.payload["run_id"]  # not the run's end: no run_id
 
 
+async def test_a_reply_the_store_refuses_closes_the_run_with_an_error_and_releases_the_wait(store):
+    """When the store refused the reply (any write failure), the run task died with the
+    exception: no closing entry (the runs view said running for good) and ``handle.wait()``
+    never returned. The run now ends with an Error that says so, and the next message runs."""
+    plain = store.redact
+
+    def refusing(text: str) -> str:
+        if "refuse-me" in text:
+            raise ValueError("this text cannot be stored")
+        return plain(text)
+
+    store.redact = refusing
+    server = Server(store, [Agent("x", model="chaz/script", script=["refuse-me"])])
+    s = server.current_session("x")
+    outcome = await asyncio.wait_for((await server.send(s, "go")).wait(), 30)
+    assert outcome.entry_type is T.ERROR and outcome.payload["run_id"] is not None
+    assert "could not write the reply" in outcome.content and "this text cannot be stored" in outcome.content
+    assert store.read("SELECT status FROM runs") == [("error",)]
+    store.redact = plain  # the session is not stuck: the next message is answered
+    assert (await asyncio.wait_for((await server.send(s, "again")).wait(), 30)).entry_type is T.MESSAGE
+
+
 async def test_tool_outside_the_agents_scope_is_refused(store):
     server = Server(
         store,
