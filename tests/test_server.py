@@ -433,3 +433,17 @@ async def test_an_agents_max_tool_output_clips_what_the_model_is_sent_not_the_lo
     with pytest.raises(AgentError, match="max_tool_output must be a positive integer"):
         Agent("x", max_tool_output=0)
     await server.stop()
+
+
+def test_an_agents_repr_masks_keys_given_in_its_model_options():
+    """``model_options={"api_key": ...}`` (or a credential header) is a key given literally: a
+    cell that ends with the Agent, or ``server.agents``, put it in the notebook."""
+    agent = Agent("k", model="openai/gpt-x", model_options={
+        "api_key": "literal-corp-key-zzz", "temperature": 0.2,
+        "extra_headers": {"X-Custom-Auth": "hdr-secret-999", "Authorization": "Bearer abc-123-secret"},
+    })
+    shown = repr(agent)
+    for secret in ("literal-corp-key-zzz", "hdr-secret-999", "abc-123-secret"):
+        assert secret not in shown
+    assert "'temperature': 0.2" in shown and "model='openai/gpt-x'" in shown and "X-Custom-Auth" in shown
+    assert agent.model_options["api_key"] == "literal-corp-key-zzz"  # the call still gets it
