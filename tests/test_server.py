@@ -447,3 +447,24 @@ def test_an_agents_repr_masks_keys_given_in_its_model_options():
         assert secret not in shown
     assert "'temperature': 0.2" in shown and "model='openai/gpt-x'" in shown and "X-Custom-Auth" in shown
     assert agent.model_options["api_key"] == "literal-corp-key-zzz"  # the call still gets it
+
+
+@tool
+def prints_config() -> str:
+    """Prints a config line with a password near the 500-character cut of the ToolResult text."""
+    import os
+
+    return "x" * 490 + " pw=" + os.environ["MY_SERVICE_PASSWORD"] + " end"
+
+
+async def test_a_secret_the_tool_result_text_cuts_in_two_is_not_left_half_shown(store, monkeypatch):
+    """The ToolResult's content is the output cut at 500 characters, and the cut came before the
+    store's redaction: a password straddling the cut no longer matched, so its first part
+    ("pw=Hunte…") was written while the full output in the payload said [REDACTED]."""
+    monkeypatch.setenv("MY_SERVICE_PASSWORD", "Hunter2-very-secret-pw")
+    server = Server(store, [Agent("x", model="chaz/script", script=[{"tool": "prints_config", "args": {}}, "ok"])],
+                    ToolRegistry([prints_config]))
+    reply = await (await server.send(server.current_session("x"), "go")).wait()
+    [result] = [e for e in store.entries(reply.session_id) if e.entry_type is T.TOOL_RESULT]
+    assert "Hunte" not in result.content and "Hunte" not in result.payload["output"]
+    assert "pw=[REDA" in result.content  # the mask itself may be cut
