@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 
@@ -27,7 +28,17 @@ def default_output(notebook: str) -> str:
     return (stem if ext == ".ipynb" else notebook) + OUT_SUFFIX
 
 
+#: control characters but newline and tab: a terminal takes them as commands
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
 def text_of(output: dict) -> str:
+    """What ``output`` shows, for the terminal: a model's or a tool's text is in it, so its
+    escape sequences (OSC 52 sets the clipboard) are printed as text (``\\x1b``), not obeyed."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", _raw_text(output))
+
+
+def _raw_text(output: dict) -> str:
     if output.get("output_type") == "stream":
         return output.get("text", "")
     if output.get("output_type") == "error":

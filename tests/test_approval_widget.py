@@ -362,3 +362,17 @@ def test_agent_auto_approve_option(chaz, capsys):
     assert chaz.store.latest(chaz.current_session("viewer")).content == "saw ok"
     ip.run_cell('%%chaz agent v2\nmodel = "chaz/echo"\nauto_approve = ["look"]\napproval_timeout = 9').raise_error()
     assert chaz.agents["v2"].auto_approve == ["look"] and chaz.agents["v2"].approval_timeout == 9
+
+
+def test_a_long_argument_cannot_push_the_others_out_of_the_approval_card():
+    """The card cut the whole JSON at 4,000 characters: a model that sent a 5,000-character
+    ``note`` first had its ``target`` approved unseen. Each long value is cut on its own (saying
+    by how much), so every argument is in the card."""
+    from chaz_nb.notebook.views.approval import pretty_arguments
+
+    shown = pretty_arguments({"note": "x" * 5000, "nested": {"blob": ["y" * 5000]}, "target": "/etc/passwd"})
+    assert '"target": "/etc/passwd"' in shown and '"nested"' in shown
+    assert "more characters" in shown and len(shown) < 4000
+    shown = pretty_arguments({f"k{i}": "v" * 300 for i in range(40)})  # many medium values: all keys, or a count
+    assert '"k0"' in shown and ("k39" in shown or "more characters" in shown)
+    assert pretty_arguments('{"a": 1}') == '{\n  "a": 1\n}'

@@ -74,6 +74,22 @@ async def test_request_parks_the_run_and_approve_runs_the_exact_call(store):
     assert server.session_status(s) == "idle"
 
 
+async def test_characters_that_reorder_or_hide_text_are_shown_by_name_to_the_approver(store):
+    """A model could make the arguments a person approves read differently from what the tool
+    gets: a right-to-left override shows "/srv/\u202etxt.sgol" as "/srv/logs.txt", and
+    zero-width characters hide text. The approval request names each such character."""
+    target = "/srv/\u202etxt.sgol\u200b"
+    server = make(store, deployer(script=[{"tool": "deploy", "args": {"target": target, "token": "x"}}, "ok"]))
+    s = server.current_session("ops")
+    handle = await server.send(s, "ship it")
+    [req] = await parked(server)
+    assert req["arguments_display"]["target"] == "/srv/<U+202E>txt.sgol<U+200B>"
+    assert "<U+202E>" in store.entries(s)[-1].content
+    server.decide(req["request_id"], "approve")
+    await handle.wait()
+    assert ran == [("deploy", target, "x")]  # the tool gets the arguments as sent
+
+
 async def test_deny_feeds_an_error_with_the_reason_and_the_run_goes_on(store):
     server = make(store, deployer())
     handle = await server.send(server.current_session("ops"), "ship it")

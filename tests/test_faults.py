@@ -36,3 +36,12 @@ def test_error_text_never_shows_credentials_in_the_address():
     assert "hunter2pass" not in str(err) and "user" not in str(err)
     assert "openai/x (openai at https://llm.example.com:8443/v1) returned HTTP 503 after 3 attempts" in str(err)
     assert err.details() == {"error_kind": "http", "status": 503, "provider": "openai", "attempts": 3}
+
+
+def test_a_secret_the_provider_quotes_where_its_words_are_cut_is_not_left_half_shown(monkeypatch):
+    """The provider's words are cut at 200 characters before the store's redaction: a key that
+    the error quotes across the cut no longer matched and its first part reached the Error."""
+    monkeypatch.setenv("MY_GATEWAY_TOKEN", "gw-Hunter2-very-secret-token")
+    exc = RuntimeError("x" * 185 + " token gw-Hunter2-very-secret-token was refused")
+    text = str(provider_error(exc, "openai/gpt-x", None, 1, 30.0))
+    assert "Hunter" not in text and "gw-Hun" not in text

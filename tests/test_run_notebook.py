@@ -80,3 +80,14 @@ def test_the_default_output_is_ignored_by_git():
     target = load_script().default_output("notebooks/01_quickstart.ipynb")
     assert target == os.path.join("notebooks", "01_quickstart.out.ipynb")
     assert subprocess.run(["git", "check-ignore", "-q", target], cwd=ROOT).returncode == 0
+
+
+def test_control_characters_an_agent_wrote_reach_the_terminal_as_text():
+    """What each cell shows is printed to the terminal, and a model's reply or a tool's output
+    is in it: an escape sequence there (OSC 52 sets the clipboard, others clear the screen or
+    retitle the window) reached the terminal as a command. They are printed visibly instead."""
+    module = load_script()
+    output = {"output_type": "stream", "text": "ok\tfine\n\x1b]52;c;ZWNobyBwd25lZA==\x07\x1b[2J\x9b31m\r\x00end\n"}
+    shown = module.text_of(output)
+    assert not any(c in shown for c in "\x1b\x07\x9b\r\x00")
+    assert shown.startswith("ok\tfine\n") and "\\x1b]52;c;" in shown and shown.endswith("end\n")

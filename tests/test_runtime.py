@@ -357,3 +357,13 @@ async def test_a_tool_output_within_the_limit_reaches_the_model_unchanged():
         max_tool_output=1000,
     )
     assert [m for m in backend.calls[-1][0] if m["role"] == "tool"][0]["content"] == "x" * 1000
+
+
+def test_one_line_reason_redacts_before_it_cuts(monkeypatch):
+    """A run's Error is the exception cut at 300 characters, and the store redacts after: a
+    secret the message quoted across the cut no longer matched and its first part was kept."""
+    from chaz_nb.engine.runtime import one_line_reason
+
+    monkeypatch.setenv("MY_SERVICE_PASSWORD", "Hunter2-very-secret-pw")
+    reason = one_line_reason(ValueError("x" * 275 + " pw=Hunter2-very-secret-pw end"))
+    assert "Hunter" not in reason and len(reason) <= 300

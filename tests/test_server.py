@@ -193,6 +193,58 @@ async def test_raising_tool_is_an_error_result_not_a_crash(store):
     assert result.payload["is_error"] is True
 
 
+@tool
+def unwritable() -> str:
+    """Returns what the store below refuses."""
+    return "refuse-me"
+
+
+async def test_tool_events_the_store_refuses_leave_an_error_entry_not_a_silent_gap(store):
+    """When the store could not write a run's ToolCall/ToolResult (any write failure), the event
+    writer only logged it: the tool had run and the session's log showed no sign of the call."""
+    plain = store.redact
+
+    def refusing(text: str) -> str:
+        if "refuse-me" in text:
+            raise ValueError("this text cannot be stored")
+        return plain(text)
+
+    store.redact = refusing
+    server = Server(
+        store,
+        [Agent("x", model="chaz/script", script=[{"tool": "unwritable", "args": {}}, "done"])],
+        ToolRegistry([unwritable]),
+    )
+    reply = await (await server.send(server.current_session("x"), "go")).wait()
+    errors = [e for e in store.entries(reply.session_id) if e.entry_type is T.ERROR]
+    assert len(errors) == 1
+    assert "could not write" in errors[0].content and "unwritable" in errors[0].content
+    assert "this text cannot be stored" in errors[0].content
+    assert errors[0].payload["unwritten_run"] == reply.payload["run_id"]  # not the run's end: no run_id
+
+
+async def test_a_reply_the_store_refuses_closes_the_run_with_an_error_and_releases_the_wait(store):
+    """When the store refused the reply (any write failure), the run task died with the
+    exception: no closing entry (the runs view said running for good) and ``handle.wait()``
+    never returned. The run now ends with an Error that says so, and the next message runs."""
+    plain = store.redact
+
+    def refusing(text: str) -> str:
+        if "refuse-me" in text:
+            raise ValueError("this text cannot be stored")
+        return plain(text)
+
+    store.redact = refusing
+    server = Server(store, [Agent("x", model="chaz/script", script=["refuse-me"])])
+    s = server.current_session("x")
+    outcome = await asyncio.wait_for((await server.send(s, "go")).wait(), 30)
+    assert outcome.entry_type is T.ERROR and outcome.payload["run_id"] is not None
+    assert "could not write the reply" in outcome.content and "this text cannot be stored" in outcome.content
+    assert store.read("SELECT status FROM runs") == [("error",)]
+    store.redact = plain  # the session is not stuck: the next message is answered
+    assert (await asyncio.wait_for((await server.send(s, "again")).wait(), 30)).entry_type is T.MESSAGE
+
+
 async def test_tool_outside_the_agents_scope_is_refused(store):
     server = Server(
         store,
@@ -406,3 +458,38 @@ async def test_an_agents_max_tool_output_clips_what_the_model_is_sent_not_the_lo
     with pytest.raises(AgentError, match="max_tool_output must be a positive integer"):
         Agent("x", max_tool_output=0)
     await server.stop()
+
+
+def test_an_agents_repr_masks_keys_given_in_its_model_options():
+    """``model_options={"api_key": ...}`` (or a credential header) is a key given literally: a
+    cell that ends with the Agent, or ``server.agents``, put it in the notebook."""
+    agent = Agent("k", model="openai/gpt-x", model_options={
+        "api_key": "literal-corp-key-zzz", "temperature": 0.2,
+        "extra_headers": {"X-Custom-Auth": "hdr-secret-999", "Authorization": "Bearer abc-123-secret"},
+    })
+    shown = repr(agent)
+    for secret in ("literal-corp-key-zzz", "hdr-secret-999", "abc-123-secret"):
+        assert secret not in shown
+    assert "'temperature': 0.2" in shown and "model='openai/gpt-x'" in shown and "X-Custom-Auth" in shown
+    assert agent.model_options["api_key"] == "literal-corp-key-zzz"  # the call still gets it
+
+
+@tool
+def prints_config() -> str:
+    """Prints a config line with a password near the 500-character cut of the ToolResult text."""
+    import os
+
+    return "x" * 490 + " pw=" + os.environ["MY_SERVICE_PASSWORD"] + " end"
+
+
+async def test_a_secret_the_tool_result_text_cuts_in_two_is_not_left_half_shown(store, monkeypatch):
+    """The ToolResult's content is the output cut at 500 characters, and the cut came before the
+    store's redaction: a password straddling the cut no longer matched, so its first part
+    ("pw=Hunte…") was written while the full output in the payload said [REDACTED]."""
+    monkeypatch.setenv("MY_SERVICE_PASSWORD", "Hunter2-very-secret-pw")
+    server = Server(store, [Agent("x", model="chaz/script", script=[{"tool": "prints_config", "args": {}}, "ok"])],
+                    ToolRegistry([prints_config]))
+    reply = await (await server.send(server.current_session("x"), "go")).wait()
+    [result] = [e for e in store.entries(reply.session_id) if e.entry_type is T.TOOL_RESULT]
+    assert "Hunte" not in result.content and "Hunte" not in result.payload["output"]
+    assert "pw=[REDA" in result.content  # the mask itself may be cut

@@ -353,3 +353,48 @@ def test_a_failed_batch_leaves_nothing_written_and_nothing_for_the_next_write(db
         assert store.execute("SELECT content FROM entries ORDER BY id") == [("one",), ("four",)]
     with SessionStore(db_path) as again:
         assert [e.content for e in again.entries(s)] == ["one", "four"]
+
+
+def test_text_utf8_cannot_carry_is_stored_with_a_stand_in_not_refused(store):
+    """A tool, MCP server or model can hand back a lone surrogate (JSON's ``"\\ud800"``) or a NUL;
+    DuckDB refused the surrogate and PostgreSQL both, so the ToolResult or reply was never
+    written and its run hung with no closing entry. Each is stored as U+FFFD instead."""
+    s = store.create_session("alice")
+    entry = store.append(
+        s, EntryType.TOOL_RESULT, "ag\ud800ent", "out\ud800put \x00 end",
+        tool_call_id="call\udfff", tool_name="t\ud800",
+        payload={"output": "x\udfffy\x00", "k\ud800": ["\ud83d"], "n": 1},
+    )
+    for got in (entry, store.entries(s)[-1]):
+        nul = "\ufffd" if getattr(store, "dialect", "duckdb") == "postgresql" else "\x00"  # PostgreSQL text has no NUL
+        assert got.content == f"out\ufffdput {nul} end"
+        assert got.sender == "ag\ufffdent"
+        assert (got.tool_call_id, got.tool_name) == ("call\ufffd", "t\ufffd")
+        assert got.payload["k\ufffd"] == ["\ufffd"]
+        assert got.payload["output"].startswith("x\ufffdy")
+    assert store.append(s, EntryType.MESSAGE, "user", "next").seq == entry.seq + 1
+
+
+def test_a_key_the_model_gives_as_a_tool_name_or_call_id_is_redacted(store, monkeypatch):
+    """The model names the tool it calls: one that had read a key (a tool's raw output reaches
+    the model) could call a tool named after it, and the ToolCall/ToolResult tool_name column,
+    the tool_calls view and the audit table kept the key while their content said [REDACTED]."""
+    monkeypatch.setenv("OPENAI_API_KEY", "zq9-secret-value-123456")
+    s = store.create_session("alice")
+    store.append(s, EntryType.TOOL_CALL, "alice", "x", tool_name="zq9-secret-value-123456",
+                 tool_call_id="sk-proj-ABCDEFGHIJKLMNOPQRSTUV")
+    rows = store.read("SELECT tool_name, tool_call_id FROM entries")
+    assert rows == [("[REDACTED]", "[REDACTED]")]
+    assert store.read("SELECT tool FROM tool_calls") == [("[REDACTED]",)]
+
+
+def test_nan_and_infinity_in_a_payload_are_written_as_text_on_both_back_ends(store):
+    """Python's json reads ``NaN``/``Infinity`` in a model's tool arguments; PostgreSQL's jsonb
+    refused them, so the ToolCall (and the ToolResult beside it) was never written while the
+    tool ran. Both stores write such a number as its text, as JSON has no other spelling."""
+    s = store.create_session("alice")
+    entry = store.append(s, EntryType.TOOL_CALL, "alice", "echo(...)", tool_name="echo",
+                         payload={"arguments": {"x": float("nan"), "y": [float("inf"), -float("inf")], "z": 1.5}})
+    for got in (entry, store.entries(s)[-1]):
+        assert got.payload["arguments"] == {"x": "NaN", "y": ["Infinity", "-Infinity"], "z": 1.5}
+    assert store.read("SELECT count(*) FROM tool_calls") == [(1,)]

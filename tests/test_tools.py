@@ -90,6 +90,20 @@ def test_bad_policy_values_are_refused():
         tool(lambda: 1)
 
 
+def test_parse_arguments_of_json_nested_past_the_stack_is_a_tool_error():
+    """A model (or an injected prompt) that sends arguments nested 100,000 deep made
+    ``json.loads`` raise RecursionError, which ended the whole run with an Error; it is now a
+    tool error the model sees, as any other bad arguments."""
+    deep = '{"a":' * 100_000 + "1" + "}" * 100_000
+    with pytest.raises(ToolError, match="nest over 200 levels"):
+        parse_arguments(deep)
+    with pytest.raises(ToolError, match="nest over 200 levels"):  # parses, but the store could not write it
+        parse_arguments('{"a":' + "[" * 900 + "]" * 900 + "}")
+    assert "a" in parse_arguments('{"a":' + "[" * 150 + "]" * 150 + "}")
+    with pytest.raises(ToolError, match="must be a JSON object"):
+        parse_arguments("null")
+
+
 def test_parse_arguments_rejects_invalid_json():
     assert parse_arguments('{"a": 1}') == {"a": 1}
     assert parse_arguments("") == {}

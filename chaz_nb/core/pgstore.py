@@ -52,9 +52,8 @@ from .redaction import redact as redact_secrets
 from .redaction import redact_data
 from .store import ENTRY_COLUMNS as _ENTRY_COLUMNS
 from .store import NewEntry, SessionInfo, utcnow
-from .store import as_text as _text
 from .store import entry_from_row, run_id_of, session_from_row
-from .writer import GroupCommitWriter, OnWrite
+from .writer import LONE_SURROGATE_OR_NUL, GroupCommitWriter, OnWrite, payload_text, storable_fields
 from ..errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -307,10 +306,10 @@ class PgSessionStore(GroupCommitWriter):
         now = utcnow()
         prepared = []
         for item in items:
-            content = self.redact(_text(item.content))
-            payload_json = json.dumps(redact_data(item.payload or {}, self.redact), default=str, ensure_ascii=False)
-            prepared.append((int(item.session_id), EntryType(item.entry_type), _text(item.sender), content,
-                             item.tool_call_id, item.tool_name, payload_json))
+            fields = storable_fields(item, self.redact, LONE_SURROGATE_OR_NUL)
+            payload_json = payload_text(fields.payload)
+            prepared.append((int(item.session_id), EntryType(item.entry_type), fields.sender, fields.content,
+                             fields.tool_call_id, fields.tool_name, payload_json))
         entries: list[Entry] = []
         with self._lock:
             try:

@@ -34,7 +34,7 @@ from .window import ContextWindow, chunk_rows, fill_window, window_types
 from .migrations import MIGRATIONS, Migration, apply_migrations
 from .redaction import redact as redact_secrets
 from .redaction import redact_data
-from .writer import GroupCommitWriter, NewEntry, OnWrite
+from .writer import GroupCommitWriter, NewEntry, OnWrite, payload_text, storable_fields
 from ..errors import StoreError, StoreLockedError
 
 log = logging.getLogger(__name__)
@@ -347,18 +347,18 @@ class SessionStore(GroupCommitWriter):
                 if sid not in next_seq:
                     next_seq[sid] = self._seq_start(sid)
                 entry_type = EntryType(item.entry_type)
-                content = self.redact(_text(item.content))
-                payload = redact_data(item.payload or {}, self.redact)
-                payload_json = json.dumps(payload, default=str, ensure_ascii=False)
+                fields = storable_fields(item, self.redact)
+                content = fields.content
+                payload_json = payload_text(fields.payload)
                 entry = Entry(
                     id=next_id,
                     session_id=sid,
                     seq=next_seq[sid],
                     entry_type=entry_type,
-                    sender=_text(item.sender),
+                    sender=fields.sender,
                     content=content,
-                    tool_call_id=item.tool_call_id,
-                    tool_name=item.tool_name,
+                    tool_call_id=fields.tool_call_id,
+                    tool_name=fields.tool_name,
                     payload=json.loads(payload_json),
                     created_at=now,
                 )
@@ -709,12 +709,6 @@ def _run_id_of(entry: Entry) -> int | None:
     return run_id if isinstance(run_id, int) and not isinstance(run_id, bool) else None
 
 
-def _text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    return "" if value is None else str(value)
-
-
 def _entry_from_row(row: Sequence[Any]) -> Entry:
     payload = row[8]
     return Entry(
@@ -750,7 +744,6 @@ ENTRY_COLUMNS = _ENTRY_COLUMNS
 entry_from_row = _entry_from_row
 session_from_row = _session_from_row
 run_id_of = _run_id_of
-as_text = _text
 
 
 def served_elsewhere(store: Any, session_id: int) -> bool:

@@ -19,7 +19,10 @@ subscribers through ``_dispatch``/``_drain``, return them). Everything else is h
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import math
+import re
 from collections import deque
 from collections.abc import Callable, Iterable
 from contextlib import suppress
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .entries import Entry, EntryType
+from .redaction import redact_data
 from ..errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -49,6 +53,85 @@ class NewEntry:
     tool_call_id: str | None = None
     tool_name: str | None = None
     payload: dict[str, Any] | None = None
+
+
+#: What UTF-8 cannot encode: a lone surrogate (a tool's or model's JSON can carry ``"\\ud800"``).
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+#: PostgreSQL's text and jsonb refuse NUL as well.
+LONE_SURROGATE_OR_NUL = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable_text(text: str, unstorable: re.Pattern[str] = LONE_SURROGATE) -> str:
+    """``text`` with each character the database cannot store as U+FFFD.
+
+    A tool output or a reply the database refused was never written, and its run hung with no
+    closing entry; a stand-in keeps the rest of the text.
+    """
+    if text.isascii() and "\x00" not in text:
+        return text
+    return unstorable.sub("\ufffd", text)
+
+
+@dataclass(frozen=True)
+class StorableFields:
+    """An entry's text fields as the store writes them: redacted, every character storable."""
+
+    sender: str
+    content: str
+    tool_call_id: str | None
+    tool_name: str | None
+    payload: dict[str, Any]
+
+
+def storable_fields(
+    item: NewEntry, redact: Callable[[str], str], unstorable: re.Pattern[str] = LONE_SURROGATE
+) -> StorableFields:
+    """``item``'s fields with secrets redacted (all but the sender, whom no model names) and
+    unstorable characters replaced (both stores)."""
+
+    def clean(value: Any) -> str:
+        return storable_text(as_text(value), unstorable)
+
+    def clean_optional(value: str | None) -> str | None:
+        # The model names the tool (and may echo a key it read as the name): redacted too.
+        return None if value is None else redact(clean(value))
+
+    return StorableFields(
+        sender=clean(item.sender),
+        content=redact(clean(item.content)),
+        tool_call_id=clean_optional(item.tool_call_id),
+        tool_name=clean_optional(item.tool_name),
+        payload=redact_data(item.payload or {}, lambda text: redact(clean(text))),
+    )
+
+
+def payload_text(payload: dict[str, Any]) -> str:
+    """``payload`` as the JSON text both stores write.
+
+    Python's json reads ``NaN`` and ``Infinity`` (a model's tool arguments can hold them) but
+    they are not JSON: PostgreSQL's jsonb refused the entry. Such a number is written as its
+    text; the walk runs only for a payload that has one.
+    """
+    try:
+        return json.dumps(payload, default=str, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(payload), default=str, ensure_ascii=False, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return json.dumps(value)  # "NaN", "Infinity", "-Infinity"
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
+
+
+def as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return "" if value is None else str(value)
 
 
 def _new_entry(

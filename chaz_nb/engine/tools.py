@@ -405,17 +405,42 @@ class ScopedTools:
 
 def parse_arguments(raw: Any) -> dict[str, Any]:
     """Tool-call arguments from the model (a JSON string or a dict); ToolError when invalid."""
-    if isinstance(raw, dict):
-        return raw
     if raw is None or raw == "":
         return {}
-    try:
-        value = json.loads(raw)
-    except (TypeError, ValueError) as exc:
-        raise ToolError(f"arguments are not valid JSON ({exc}); send a JSON object") from None
+    value = raw if isinstance(raw, dict) else _json_value(raw)
+    if value is _TOO_DEEP or _depth_over(value, MAX_ARGUMENT_DEPTH):
+        # Past this the store's redaction and JSON encoding would hit the stack limit instead.
+        raise ToolError(f"arguments nest over {MAX_ARGUMENT_DEPTH} levels deep; send a flatter JSON object")
     if not isinstance(value, dict):
         raise ToolError(f"arguments must be a JSON object, got {_kind(value)}")
     return value
+
+
+def _json_value(raw: Any) -> Any:
+    try:
+        return json.loads(raw)
+    except (TypeError, ValueError) as exc:
+        raise ToolError(f"arguments are not valid JSON ({exc}); send a JSON object") from None
+    except RecursionError:  # the model's text, not our bug: a tool error, and the run goes on
+        return _TOO_DEEP
+
+
+#: How deep tool arguments may nest; no tool schema needs more.
+MAX_ARGUMENT_DEPTH = 200
+_TOO_DEEP = object()
+
+
+def _depth_over(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests lists/dicts more than ``limit`` deep (without recursing)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            if depth > limit:
+                return True
+            children = node.values() if isinstance(node, dict) else node
+            stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 # ---------------------------------------------------------------- schema helpers

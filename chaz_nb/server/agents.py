@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.backends import DEFAULT_MODEL_TIMEOUT, DEFAULT_RETRIES
 from ..engine.tree_budget import DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_SPAWNS
+from ..core.redaction import REDACTED, is_credential_field, is_secret_name, redact_data
 from ..errors import AgentError
 
 RESERVED_NAMES = frozenset({"user", "system", "all", "everyone"})
@@ -52,6 +54,13 @@ class Agent:
     #: the most characters of one tool result the model is sent (the ToolResult entry keeps the
     #: whole output); ``None`` takes ``DEFAULT_MAX_TOOL_OUTPUT`` (50,000)
     max_tool_output: int | None = None
+
+    def __repr__(self) -> str:
+        # model_options can hold a key given literally (api_key=..., a credential header): a
+        # cell that ends with an Agent, or server.agents, would put it in the notebook.
+        shown = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        shown["model_options"] = masked_options(self.model_options)
+        return "Agent(" + ", ".join(f"{name}={value!r}" for name, value in shown.items()) + ")"
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
@@ -129,3 +138,19 @@ class Agent:
     @property
     def call_depth_limit(self) -> int:
         return self.max_iterations if self.max_depth is None else self.max_depth
+
+
+def masked_options(options: Any) -> Any:
+    """``model_options`` as shown: credential values and every header value masked."""
+    if not isinstance(options, dict):
+        return options
+    out: dict[Any, Any] = {}
+    for key, value in options.items():
+        name = str(key)
+        if name.endswith("headers") and isinstance(value, dict):
+            out[key] = {header: REDACTED for header in value}
+        elif is_credential_field(name) or is_secret_name(name):
+            out[key] = REDACTED
+        else:
+            out[key] = redact_data(value)
+    return out

@@ -22,6 +22,7 @@ import asyncio
 import fnmatch
 import json
 import logging
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from collections.abc import Iterable, Sequence
 
 from ..core.entries import Entry, EntryType
+from ..core.redaction import redact_data
 from ..core.store import served_elsewhere
 from ..engine.runtime import ToolExecutor, ToolOutcome
 from ..engine.tools import Tool, ToolError
@@ -50,6 +52,21 @@ SYSTEM = "system"
 def mask_arguments(t: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
     """Arguments as shown to the person: sensitive parameters masked."""
     return {k: (MASK if k in t.sensitive_params else v) for k, v in arguments.items()}
+
+
+#: Characters that reorder or hide text: bidirectional controls and zero-width characters.
+_HIDDEN = re.compile("[\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
+
+
+def _named(text: str) -> str:
+    return _HIDDEN.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
+
+
+def shown_arguments(t: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
+    """Arguments as the person deciding sees them: sensitive ones masked, and each character
+    that reorders or hides text named (``<U+202E>``), so a right-to-left override cannot make
+    ``/srv/\u202etxt.sgol`` read as ``/srv/logs.txt`` in the card; the tool gets them as sent."""
+    return redact_data(mask_arguments(t, arguments), _named)
 
 
 def auto_approved(tool_name: str, chain: Sequence[frozenset[str]]) -> bool:
@@ -296,7 +313,7 @@ class ApprovalBook(Part):
         store = self.port.store
         timeout = ctx.agent.approval_timeout if ctx.agent.approval_timeout is not None else self.default_timeout
         request_id = uuid.uuid4().hex[:10]
-        shown = mask_arguments(t, arguments)
+        shown = shown_arguments(t, arguments)
         payload = {
             "request_id": request_id,
             "tool_name": t.name,

@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from ..core.entries import EntryType
+from ..core.redaction import redact as redact_secrets
 from ..core.store import NewEntry, SessionStore
 from ..engine.runtime import ToolCallEvent, ToolResultEvent
 from ..engine.tools import ToolRegistry
@@ -43,14 +45,30 @@ async def write_events(
             if event is None:
                 done = True
                 continue
-            items.append(event_entry(session_id, sender, run_id, masked(tools, event), mcp_server_of(tools, event)))
+            items.append(event_entry(session_id, sender, run_id, masked(tools, event), mcp_server_of(tools, event),
+                                     redact=store.redact))
         if items:
             try:
                 await store.write(items)
-            except Exception:
+            except Exception as exc:  # noqa: BLE001 - said in the log itself, below
                 log.exception("could not write tool events of run %s", run_id)
+                await _note_lost(store, session_id, run_id, items, exc)
         for _ in batch:
             events.task_done()
+
+
+async def _note_lost(store: SessionStore, session_id: int, run_id: int, items: list[NewEntry],
+                     exc: Exception) -> None:
+    """An Error entry in place of tool events the store refused: the tools ran, and the log
+    must show it rather than a silent gap. It carries no run_id, as it does not end the run."""
+    calls = ", ".join(f"{item.entry_type.value} {item.tool_name}" for item in items)
+    reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    text = f"could not write {len(items)} tool event(s) of run {run_id} ({calls}): {reason}"
+    payload = {"unwritten_run": run_id, "tool_call_ids": [item.tool_call_id for item in items]}
+    try:
+        await store.write([NewEntry(session_id, EntryType.ERROR, "system", text, payload=payload)])
+    except Exception:  # noqa: BLE001 - the log above has it
+        log.exception("could not write the note of run %s's lost tool events either", run_id)
 
 
 async def drain(events: asyncio.Queue, writer: asyncio.Task) -> None:
@@ -84,8 +102,13 @@ def mcp_server_of(tools: ToolRegistry, event: Any) -> str | None:
     return t.mcp_server if t is not None else None
 
 
-def event_entry(session_id: int, sender: str, run_id: int, event: Any, mcp_server: str | None = None) -> NewEntry:
-    """The entry one runtime event is written as (a ToolCall of an MCP tool names its server)."""
+def event_entry(session_id: int, sender: str, run_id: int, event: Any, mcp_server: str | None = None,
+                redact: Callable[[str], str] = redact_secrets) -> NewEntry:
+    """The entry one runtime event is written as (a ToolCall of an MCP tool names its server).
+
+    ``redact``: the store's; a ToolResult's text is cut after it, as a secret cut in two no
+    longer matches (the store redacts the whole output in the payload itself).
+    """
     if isinstance(event, ToolCallEvent):
         args = event.arguments
         shown = json.dumps(args, ensure_ascii=False, default=str) if not isinstance(args, str) else args
@@ -103,7 +126,8 @@ def event_entry(session_id: int, sender: str, run_id: int, event: Any, mcp_serve
         )
     assert isinstance(event, ToolResultEvent)
     output = event.output
-    shown = output if len(output) <= DISPLAY_LIMIT else output[: DISPLAY_LIMIT - 1] + "…"
+    shown = output if len(output) <= DISPLAY_LIMIT else redact(output)
+    shown = shown if len(shown) <= DISPLAY_LIMIT else shown[: DISPLAY_LIMIT - 1] + "…"
     return NewEntry(
         session_id,
         EntryType.TOOL_RESULT,

@@ -435,6 +435,9 @@ class RunEngine:
                     # after a person's stop, what is queued arrived after it: it runs (finally)
                     self._resolve(state.futures + ([] if state.stop_by else state.queued_futures), None)
                     raise
+                except Exception:  # noqa: BLE001 - not even an Error could be written: release the waiters
+                    log.exception("run in session %s ended with no closing entry", session_id)
+                    outcome = None
                 self._resolve(state.futures, outcome)
                 if state.queued is None:
                     break
@@ -662,13 +665,13 @@ class RunEngine:
                 payload={**finished, "status": "silent"},
             )
             return None
-        return await self.store.write_one(
-            session_id,
-            EntryType.MESSAGE,
-            agent.name,
-            result.content,
-            payload=finished,
-        )
+        try:
+            return await self.store.write_one(session_id, EntryType.MESSAGE, agent.name, result.content,
+                                              payload=finished)
+        except Exception as exc:  # noqa: BLE001 - the run must still close, with the reason
+            log.exception("the reply of run %s could not be written", base["run_id"])
+            reason = f"could not write the reply ({len(result.content):,} characters): {one_line_reason(exc)}"
+            return await self.store.write_one(session_id, EntryType.ERROR, agent.name, reason, payload=finished)
 
     async def _run_id(self, session_id: int, agent: Agent, ack_write: asyncio.Future[Entry]) -> int:
         """The run id, once the run's Ack has landed (a cancel meanwhile still closes the run)."""

@@ -29,6 +29,8 @@ log.addHandler(logging.NullHandler())
 
 #: characters of the pretty arguments shown (the log has all of them)
 MAX_ARGS_CHARS = 4000
+#: characters of one string argument shown, so every argument fits in the card
+MAX_VALUE_CHARS = 500
 
 _VERBS = {
     "approve": "approved",
@@ -63,10 +65,24 @@ def pretty_arguments(arguments: Any) -> str:
         except ValueError:
             return arguments
     try:
-        text = json.dumps(arguments, indent=2, ensure_ascii=False, sort_keys=False, default=str)
+        text = json.dumps(_cut_values(arguments), indent=2, ensure_ascii=False, sort_keys=False, default=str)
     except (TypeError, ValueError):  # pragma: no cover - payloads are JSON already
         text = str(arguments)
-    return text if len(text) <= MAX_ARGS_CHARS else text[: MAX_ARGS_CHARS - 1] + "…"
+    if len(text) <= MAX_ARGS_CHARS:
+        return text
+    return text[: MAX_ARGS_CHARS - 60] + f"… ({len(text) - MAX_ARGS_CHARS + 60:,} more characters: %chaz log has them)"
+
+
+def _cut_values(value: Any) -> Any:
+    """``value`` with each long string cut on its own (saying by how much): one long argument
+    must not push the others out of the card, where the person would approve them unseen."""
+    if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
+        return value[:MAX_VALUE_CHARS] + f"… ({len(value) - MAX_VALUE_CHARS:,} more characters)"
+    if isinstance(value, dict):
+        return {key: _cut_values(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_cut_values(item) for item in value]
+    return value
 
 
 def request_info(request: Any) -> dict[str, Any]:
