@@ -165,7 +165,9 @@ async def test_only_a_kernel_that_defines_the_sessions_agent_takes_it(pg_url):
         sid = writer.create_session("ops")
         writer.append(sid, T.MESSAGE, "user", "ship it")  # written by a third process
         await until(lambda: defines.pending_approvals(), a.subscribe, what="the run in the defining kernel")
-        assert a.holds(sid) and not b.holds(sid) and person.session_status(sid) == "parked"
+        # B sees the request once its listener has brought it (B's status reads what it was handed)
+        await until(lambda: person.session_status(sid) == "parked", b.subscribe, what="the request in B")
+        assert a.holds(sid) and not b.holds(sid)
         assert [e.content for e in b.entries(sid) if e.entry_type is T.ERROR] == []  # no "unknown agent"
         with pytest.raises(ServerError):
             person.current_session("ops")  # nothing to choose here without %chaz use
