@@ -199,9 +199,10 @@ def unwritable() -> str:
     return "refuse-me"
 
 
-async def test_tool_events_the_store_refuses_leave_an_error_entry_not_a_silent_gap(store):
-    """When the store could not write a run's ToolCall/ToolResult (any write failure), the event
-    writer only logged it: the tool had run and the session's log showed no sign of the call."""
+@pytest.fixture
+def refuses_marked_text(store):
+    """``store`` refuses (any write failure) every entry whose text holds ``refuse-me``; returns
+    the store's own redaction, to put back."""
     plain = store.redact
 
     def refusing(text: str) -> str:
@@ -210,6 +211,12 @@ async def test_tool_events_the_store_refuses_leave_an_error_entry_not_a_silent_g
         return plain(text)
 
     store.redact = refusing
+    return plain
+
+
+async def test_tool_events_the_store_refuses_leave_an_error_entry_not_a_silent_gap(store, refuses_marked_text):
+    """When the store could not write a run's ToolCall/ToolResult (any write failure), the event
+    writer only logged it: the tool had run and the session's log showed no sign of the call."""
     server = Server(
         store,
         [Agent("x", model="chaz/script", script=[{"tool": "unwritable", "args": {}}, "done"])],
@@ -223,25 +230,19 @@ async def test_tool_events_the_store_refuses_leave_an_error_entry_not_a_silent_g
     assert errors[0].payload["unwritten_run"] == reply.payload["run_id"]  # not the run's end: no run_id
 
 
-async def test_a_reply_the_store_refuses_closes_the_run_with_an_error_and_releases_the_wait(store):
+async def test_a_reply_the_store_refuses_closes_the_run_with_an_error_and_releases_the_wait(
+    store, refuses_marked_text
+):
     """When the store refused the reply (any write failure), the run task died with the
     exception: no closing entry (the runs view said running for good) and ``handle.wait()``
     never returned. The run now ends with an Error that says so, and the next message runs."""
-    plain = store.redact
-
-    def refusing(text: str) -> str:
-        if "refuse-me" in text:
-            raise ValueError("this text cannot be stored")
-        return plain(text)
-
-    store.redact = refusing
     server = Server(store, [Agent("x", model="chaz/script", script=["refuse-me"])])
     s = server.current_session("x")
     outcome = await asyncio.wait_for((await server.send(s, "go")).wait(), 30)
     assert outcome.entry_type is T.ERROR and outcome.payload["run_id"] is not None
     assert "could not write the reply" in outcome.content and "this text cannot be stored" in outcome.content
     assert store.read("SELECT status FROM runs") == [("error",)]
-    store.redact = plain  # the session is not stuck: the next message is answered
+    store.redact = refuses_marked_text  # its own redaction back: the session is not stuck: the next message is answered
     assert (await asyncio.wait_for((await server.send(s, "again")).wait(), 30)).entry_type is T.MESSAGE
 
 
