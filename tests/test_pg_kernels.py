@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from typing import Any
 
 import pytest
 
@@ -217,13 +218,19 @@ def in_its_tool(url: str, sid: int, deadline: float = 60.0) -> None:
         time.sleep(0.05)
 
 
-def test_a_stop_from_another_kernel_stops_the_run_in_the_kernel_that_serves_it(kernels, pg_url):
+def hanging_run(kernels, pg_url) -> tuple[Any, Any, int]:
+    """Two kernels; A serves a session whose run hangs in its tool. (A, B, the session)."""
     a, b = kernels(2)
     ok(a, HANG)
     ok(a, SLOW)
     ok(a, "%chaz --no-wait @slow go")
     sid = session_of(a, "slow")
     in_its_tool(pg_url, sid)  # A's run is in its tool, for ever
+    return a, b, sid
+
+
+def test_a_stop_from_another_kernel_stops_the_run_in_the_kernel_that_serves_it(kernels, pg_url):
+    a, b, sid = hanging_run(kernels, pg_url)
     out = ok(b, f"%chaz stop {sid}").strip()  # B does not serve the session: A stops its run
     [(run_id,)] = rows(pg_url, "SELECT id FROM entries WHERE session_id = %s AND entry_type = 'Ack'"
                                " AND run_id = id", (sid,))
@@ -236,12 +243,7 @@ def test_a_stop_from_another_kernel_stops_the_run_in_the_kernel_that_serves_it(k
 
 
 def test_a_stop_of_a_run_whose_kernel_died_says_how_it_gets_closed(kernels, pg_url):
-    a, b = kernels(2)
-    ok(a, HANG)
-    ok(a, SLOW)
-    ok(a, "%chaz --no-wait @slow go")
-    sid = session_of(a, "slow")
-    in_its_tool(pg_url, sid)
+    a, b, sid = hanging_run(kernels, pg_url)
     os.kill(a.km.provisioner.process.pid, signal.SIGKILL)  # type: ignore[union-attr]
     a.km.provisioner.process.wait(timeout=30)  # type: ignore[union-attr]
     lease_freed(pg_url, sid)
