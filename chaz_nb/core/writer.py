@@ -204,9 +204,7 @@ class GroupCommitWriter:
         self._writing_on(loop)
         future: asyncio.Future[list[Entry]] = loop.create_future()
         self._pending_writes.append((items, future))
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            loop.call_soon(self._flush_pending)
+        self.hurry()  # committed at the next loop turn, with whatever else is queued by then
         return await future
 
     async def write_one(
