@@ -57,6 +57,21 @@ class ModelCallError(ChazError):
         self.details = details or {}
 
 
+class ToolCallsNotRecorded(ChazError):
+    """The session log refused a step's ToolCall entries, so none of the step's tools ran (the
+    log is write-ahead: no tool effect without its record). The run ends with an Error entry
+    naming the calls and the store's reason; carries what the run had used before it."""
+
+    def __init__(self, reason: str, usage: Any, steps: int, calls: list[tuple[str, str]]) -> None:
+        names = ", ".join(name for _, name in calls)
+        super().__init__(f"tool call(s) not run: the session log refused their ToolCall entries ({names}): {reason}")
+        self.reason = reason
+        self.usage = usage
+        self.steps = steps
+        #: (tool_call_id, tool name) of each call of the step, in the model's order
+        self.calls = calls
+
+
 class ProviderError(ChazError):
     """A model call that failed for good (after the retries); ``str()`` is the one line the Error
     entry shows, naming what to check (the key, the model name, the provider's status)."""

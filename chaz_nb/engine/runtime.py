@@ -2,7 +2,9 @@
 
 The runtime knows nothing of the store: it reports what it does through an optional
 ``asyncio.Queue`` of RuntimeEvents, which the server's event writer turns into ToolCall and
-ToolResult entries while the loop goes on.
+ToolResult entries while the loop goes on. Write-ahead: with ``record_calls`` (the server's),
+a step's tools start only once its ToolCall events are durable, all of the step's in one
+commit; a log that refuses them ends the run (``ToolCallsNotRecorded``) with no tool run.
 """
 
 from __future__ import annotations
@@ -13,12 +15,12 @@ import json
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from .backends import DeltaCallback, ModelBackend, ModelReply, ProviderError, ToolCallRequest, Usage, streams
 from .tools import ScopedTools, ToolError, parse_arguments
 from ..core.redaction import redact
-from ..errors import ModelCallError
+from ..errors import ModelCallError, ToolCallsNotRecorded
 
 FORCE_FINAL_NOTE = (
     "You have used all your steps. Do not call tools; answer now with what you have."
@@ -200,6 +202,7 @@ async def execute(
     limiter: asyncio.Semaphore | None = None,
     on_delta: DeltaCallback | None = None,
     max_tool_output: int | None = DEFAULT_MAX_TOOL_OUTPUT,
+    record_calls: Callable[[], Awaitable[None]] | None = None,
 ) -> RunResult:
     """Run the ReAct loop and return the final answer with the usage of every call.
 
@@ -208,6 +211,10 @@ async def execute(
 
     ``on_delta``: each piece of reply text as the model writes it (every model call of the
     run; only with a backend that ``streams``, else the calls are not streamed).
+
+    ``record_calls``: awaited once a step's ToolCall events are queued and before any of its
+    tools starts; it returns when they are durable. When it raises, no tool of the step runs
+    and no ToolResult event is sent for its calls (nothing ran): ``ToolCallsNotRecorded``.
     """
     if isinstance(budget, int):
         budget = IterationBudget(budget)
@@ -306,6 +313,15 @@ async def execute(
             return outcome
 
         try:
+            if record_calls is not None:
+                try:
+                    await record_calls()  # write-ahead: no tool effect before its ToolCall is durable
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - any refusal: the step does not run
+                    raise ToolCallsNotRecorded(
+                        one_line_reason(exc), usage, steps, [(c.id, c.name) for c, _, _ in planned]
+                    ) from exc
             outcomes = await asyncio.gather(*(run_one(*p, answered) for p in planned))
         except asyncio.CancelledError:
             # A cancelled run still closes each call it announced (some never started: a

@@ -461,8 +461,7 @@ class ApprovalProxy:
         except ToolError as exc:
             return ToolOutcome(str(exc), is_error=True)
         started = time.perf_counter()
-        if self.ctx.flush_events is not None:
-            await self.ctx.flush_events()  # the ToolCall entry comes before its request
+        # (the ToolCall entry is committed already: no tool runs before it, runs.py)
         decision = await self.book.request(self.ctx, t, call_id, arguments)
         waited = round((time.perf_counter() - started) * 1000, 3)
         verdict = decision.payload.get("decision")

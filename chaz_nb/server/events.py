@@ -1,8 +1,12 @@
 """The event writer: a run's tool events become ToolCall / ToolResult entries.
 
-The runtime puts ``ToolCallEvent``/``ToolResultEvent`` on a queue; ``write_events`` commits
-what is queued in one write (a group-commit window of ``EVENT_COMMIT_WINDOW``), so a fast
-tool's ToolResult joins its ToolCall in one commit. A tool's ``sensitive_params`` are masked
+The runtime puts ``ToolCallEvent``/``ToolResultEvent`` on ``EventWriter.queue``; the writer
+commits what is queued in one write. The log is write-ahead (issue 24): after a step's
+ToolCall events the runtime awaits ``calls_recorded``, which queues a ``Landed`` marker and
+wakes the writer, so the step's ToolCalls are committed at once, together, and its tools
+start only then; a store that refuses them fails the marker (the run ends, see runs.py).
+ToolResults nobody waits on are gathered for up to ``EVENT_COMMIT_WINDOW``, so their commit
+tends to fall inside the next model call's wait. A tool's ``sensitive_params`` are masked
 before anything is written: the tool got the real values, the log only ever sees the mask.
 """
 
@@ -12,9 +16,10 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from ..core.entries import EntryType
+from ..core.entries import Entry, EntryType
 from ..core.redaction import redact as redact_secrets
 from ..core.store import NewEntry, SessionStore
 from ..engine.runtime import ToolCallEvent, ToolResultEvent
@@ -24,43 +29,140 @@ from .approvals import mask_arguments
 log = logging.getLogger(__name__)
 
 DISPLAY_LIMIT = 500  # characters of a tool result shown in a ToolResult entry's content
-EVENT_COMMIT_WINDOW = 0.005  # seconds the event writer gathers tool events before a commit
+EVENT_COMMIT_WINDOW = 0.005  # seconds the event writer gathers ToolResults before a commit
 
 
-async def write_events(
-    store: SessionStore, tools: ToolRegistry, session_id: int, sender: str, run_id: int, events: asyncio.Queue
-) -> None:
-    """Turn runtime events into ToolCall/ToolResult entries until a ``None`` arrives."""
-    done = False
-    while not done:
-        batch = [await events.get()]
-        if batch[0] is not None:
-            # Group-commit window: a fast tool's ToolResult joins its ToolCall in one
-            # commit, and the commit tends to fall inside the next model call's wait.
-            await asyncio.sleep(EVENT_COMMIT_WINDOW)
-        while not events.empty():
-            batch.append(events.get_nowait())
-        items = []
+@dataclass(frozen=True)
+class Landed:
+    """Queued after a step's ToolCall events: resolved once they are committed, with the
+    store's exception when it refused them."""
+
+    future: asyncio.Future[None]
+
+
+@dataclass
+class _Request:
+    """Consecutive events of one kind, written as one request of the group commit (so that a
+    refused ToolResult cannot sink the next step's ToolCalls, nor the other way round)."""
+
+    calls: bool
+    items: list[NewEntry]
+    landed: list[Landed]
+
+
+class EventWriter:
+    """A run's event queue and the task that writes it (``write``, once the Ack has landed)."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._wake = asyncio.Event()
+
+    async def calls_recorded(self) -> None:
+        """Return once every ToolCall queued so far is committed; raise the store's refusal."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.queue.put_nowait(Landed(future))
+        self._wake.set()  # a tool waits: no gathering window
+        await future
+
+    async def drain(self, writer: asyncio.Task) -> None:
+        """End the writer and wait until every queued event is written."""
+        self.queue.put_nowait(None)
+        self._wake.set()
+        try:
+            await asyncio.shield(writer)
+        except Exception:
+            log.exception("event writer failed")
+
+    async def abandon(self, exc: BaseException) -> None:
+        """The run's Ack could not be written: nothing can name the run. Take events until
+        the end, failing each ``Landed`` (no tool runs unrecorded)."""
+        while (event := await self.queue.get()) is not None:
+            if isinstance(event, Landed) and not event.future.done():
+                event.future.set_exception(exc)
+
+    async def write(self, store: SessionStore, tools: ToolRegistry, session_id: int, sender: str,
+                    run_id: int) -> None:
+        """Turn queued events into ToolCall/ToolResult entries until a ``None`` arrives."""
+        done = False
+        while not done:
+            batch = [await self.queue.get()]
+            self._take_queued(batch)
+            if not self._urgent(batch):
+                # Gathering window: ToolResults nobody waits on share a commit, which tends to
+                # fall inside the next model call's wait; a Landed or the end cuts it short.
+                self._wake.clear()
+                timer = asyncio.get_running_loop().call_later(EVENT_COMMIT_WINDOW, self._wake.set)
+                await self._wake.wait()
+                timer.cancel()
+                self._take_queued(batch)
+            done = any(event is None for event in batch)
+            requests = self._requests(store, tools, session_id, sender, run_id, batch)
+            await self._commit(store, session_id, run_id, requests)
+
+    def _take_queued(self, batch: list[Any]) -> None:
+        while not self.queue.empty():
+            batch.append(self.queue.get_nowait())
+
+    @staticmethod
+    def _urgent(batch: list[Any]) -> bool:
+        return any(event is None or isinstance(event, Landed) for event in batch)
+
+    @staticmethod
+    def _requests(store: SessionStore, tools: ToolRegistry, session_id: int, sender: str, run_id: int,
+                  batch: list[Any]) -> list[_Request]:
+        requests: list[_Request] = []
         for event in batch:
             if event is None:
-                done = True
                 continue
-            items.append(event_entry(session_id, sender, run_id, masked(tools, event), mcp_server_of(tools, event),
-                                     redact=store.redact))
-        if items:
+            if isinstance(event, Landed):
+                if not requests or not requests[-1].calls or requests[-1].landed:
+                    requests.append(_Request(True, [], []))  # nothing of its own to wait for
+                requests[-1].landed.append(event)
+                continue
+            calls = isinstance(event, ToolCallEvent)
+            if not requests or requests[-1].calls != calls or requests[-1].landed:
+                requests.append(_Request(calls, [], []))
+            requests[-1].items.append(event_entry(session_id, sender, run_id, masked(tools, event),
+                                                  mcp_server_of(tools, event), redact=store.redact))
+        return requests
+
+    @staticmethod
+    async def _commit(store: SessionStore, session_id: int, run_id: int, requests: list[_Request]) -> None:
+        """Write ``requests`` in one group commit (each alone when the batch fails), in order."""
+        writes: list[asyncio.Future[list[Entry]]] = []
+        for i, request in enumerate(requests):
+            if not request.items:
+                continue
             try:
-                await store.write(items)
-            except Exception as exc:  # noqa: BLE001 - said in the log itself, below
-                log.exception("could not write tool events of run %s", run_id)
-                await _note_lost(store, session_id, run_id, items, exc)
-        for _ in batch:
-            events.task_done()
+                # all but the last queued behind; the last one's write commits them all now
+                last = all(not r.items for r in requests[i + 1:])
+                writes.append(asyncio.ensure_future(store.write(request.items)) if last
+                              else store.write_behind(request.items))
+            except Exception as exc:  # noqa: BLE001 - a closed store: that request's failure
+                failed: asyncio.Future[list[Entry]] = asyncio.get_running_loop().create_future()
+                failed.set_exception(exc)
+                writes.append(failed)
+        results = await asyncio.gather(*writes, return_exceptions=True)
+        outcomes = iter(results)
+        for request in requests:
+            outcome = next(outcomes) if request.items else None
+            waiting = [m.future for m in request.landed if not m.future.done()]
+            if isinstance(outcome, BaseException):
+                if waiting:
+                    for future in waiting:  # the run ends with an Error naming the calls and why
+                        future.set_exception(outcome)
+                    continue
+                log.error("could not write tool events of run %s", run_id, exc_info=outcome)
+                await _note_lost(store, session_id, run_id, request.items, outcome)
+            for future in waiting:
+                future.set_result(None)
 
 
 async def _note_lost(store: SessionStore, session_id: int, run_id: int, items: list[NewEntry],
-                     exc: Exception) -> None:
-    """An Error entry in place of tool events the store refused: the tools ran, and the log
-    must show it rather than a silent gap. It carries no run_id, as it does not end the run."""
+                     exc: BaseException) -> None:
+    """An Error entry in place of tool events the store refused (ToolResults: their tools ran),
+    so the log shows it rather than a silent gap. It carries no run_id: it does not end the run.
+    (A step's refused ToolCalls are not noted here: the run ends with an Error that says so.)"""
     calls = ", ".join(f"{item.entry_type.value} {item.tool_name}" for item in items)
     reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     text = f"could not write {len(items)} tool event(s) of run {run_id} ({calls}): {reason}"
@@ -69,15 +171,6 @@ async def _note_lost(store: SessionStore, session_id: int, run_id: int, items: l
         await store.write([NewEntry(session_id, EntryType.ERROR, "system", text, payload=payload)])
     except Exception:  # noqa: BLE001 - the log above has it
         log.exception("could not write the note of run %s's lost tool events either", run_id)
-
-
-async def drain(events: asyncio.Queue, writer: asyncio.Task) -> None:
-    """End the writer and wait until every queued event is written."""
-    await events.put(None)
-    try:
-        await asyncio.shield(writer)
-    except Exception:
-        log.exception("event writer failed")
 
 
 def masked(tools: ToolRegistry, event: Any) -> Any:

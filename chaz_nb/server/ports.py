@@ -201,8 +201,6 @@ class RunContext:
     tree: TreeBudget | None = None
     #: the cap above this run (before its agent's own tools and auto-approve list)
     ceiling: Ceiling | None = None
-    #: waits until the run's ToolCall/ToolResult events are committed
-    flush_events: Callable[[], Awaitable[None]] | None = None
 
 
 current_run: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(

@@ -41,6 +41,7 @@ from ..engine.runtime import (
     ModelCallError,
     RunResult,
     ScopedToolExecutor,
+    ToolCallsNotRecorded,
     ToolExecutor,
     ToolOutcome,
     execute,
@@ -602,8 +603,8 @@ class RunEngine:
         self, ctx: RunContext, messages: list[dict[str, Any]], ack_write: asyncio.Future[Entry]
     ) -> Entry | None:
         agent, session_id = ctx.agent, ctx.session_id
-        events: asyncio.Queue = asyncio.Queue()
-        writer = asyncio.get_running_loop().create_task(self._write_events(ctx, ack_write, events))
+        sink = event_writer.EventWriter()
+        writer = asyncio.get_running_loop().create_task(self._write_events(ctx, ack_write, sink))
         streams = self.streams
         early: list[str] = []  # reply text streamed before the Ack landed (shown once it has)
 
@@ -619,42 +620,57 @@ class RunEngine:
                     streams.delta(session_id, ctx.run_id, text)
             early.clear()
 
+        async def record_calls() -> None:
+            # write-ahead: a step's tools wait for its ToolCalls, which wait for the Ack
+            # (written behind): hurry it rather than wait out its window
+            if not ack_write.done():
+                self.store.hurry()
+            await sink.calls_recorded()
+
         ack_write.add_done_callback(show_early)
-        ctx.flush_events = events.join  # the approval proxy lets ToolCall land before its request
         try:
             result: RunResult = await execute(
                 model=agent.model,
                 messages=messages,
                 backend=BudgetedBackend(self.backend, ctx.tree) if ctx.tree else self.backend,
                 tools=AfterAck(self._executor_for(ctx), ctx, ack_write, self.store.hurry),
-                events=events,
+                events=sink.queue,
                 budget=ctx.budget,
                 script=agent.script,
                 options=agent.call_options(),
                 limiter=self.limiter(),
                 on_delta=on_delta if agent.stream else None,
                 max_tool_output=agent.max_tool_output or DEFAULT_MAX_TOOL_OUTPUT,
+                record_calls=record_calls,
             )
         except asyncio.CancelledError:
-            await event_writer.drain(events, writer)
+            await sink.drain(writer)
             self._interrupt(session_id, agent, ack_write)
             raise
         except ModelCallError as exc:
-            await event_writer.drain(events, writer)
+            await sink.drain(writer)
             base = {"run_id": await self._run_id(session_id, agent, ack_write), "model": agent.model}
             payload = {**base, **exc.usage.to_json(), "steps": exc.steps, **exc.details}
             reason = f"model call failed: {exc.reason}"
             if isinstance(exc.__cause__, TreeBudgetExceeded) and ctx.tree is not None:
                 reason, payload["tree_budget"] = str(exc.__cause__), ctx.tree.to_json()
             return await self.store.write_one(session_id, EntryType.ERROR, agent.name, reason, payload=payload)
+        except ToolCallsNotRecorded as exc:
+            # the log could not record what the agent was about to do: it does not do it (the
+            # model is not told and asked on: its reply would rest on steps the log lacks)
+            await sink.drain(writer)
+            base = {"run_id": await self._run_id(session_id, agent, ack_write), "model": agent.model}
+            payload = {**base, **exc.usage.to_json(), "steps": exc.steps,
+                       "tool_call_ids": [call_id for call_id, _ in exc.calls]}
+            return await self.store.write_one(session_id, EntryType.ERROR, agent.name, str(exc), payload=payload)
         except Exception as exc:  # a bug must not lose the run's trail: record it
             log.exception("run in session %s failed", session_id)
-            await event_writer.drain(events, writer)
+            await sink.drain(writer)
             base = {"run_id": await self._run_id(session_id, agent, ack_write), "model": agent.model}
             return await self.store.write_one(
                 session_id, EntryType.ERROR, agent.name, one_line_reason(exc), payload=base
             )
-        await event_writer.drain(events, writer)
+        await sink.drain(writer)
         # the closing entry waits for the Ack (and so lands after it and after every tool event)
         base = {"run_id": await self._run_id(session_id, agent, ack_write), "model": agent.model}
         finished = {**base, **result.usage.to_json(), "steps": result.steps, "stop_reason": result.stop_reason}
@@ -683,16 +699,15 @@ class RunEngine:
             self._interrupt(session_id, agent, ack_write)
             raise
 
-    async def _write_events(self, ctx: RunContext, ack_write: asyncio.Future[Entry], events: asyncio.Queue) -> None:
+    async def _write_events(self, ctx: RunContext, ack_write: asyncio.Future[Entry],
+                            sink: event_writer.EventWriter) -> None:
         """The run's event writer, from the moment its Ack has landed (its entries name the run)."""
         try:
             ack = await asyncio.shield(ack_write)
-        except Exception:  # noqa: BLE001 - no Ack, no run to file them under: let the queue's waiters go on
-            while (await events.get()) is not None:
-                events.task_done()
-            events.task_done()
+        except Exception as exc:  # noqa: BLE001 - no Ack, no run to file them under: no tool runs
+            await sink.abandon(exc)
             return
-        await event_writer.write_events(self.store, self.tools, ctx.session_id, ctx.agent.name, ack.id, events)
+        await sink.write(self.store, self.tools, ctx.session_id, ctx.agent.name, ack.id)
 
     def _write_interrupted(
         self, session_id: int, agent: Agent, run_id: int,
