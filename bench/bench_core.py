@@ -16,6 +16,11 @@ durable commits the primitive puts on a turn's path whatever the server does (th
 before the run starts: on_write fires after its commit; the reply before the turn ends:
 the handle resolves with the committed entry), each an ``await store.write_one`` into the
 same store. Served minus floor is what the server itself adds.
+Since the log is write-ahead (issue 24: a step's tools start once its ToolCalls are durable),
+the floor of a run with tool steps has one more commit per step: *floor+steps* times the
+floor plus an ``await store.write_one`` before each tool step's tool; and *ahead off* times
+the served run with the ToolCalls gathered with their results as before (``record_calls``
+dropped: the bench's only way to see the old path in the same run).
 ``--commits`` (with ``--http``) also times each commit of entries of the served turns
 (the store's connection behind a timing proxy) and prints their medians in turn order.
 """
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -31,16 +37,19 @@ import statistics
 import tempfile
 import sys
 import time
+from collections.abc import Iterator
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from chaz_nb import Agent, Server, SessionStore, ToolRegistry, tool  # noqa: E402
 from chaz_nb.engine.backends import litellm_module  # noqa: E402
 from chaz_nb.core.entries import EntryType  # noqa: E402
+from chaz_nb.engine.runtime import execute  # noqa: E402
 
 STEPS = 8  # tool-calling steps per run (+1 final answer)
 #: the order of the three interleaved measurements, rotated run by run (--http)
-ORDERS = [("bare", "floor", "served"), ("served", "bare", "floor"), ("floor", "served", "bare")]
+KINDS = ("bare", "floor", "steps", "served", "behind")
+ORDERS = [KINDS[i:] + KINDS[:i] for i in range(len(KINDS))]
 
 
 @tool  # async: runs on the loop, no thread hop in the measured step
@@ -137,13 +146,15 @@ async def bench_overhead(runs: int) -> None:
             store.close()
 
 
-async def bare_http(litellm, fake, steps: int, options: dict, stream: bool = False, floor=None) -> float:
+async def bare_http(litellm, fake, steps: int, options: dict, stream: bool = False, floor=None,
+                    per_step: bool = False) -> float:
     """``steps`` tool-calling model calls and the final answer, litellm alone, over HTTP.
 
     ``stream``: as the server streams (``Agent.stream``, the default): ``stream=True`` with
     usage in the last chunk, the chunks read as they come and put together by litellm.
     ``floor``: ``(store, session)``: also commit the trigger before the first call and the
     reply after the last one (the primitive's two commits on the path, see the module doc).
+    ``per_step`` (with ``floor``): also commit one entry before each tool step runs (write-ahead).
     """
     tools = [add.schema]
     t0 = time.perf_counter()
@@ -164,6 +175,8 @@ async def bare_http(litellm, fake, steps: int, options: dict, stream: bool = Fal
         messages.append({"role": "assistant", "content": None, "tool_calls": [
             {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
             for c in msg.tool_calls]})
+        if per_step and floor is not None:
+            await floor[0].write_one(floor[1], EntryType.TOOL_CALL, "bench", "add", tool_call_id=msg.tool_calls[0].id)
         for c in msg.tool_calls:
             out = await add.fn(**json.loads(c.function.arguments))
             messages.append({"role": "tool", "tool_call_id": c.id, "content": json.dumps(out)})
@@ -232,22 +245,26 @@ async def bench_http(runs: int, latency: float, commits: bool = False) -> None:
                 await bare_http(litellm, fake, steps, options, stream)  # warm-up: connections, caches
                 http_script(fake, steps, latency)
                 await server_http(server)
-                bare, floor, served, per_turn = [], [], [], []
+                times: dict[str, list[float]] = {kind: [] for kind in KINDS}
+                per_turn = []
                 floor_session = floor_store.create_session("floor")
                 for i in range(runs):
                     # interleaved, rotating which goes first, so machine noise hits all alike
                     for which in ORDERS[i % len(ORDERS)]:
                         http_script(fake, steps, latency)
-                        if which == "bare":
-                            bare.append(await bare_http(litellm, fake, steps, options, stream))
-                        elif which == "floor":
-                            floor.append(await bare_http(litellm, fake, steps, options, stream,
-                                                         floor=(floor_store, floor_session)))
+                        if which in ("bare", "floor", "steps"):
+                            times[which].append(await bare_http(
+                                litellm, fake, steps, options, stream,
+                                floor=None if which == "bare" else (floor_store, floor_session),
+                                per_step=which == "steps"))
+                        elif which == "behind":
+                            with write_ahead_off():
+                                times[which].append(await server_http(server))
                         else:
                             start = len(log)
-                            served.append(await server_http(server))
+                            times[which].append(await server_http(server))
                             per_turn.append(log[start:])
-                b, f, s = (statistics.median(x) * 1000 for x in (bare, floor, served))
+                b, f, fs, s, sb = (statistics.median(times[kind]) * 1000 for kind in KINDS)
                 overhead = (s - b) / b * 100
                 label = "one-step turn" if steps == 0 else f"{steps + 1}-call run ({steps} tool steps)"
                 print(f"HTTP, {latency * 1000:.0f} ms latency, {'streamed' if stream else 'whole replies'}, "
@@ -256,6 +273,12 @@ async def bench_http(runs: int, latency: float, commits: bool = False) -> None:
                       f"(target < {target:.0f} %: {'met' if overhead < target else 'NOT met'})")
                 print(f"  floor (bare + the trigger's and the reply's commits) {f:.1f} ms = {(f - b) / b * 100:+.1f} %;"
                       f" the server above the floor: {s - f:+.1f} ms = {(s - f) / b * 100:+.1f} %")
+                if steps:
+                    print(f"  floor+steps (the floor + one commit before each tool step) {fs:.1f} ms = "
+                          f"{(fs - b) / b * 100:+.1f} %; the server above it: {s - fs:+.1f} ms = "
+                          f"{(s - fs) / b * 100:+.1f} %;"
+                          f" ahead off (ToolCalls gathered with their results, as before) {sb:.1f} ms: "
+                          f"write-ahead costs {s - sb:+.1f} ms = {(s - sb) / steps:+.2f} ms a tool step")
                 if commits:
                     print_commits(label, per_turn)
                 assert not fake.unscripted and not fake.pending(), "the fake was asked more or less than scripted"
@@ -263,6 +286,23 @@ async def bench_http(runs: int, latency: float, commits: bool = False) -> None:
         store.close()
         floor_store.close()
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+@contextlib.contextmanager
+def write_ahead_off() -> Iterator[None]:
+    """Runs started inside take the path before issue 24: tools start before their ToolCall
+    is committed (the runtime is not given ``record_calls``). For the comparison only."""
+    from chaz_nb.server import runs
+
+    def no_record(**kwargs):
+        kwargs.pop("record_calls", None)
+        return execute(**kwargs)
+
+    runs.execute = no_record
+    try:
+        yield
+    finally:
+        runs.execute = execute
 
 
 async def server_http(server: Server) -> float:
