@@ -4,7 +4,10 @@ Prints turns per second, p50/p99 latency from Message to reply, the server's own
 turn (the same turns run first without the server, same loop and concurrency; the
 difference in wall time divided by turns is what the server adds), RSS sampled over the run
 to show whether memory stays flat, and the store's size.
-Target (issue 8): server overhead per turn < 2 ms p50 on this 2-core machine; memory flat.
+Targets (issues 8 and 30), each printed as a ratio of the same run: server's own time < 2 ms
+a turn; throughput >= 0.8x the no-server turns; p99 within 1.5x the no-server p99; memory
+flat; the largest kernel-loop stall while the turns run < 50 ms (a heartbeat task that
+sleeps 10 ms and records how late it wakes, during both phases).
 Run: python bench/load.py [--sessions 50] [--turns 20] [--db file|memory]
 
 Several kernels on one PostgreSQL store (issue 16): ``--db postgresql://...`` (or ``--db
@@ -55,6 +58,25 @@ def pct(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 
 
+class Heartbeat:
+    """A task that sleeps ``period`` s and records how late it wakes: the loop's stalls."""
+
+    def __init__(self, period: float = 0.01) -> None:
+        self.period, self.stalls = period, [0.0]
+        self.task = asyncio.get_running_loop().create_task(self._beat())
+
+    async def _beat(self) -> None:
+        while True:
+            t = time.perf_counter()
+            await asyncio.sleep(self.period)
+            self.stalls.append(time.perf_counter() - t - self.period)
+
+    def stop(self) -> float:
+        """The largest stall, in ms."""
+        self.task.cancel()
+        return max(self.stalls) * 1000
+
+
 def rss_mb() -> float:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
@@ -75,7 +97,7 @@ async def bare_turn(litellm) -> None:
             for c in msg.tool_calls]})
         for c in msg.tool_calls:
             fn = {"lookup": lookup, "add": add}[c.function.name]
-            out = fn.fn(**json.loads(c.function.arguments))
+            out = await fn.fn(**json.loads(c.function.arguments))  # the tools are async def
             messages.append({"role": "tool", "tool_call_id": c.id, "content": str(out)})
 
 
@@ -89,9 +111,12 @@ async def run(sessions: int, turns: int, path: str) -> None:
     ids = [server.new_session("loader") for _ in range(sessions)]
     n = sessions * turns
 
+    bare_latencies: list[float] = []
+    beat = Heartbeat()
     t0 = time.perf_counter()
-    await asyncio.gather(*(bare_loop_turns(litellm, turns) for _ in range(sessions)))
+    await asyncio.gather(*(bare_loop_turns(litellm, turns, bare_latencies) for _ in range(sessions)))
     bare_wall = time.perf_counter() - t0
+    bare_stall = beat.stop()
 
     latencies: list[float] = []
     memory: list[float] = []
@@ -109,22 +134,35 @@ async def run(sessions: int, turns: int, path: str) -> None:
             await asyncio.sleep(0.1)
 
     sampler = asyncio.get_running_loop().create_task(sample_memory())
+    beat = Heartbeat()
     t0 = time.perf_counter()
     await asyncio.gather(*(session_loop(s) for s in ids))
     wall = time.perf_counter() - t0
+    stall = beat.stop()
     sampler.cancel()
     overhead_ms = (wall - bare_wall) / n * 1000
     ms = [x * 1000 for x in latencies]
+    bare_ms = [x * 1000 for x in bare_latencies]
+    ratio = bare_wall / wall
+    p99_ratio = pct(ms, 99) / pct(bare_ms, 99)
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "NOT met"
+
     print(f"{sessions} sessions x {turns} turns = {n} turns, 3 model calls and 2 tool calls each")
     print(f"through the server: {n / wall:.1f} turns/s (wall {wall:.1f} s); same turns without the server: "
-          f"{n / bare_wall:.1f} turns/s (wall {bare_wall:.1f} s)")
-    print(f"latency Message -> reply: p50 {pct(ms, 50):.0f} ms, p99 {pct(ms, 99):.0f} ms "
-          f"({sessions} sessions share one loop, so a turn waits for the others)")
-    verdict = "met" if overhead_ms < 2 else "NOT met"
-    print(f"server's own time per turn: {overhead_ms:.2f} ms (target < 2 ms: {verdict})")
+          f"{n / bare_wall:.1f} turns/s (wall {bare_wall:.1f} s): "
+          f"{ratio:.2f}x (target >= 0.8x: {verdict(ratio >= 0.8)})")
+    print(f"latency Message -> reply: p50 {pct(ms, 50):.0f} ms, p99 {pct(ms, 99):.0f} ms; without the server "
+          f"p50 {pct(bare_ms, 50):.0f} ms, p99 {pct(bare_ms, 99):.0f} ms: p99 {p99_ratio:.2f}x "
+          f"(target <= 1.5x: {verdict(p99_ratio <= 1.5)}; {sessions} sessions share one loop)")
+    print(f"server's own time per turn: {overhead_ms:.2f} ms (target < 2 ms: {verdict(overhead_ms < 2)})")
+    print(f"largest kernel-loop stall (10 ms heartbeat): {stall:.1f} ms through the server, {bare_stall:.1f} ms "
+          f"without (target < 50 ms: {verdict(stall < 50)})")
     third = max(1, len(memory) // 3)
     print(f"RSS over the run: first third avg {statistics.mean(memory[:third]):.0f} MB, last third avg "
           f"{statistics.mean(memory[-third:]):.0f} MB, peak {max(memory):.0f} MB")
+    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     entries = store.execute("SELECT count(*) FROM entries")[0][0]
     store.close()
     if path != ":memory:":
@@ -132,9 +170,11 @@ async def run(sessions: int, turns: int, path: str) -> None:
         print(f"store: {entries:,} entries, {size / 1e6:.1f} MB on disk")
 
 
-async def bare_loop_turns(litellm, turns: int) -> None:
+async def bare_loop_turns(litellm, turns: int, latencies: list[float]) -> None:
     for _ in range(turns):
+        t = time.perf_counter()
         await bare_turn(litellm)
+        latencies.append(time.perf_counter() - t)
 
 
 # ------------------------------------------------- several kernels on one PostgreSQL store

@@ -135,3 +135,15 @@ def test_litellm_import_runs_without_the_cyclic_collector_and_freezes_what_it_bu
     finally:
         gc.enable()
         gc.unfreeze()
+
+
+def test_litellm_prices_the_offline_models_at_zero_without_a_failed_lookup():
+    """litellm prices each call for its own logging; an offline model missing from its price
+    map made it search the map and raise on every call (~2-3 ms on the loop, issue 30)."""
+    from chaz_nb.engine.backends import OFFLINE_MODELS, litellm_module
+
+    litellm = litellm_module()
+    for model in OFFLINE_MODELS:
+        assert litellm.completion_cost(model=model, prompt="hello", completion="world") == 0.0
+    with pytest.raises(Exception, match="(?i)not mapped|isn't mapped|not found"):
+        litellm.completion_cost(model="openai/no-such-model-here", prompt="hello", completion="world")

@@ -161,8 +161,26 @@ def _import_and_warm_up() -> None:
                 *litellm.custom_provider_map,
                 {"provider": OFFLINE_PROVIDER, "custom_handler": handler},
             ]
+        _price_offline_models(litellm)
         _warm_up(litellm)
         _litellm = litellm
+
+
+def _price_offline_models(litellm: Any) -> None:
+    """The offline models in litellm's price map, at zero (they cost nothing, and their Usage
+    says 0.0 already).
+
+    litellm prices every call for its own success logging, on the loop; for a model missing
+    from its map it searches the map several ways and raises, ~2-3 ms a call (issue 30:
+    about half of an offline streamed call's cost under load). Models of real providers are
+    left as they are: a price litellm does not know is not made up.
+    """
+    zero = {"input_cost_per_token": 0.0, "output_cost_per_token": 0.0, "cache_creation_input_token_cost": 0.0,
+            "cache_read_input_token_cost": 0.0, "litellm_provider": OFFLINE_PROVIDER, "mode": "chat"}
+    try:
+        litellm.register_model({model: dict(zero) for model in OFFLINE_MODELS})
+    except Exception:  # another litellm version: the calls are priced (slowly) as before
+        log.debug("could not register the offline models' prices", exc_info=True)
 
 
 @contextlib.contextmanager
