@@ -8,7 +8,9 @@ Targets (issues 8 and 30), each printed as a ratio of the same run: server's own
 a turn; throughput >= 0.8x the no-server turns; p99 within 1.5x the no-server p99; memory
 flat; the largest kernel-loop stall while the turns run < 50 ms (a heartbeat task that
 sleeps 10 ms and records how late it wakes, during both phases).
-Run: python bench/load.py [--sessions 50] [--turns 20] [--db file|memory]
+Both sides make the same model calls: streamed (an Agent's default) or, with ``--whole``,
+whole replies (the no-server side did not stream while the server did until issue 30).
+Run: python bench/load.py [--sessions 50] [--turns 20] [--db file|memory] [--whole]
 
 Several kernels on one PostgreSQL store (issue 16): ``--db postgresql://...`` (or ``--db
 postgres``: a throw-away cluster from tests/fakes/postgres.py, stopped at the end) runs
@@ -82,13 +84,22 @@ def rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
 
 
-async def bare_turn(litellm) -> None:
-    """One turn without the server: the same model calls and tools, nothing recorded."""
+async def bare_turn(litellm, stream: bool = True) -> None:
+    """One turn without the server: the same model calls and tools, nothing recorded.
+
+    ``stream``: as the server's agent calls the model (``Agent.stream``, the default: streamed,
+    the chunks put together by litellm), so both sides make the same calls.
+    """
     tools = [lookup.schema, add.schema]
     messages = [{"role": "user", "content": "go"}]
     while True:
-        resp = await litellm.acompletion(model="chaz/script", messages=messages, tools=tools,
-                                         metadata={"chaz_script": SCRIPT})
+        if stream:
+            chunks = [c async for c in await litellm.acompletion(
+                model="chaz/script", messages=messages, tools=tools, stream=True, metadata={"chaz_script": SCRIPT})]
+            resp = litellm.stream_chunk_builder(chunks, messages=messages)
+        else:
+            resp = await litellm.acompletion(model="chaz/script", messages=messages, tools=tools,
+                                             metadata={"chaz_script": SCRIPT})
         msg = resp.choices[0].message
         if not msg.tool_calls:
             return
@@ -101,20 +112,21 @@ async def bare_turn(litellm) -> None:
             messages.append({"role": "tool", "tool_call_id": c.id, "content": str(out)})
 
 
-async def run(sessions: int, turns: int, path: str) -> None:
+async def run(sessions: int, turns: int, path: str, stream: bool = True) -> None:
     litellm = litellm_module()
     store = SessionStore(path)
-    server = Server(store, [Agent("loader", model="chaz/script", tools=["lookup", "add"], script=SCRIPT)],
+    server = Server(store, [Agent("loader", model="chaz/script", tools=["lookup", "add"], script=SCRIPT,
+                                  stream=stream)],
                     ToolRegistry([lookup, add]), max_concurrent_calls=sessions)
     await (await server.send(server.new_session("loader"), "warm up")).wait()  # builds litellm's caches
-    await bare_turn(litellm)
+    await bare_turn(litellm, stream)
     ids = [server.new_session("loader") for _ in range(sessions)]
     n = sessions * turns
 
     bare_latencies: list[float] = []
     beat = Heartbeat()
     t0 = time.perf_counter()
-    await asyncio.gather(*(bare_loop_turns(litellm, turns, bare_latencies) for _ in range(sessions)))
+    await asyncio.gather(*(bare_loop_turns(litellm, turns, bare_latencies, stream) for _ in range(sessions)))
     bare_wall = time.perf_counter() - t0
     bare_stall = beat.stop()
 
@@ -149,7 +161,8 @@ async def run(sessions: int, turns: int, path: str) -> None:
     def verdict(ok: bool) -> str:
         return "met" if ok else "NOT met"
 
-    print(f"{sessions} sessions x {turns} turns = {n} turns, 3 model calls and 2 tool calls each")
+    print(f"{sessions} sessions x {turns} turns = {n} turns, 3 model calls and 2 tool calls each, "
+          f"{'streamed' if stream else 'whole replies'} on both sides")
     print(f"through the server: {n / wall:.1f} turns/s (wall {wall:.1f} s); same turns without the server: "
           f"{n / bare_wall:.1f} turns/s (wall {bare_wall:.1f} s): "
           f"{ratio:.2f}x (target >= 0.8x: {verdict(ratio >= 0.8)})")
@@ -170,10 +183,10 @@ async def run(sessions: int, turns: int, path: str) -> None:
         print(f"store: {entries:,} entries, {size / 1e6:.1f} MB on disk")
 
 
-async def bare_loop_turns(litellm, turns: int, latencies: list[float]) -> None:
+async def bare_loop_turns(litellm, turns: int, latencies: list[float], stream: bool = True) -> None:
     for _ in range(turns):
         t = time.perf_counter()
-        await bare_turn(litellm)
+        await bare_turn(litellm, stream)
         latencies.append(time.perf_counter() - t)
 
 
@@ -280,6 +293,8 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--db", default="file", help="file | memory | postgres | postgresql://...")
     parser.add_argument("--kernels", type=int, default=4, help="kernel processes on PostgreSQL")
+    parser.add_argument("--whole", action="store_true",
+                        help="whole replies on both sides (default: streamed, as an Agent calls by default)")
     parser.add_argument("--kernel", metavar="URL", help=argparse.SUPPRESS)  # one kernel process of a run
     args = parser.parse_args()
     if args.kernel:
@@ -294,7 +309,7 @@ def main() -> None:
     args.sessions = args.sessions or 50
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "load.duckdb") if args.db == "file" else ":memory:"
-        asyncio.run(run(args.sessions, args.turns, path))
+        asyncio.run(run(args.sessions, args.turns, path, stream=not args.whole))
 
 
 if __name__ == "__main__":
