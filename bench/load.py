@@ -17,7 +17,8 @@ postgres``: a throw-away cluster from tests/fakes/postgres.py, stopped at the en
 ``--kernels`` processes (default 4), each with its own Server and ``--sessions`` sessions
 (default 25 there) of ``--turns`` turns, all at once on one database. Then it checks the
 store: every session has each turn's Message, Ack and reply exactly once, every session's seq
-is 1..n with no gap, and entry ids are gapless; and prints turns/s and p50/p99 over all kernels.
+is 1..n with no gap, and entry ids are gapless; and prints turns/s and p50/p99 over all kernels,
+then runs the same turns in one kernel on a DuckDB file and prints the ratio (target >= 0.6x).
 Run: python bench/load.py --db postgres [--kernels 4] [--sessions 25] [--turns 20]
 """
 
@@ -112,7 +113,8 @@ async def bare_turn(litellm, stream: bool = True) -> None:
             messages.append({"role": "tool", "tool_call_id": c.id, "content": str(out)})
 
 
-async def run(sessions: int, turns: int, path: str, stream: bool = True) -> None:
+async def run(sessions: int, turns: int, path: str, stream: bool = True) -> float:
+    """The single-kernel run (DuckDB); prints its figures, returns the served turns/s."""
     litellm = litellm_module()
     store = SessionStore(path)
     server = Server(store, [Agent("loader", model="chaz/script", tools=["lookup", "add"], script=SCRIPT,
@@ -181,6 +183,7 @@ async def run(sessions: int, turns: int, path: str, stream: bool = True) -> None
     if path != ":memory:":
         size = os.path.getsize(path) + (os.path.getsize(path + ".wal") if os.path.exists(path + ".wal") else 0)
         print(f"store: {entries:,} entries, {size / 1e6:.1f} MB on disk")
+    return n / wall
 
 
 async def bare_loop_turns(litellm, turns: int, latencies: list[float], stream: bool = True) -> None:
@@ -278,6 +281,13 @@ def run_postgres(url: str | None, kernels: int, sessions: int, turns: int) -> No
         print(f"all kernels: {n / wall:.1f} turns/s (wall {wall:.1f} s); latency Message -> reply: "
               f"p50 {pct(ms, 50):.0f} ms, p99 {pct(ms, 99):.0f} ms")
         print(f"store checked: {checked:,} entries, none lost or duplicated, every session's seq gapless, ids gapless")
+        # the same turns in one kernel on a DuckDB file, right after (the target is a ratio of this run)
+        with tempfile.TemporaryDirectory() as tmp:
+            print(f"-- the same {n} turns as {kernels * sessions} sessions in one kernel, DuckDB file:")
+            duck = asyncio.run(run(kernels * sessions, turns, os.path.join(tmp, "load.duckdb")))
+        ratio = (n / wall) / duck
+        print(f"PostgreSQL {kernels} kernels against DuckDB one kernel: {ratio:.2f}x "
+              f"(target >= 0.6x: {'met' if ratio >= 0.6 else 'NOT met'})")
     finally:
         for p in procs:
             if p.poll() is None:
