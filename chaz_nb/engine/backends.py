@@ -339,7 +339,9 @@ class LiteLLMBackend:
                     raise
                 kind, status = classify(exc)
                 if attempt > retries or not retryable(kind, status):
-                    raise provider_error(exc, model, kwargs.get("api_base"), attempt, timeout, litellm) from exc
+                    raise provider_error(exc, model, kwargs.get("api_base"), attempt, timeout, litellm,
+                                         max_tokens=kwargs.get("max_tokens"),
+                                         newest_alone=_newest_alone(messages)) from exc
                 asked = retry_after(exc)
                 wait = asked if asked is not None else self.backoff * 2 ** (attempt - 1)
                 log.info("model call %s failed (%s %s); attempt %d in %.2f s", model, kind, status or "",
@@ -359,6 +361,11 @@ class LiteLLMBackend:
                 except Exception:  # a view's problem must not end the model call
                     log.exception("on_delta callback failed")
         return _reply_from_stream(litellm, model, messages, assembly)
+
+
+def _newest_alone(messages: Sequence[dict[str, Any]]) -> bool:
+    """Whether the context is the newest message and system prompts only (nothing to drop)."""
+    return sum(1 for m in messages if m.get("role") != "system") <= 1
 
 
 def _takes_stream_options(litellm: Any, model: str) -> bool:
