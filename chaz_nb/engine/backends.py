@@ -63,8 +63,11 @@ TASK_KEY = "chaz_task"
 DELAY_KEY = "chaz_delay"
 #: metadata key: seconds the offline models wait before each streamed word (none by default)
 WORD_DELAY_KEY = "chaz_word_delay"
-#: providers litellm takes ``stream_options`` from (the others send usage on their own)
-_STREAM_OPTIONS_PROVIDERS = frozenset({"openai", "azure", "text-completion-openai", "openai_like", "custom_openai"})
+#: providers litellm takes ``stream_options`` from (the others send usage on their own).
+#: Without it a vLLM-style server (``hosted_vllm/``; llama.cpp's too) sends no usage in a
+#: stream, and litellm fills in its own estimate instead of the server's counts.
+_STREAM_OPTIONS_PROVIDERS = frozenset({"openai", "azure", "text-completion-openai", "openai_like", "custom_openai",
+                                       "hosted_vllm"})
 
 
 @dataclass
