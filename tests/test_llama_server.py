@@ -157,10 +157,8 @@ async def test_a_context_over_the_servers_window(store, llama_log):
     assert summary.entry_type is T.SUMMARY and summary.content.strip()
     assert (await send(server, s, "Say bye.")).entry_type is T.MESSAGE
     # a new message alone over the window: its own error, that says to shorten it
-    t = server.new_session("w") if hasattr(server, "new_session") else None
-    if t is not None:
-        alone = await send(server, t, big)
-        assert "this message alone is" in alone.content and "shorten it" in alone.content
+    alone = await send(server, server.new_session("w"), big)
+    assert "this message alone is" in alone.content and "shorten it" in alone.content
     await server.stop()
 
 
