@@ -50,7 +50,8 @@ async def test_a_context_over_the_window_says_its_size_the_window_and_the_fix(st
     assert len(model_server.chat_requests()) == 2  # a refusal is not retried
 
 
-async def test_the_budget_learns_the_window_so_the_next_turn_fits(store, model_server):
+async def test_the_budget_learns_the_window_so_the_next_turn_fits(backend_store, model_server):
+    store = backend_store
     model_server.script(Reply("short answer"), ServerError(400, LLAMA_REFUSAL), Reply("fits now"))
     server = server_for(store, model_server)
     s = server.current_session("w")
