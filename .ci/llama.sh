@@ -54,6 +54,7 @@ if [ ! -x "$server_dir/llama-server" ]; then
   mkdir -p "$server_dir"
   cp "$built" "$server_dir/llama-server.tmp" && mv "$server_dir/llama-server.tmp" "$server_dir/llama-server"
   echo "built llama-server $LLAMA_VERSION in $(( $(date +%s) - started ))s" >&2
+  rm -rf "$work"  # the build tree (hundreds of MB): the trap below would forget it
 fi
 
 if [ ! -f "$model" ]; then
