@@ -69,3 +69,25 @@ def test_a_message_over_the_servers_window_in_a_kernel(kernel, llama_log):
     assert latest(kernel).startswith("Error | model call failed")
     assert kernel.run("%chaz @tiny Say hi.", timeout=120).status == "ok"
     assert latest(kernel).startswith("Message | ")
+
+
+def test_stop_in_the_middle_of_a_streamed_reply_in_a_kernel(kernel, llama_log):
+    r = kernel.run(AGENT.replace("tiny", "long").format(base=llama_log.base, max_tokens=120))
+    assert r.status == "ok", r.outputs
+    r = kernel.run("%chaz --no-wait @long Write a long story about a dragon and a knight.")
+    display_id = r.of("display_data")[0]["content"]["transient"]["display_id"]
+
+    def part_written(msg: dict) -> bool:  # the view shows the reply being written
+        text = msg["content"].get("data", {}).get("text/plain", "")
+        return (msg["msg_type"] == "update_display_data" and msg["content"]["transient"]["display_id"] == display_id
+                and any(line.startswith("long: ") and line.endswith(" …") for line in text.splitlines()))
+
+    kernel.wait_for(part_written)
+    assert kernel.run("%chaz stop @long").status == "ok"
+    assert kernel.run("%chaz wait", timeout=60).status == "ok"
+    r = kernel.run("s = chaz_nb.current(); e = s.store.latest(s.current_session('long')); "
+                   "print(e.entry_type.value, e.payload.get('status'), bool(e.payload.get('partial_text')))")
+    assert r.stdout.strip() == "Ack cancelled True"  # stopped, and the text so far kept
+    assert kernel.run("%chaz @long Say hi.", timeout=120).status == "ok"
+    r = kernel.run("print(s.store.latest(s.current_session('long')).entry_type.value)")
+    assert r.stdout.strip() == "Message"
