@@ -185,11 +185,12 @@ def _context_error(exc: BaseException, model: str, head: str, litellm: Any, max_
                    "into parts (older context is already left out)")
     else:
         budget = budget_for_window(window, max_tokens) if window else None
-        fix = (f"the agent's next contexts are kept within {budget:,} tokens; to choose: "
-               f"%chaz agent NAME --context-tokens N (N below {window:,}), or %chaz compact"
-               if budget else "give the agent a smaller budget: %chaz agent NAME --context-tokens N, "
-               "or %chaz compact")
-        message = f"{head} refused the context: it was {size}{over}. Send the message again: {fix}"
+        fix = (f"The agent's next contexts are kept within {budget:,} tokens (older messages left out); "
+               f"to choose the budget: %chaz agent NAME --context-tokens N (N below {window:,}), or summarize "
+               "the session: %chaz compact"
+               if budget else "Give the agent a smaller budget: %chaz agent NAME --context-tokens N, or "
+               "summarize the session: %chaz compact")
+        message = f"{head} refused the context: it was {size}{over}. {fix}"
     return message, {"context_tokens": used, "context_window": window}
 
 
