@@ -19,6 +19,7 @@ import urllib.parse
 from typing import Any
 
 from ..core.redaction import redact
+from ..core.window import budget_for_window
 from ..errors import ProviderError
 
 
@@ -175,8 +176,6 @@ def context_sizes(exc: BaseException, model: str, litellm: Any = None) -> tuple[
 def _context_error(exc: BaseException, model: str, head: str, litellm: Any, max_tokens: int | None,
                    newest_alone: bool) -> tuple[str, dict[str, Any]]:
     """The message and payload of a context-window refusal (``head``: the model and where)."""
-    from ..core.window import budget_for_window  # core imports nothing of the engine
-
     used, window = context_sizes(exc, model, litellm)
     size = f"{used:,} tokens" if used else "too long"
     over = f", over the model's window of {window:,} tokens" if window else ", over the model's window"
