@@ -77,8 +77,11 @@ class ProviderError(ChazError):
     entry shows, naming what to check (the key, the model name, the provider's status)."""
 
     def __init__(self, message: str, *, model: str, provider: str, kind: str,
-                 status: int | None = None, attempts: int = 1, partial_text: str | None = None) -> None:
+                 status: int | None = None, attempts: int = 1, partial_text: str | None = None,
+                 extra: dict[str, Any] | None = None) -> None:
         super().__init__(message)
+        #: more of what is known (a context-window refusal: context_tokens, context_window)
+        self.extra = dict(extra or {})
         self.model, self.provider, self.kind = model, provider, kind
         self.status, self.attempts = status, attempts
         #: the reply text streamed before the stream broke (``None``: nothing was streamed)
@@ -87,7 +90,7 @@ class ProviderError(ChazError):
     def details(self) -> dict[str, Any]:
         """What the Error entry's payload records (no key, no header value)."""
         details: dict[str, Any] = {"error_kind": self.kind, "status": self.status, "provider": self.provider,
-                                   "attempts": self.attempts}
+                                   "attempts": self.attempts, **self.extra}
         if self.partial_text is not None:
             details["partial_text"] = self.partial_text
             details["stream_broken"] = True

@@ -126,3 +126,26 @@ def repo(tmp_path):
     subprocess.run([*git, "commit", "-q", "-m", "first commit"], check=True)
     (path / "new.txt").write_text("untracked\n")
     return path
+
+
+@pytest.fixture(scope="session")
+def llama(tmp_path_factory):
+    """llama.cpp's llama-server with SmolLM2-135M on 127.0.0.1 (tests/fakes/llama_server.py):
+    512 tokens of context per request, two requests at once; skips with the reason where
+    `.ci/llama.sh` has not built it (`.ci/run` does, so CI never skips)."""
+    from fakes.llama_server import LlamaServer, locate
+
+    found = locate()
+    if isinstance(found, str):
+        pytest.skip(found)
+    server = LlamaServer(*found, tmp_path_factory.mktemp("llama") / "llama-server.log").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def llama_log(llama):
+    """The server's log lines written during the test, printed (pytest shows them for a failure)."""
+    start = llama.log_size()
+    yield llama
+    print(f"---- llama-server log ({llama.log_path}) ----\n{llama.log_since(start)}")

@@ -27,6 +27,17 @@ from .entries import CONTEXT_TYPES, Entry, EntryType, approx_tokens
 DEFAULT_CONTEXT_TOKENS = 32_000
 
 
+def budget_for_window(window: int, max_tokens: int | None = None) -> int:
+    """The context budget (in ``approx_tokens``) that fits a model's window of ``window`` tokens.
+
+    Room is left for the reply (``max_tokens``, else a quarter of the window), and the rest is
+    cut by a quarter: the budget counts about four characters a token, a model's tokenizer
+    often fewer, and the chat template and the tool schemas take tokens of their own.
+    """
+    reply = max_tokens if max_tokens and max_tokens < window else window // 4
+    return max(1, (window - reply) * 3 // 4)
+
+
 class ContextWindow(list[Entry]):
     """The entries of a context window in seq order; ``complete`` when nothing since the
     latest Summary (or, without one, since the session's start) was left out for the budget."""

@@ -63,8 +63,11 @@ TASK_KEY = "chaz_task"
 DELAY_KEY = "chaz_delay"
 #: metadata key: seconds the offline models wait before each streamed word (none by default)
 WORD_DELAY_KEY = "chaz_word_delay"
-#: providers litellm takes ``stream_options`` from (the others send usage on their own)
-_STREAM_OPTIONS_PROVIDERS = frozenset({"openai", "azure", "text-completion-openai", "openai_like", "custom_openai"})
+#: providers litellm takes ``stream_options`` from (the others send usage on their own).
+#: Without it a vLLM-style server (``hosted_vllm/``; llama.cpp's too) sends no usage in a
+#: stream, and litellm fills in its own estimate instead of the server's counts.
+_STREAM_OPTIONS_PROVIDERS = frozenset({"openai", "azure", "text-completion-openai", "openai_like", "custom_openai",
+                                       "hosted_vllm"})
 
 
 @dataclass
@@ -357,7 +360,9 @@ class LiteLLMBackend:
                     raise
                 kind, status = classify(exc)
                 if attempt > retries or not retryable(kind, status):
-                    raise provider_error(exc, model, kwargs.get("api_base"), attempt, timeout, litellm) from exc
+                    raise provider_error(exc, model, kwargs.get("api_base"), attempt, timeout, litellm,
+                                         max_tokens=kwargs.get("max_tokens"),
+                                         newest_alone=_newest_alone(messages)) from exc
                 asked = retry_after(exc)
                 wait = asked if asked is not None else self.backoff * 2 ** (attempt - 1)
                 log.info("model call %s failed (%s %s); attempt %d in %.2f s", model, kind, status or "",
@@ -377,6 +382,11 @@ class LiteLLMBackend:
                 except Exception:  # a view's problem must not end the model call
                     log.exception("on_delta callback failed")
         return _reply_from_stream(litellm, model, messages, assembly)
+
+
+def _newest_alone(messages: Sequence[dict[str, Any]]) -> bool:
+    """Whether the context is the newest message and system prompts only (nothing to drop)."""
+    return sum(1 for m in messages if m.get("role") != "system") <= 1
 
 
 def _takes_stream_options(litellm: Any, model: str) -> bool:

@@ -19,6 +19,7 @@ import urllib.parse
 from typing import Any
 
 from ..core.redaction import redact
+from ..core.window import budget_for_window
 from ..errors import ProviderError
 
 
@@ -76,6 +77,9 @@ def _status(exc: BaseException) -> int | None:
 def classify(exc: BaseException) -> tuple[str, int | None]:
     """``(kind, status)`` of a failed call: timeout, connection, rate_limit, auth, http."""
     names = {type(e).__name__ for e in _chain(exc)}
+    if "ContextWindowExceededError" in names:
+        # litellm's name for a provider's "too many tokens" answer (llama.cpp, OpenAI, vLLM, ...)
+        return "context_window", _status(exc) or 400
     if isinstance(exc, asyncio.TimeoutError) or names & {"Timeout", "APITimeoutError", "ReadTimeout",
                                                          "ConnectTimeout", "TimeoutException"}:
         return "timeout", None
@@ -139,9 +143,65 @@ _HINTS = {
 }
 
 
+#: how providers put it: llama.cpp ("request (N tokens) exceeds the available context size
+#: (M tokens)", "input (N tokens) is larger than the max context size (M tokens)"), OpenAI and
+#: vLLM ("maximum context length is M tokens. However, your messages resulted in N tokens")
+_SIZES = (
+    re.compile(r"(?:request|input) \((?P<used>\d+) tokens\)[^(]*\((?P<window>\d+) tokens\)"),
+    re.compile(r"maximum context length is (?P<window>\d+) tokens.*?(?:resulted in|requested) (?P<used>\d+) tokens"),
+    re.compile(r"maximum context length is (?P<window>\d+) tokens"),
+)
+
+
+def context_sizes(exc: BaseException, model: str, litellm: Any = None) -> tuple[int | None, int | None]:
+    """``(context tokens, window tokens)`` of a context-window refusal: from the provider's
+    words, the window else from litellm's model info (None where neither says)."""
+    text = " ".join(str(getattr(exc, "message", None) or exc).split())
+    used = window = None
+    for pattern in _SIZES:
+        found = pattern.search(text)
+        if found:
+            window = int(found["window"])
+            used = int(found["used"]) if "used" in found.groupdict() and found["used"] else None
+            break
+    if window is None and litellm is not None:
+        try:
+            info = litellm.get_model_info(model)
+            window = int(info.get("max_input_tokens") or info.get("max_tokens") or 0) or None
+        except Exception:  # noqa: BLE001 - a model litellm does not know: no window to name
+            window = None
+    return used, window
+
+
+def _context_error(exc: BaseException, model: str, head: str, litellm: Any, max_tokens: int | None,
+                   newest_alone: bool) -> tuple[str, dict[str, Any]]:
+    """The message and payload of a context-window refusal (``head``: the model and where)."""
+    used, window = context_sizes(exc, model, litellm)
+    size = f"{used:,} tokens" if used else "too long"
+    over = f", over the model's window of {window:,} tokens" if window else ", over the model's window"
+    if newest_alone:
+        message = (f"{head} refused the context: this message alone is {size}{over}; shorten it or split it "
+                   "into parts (older context is already left out)")
+    else:
+        budget = budget_for_window(window, max_tokens) if window else None
+        fix = (f"The agent's next contexts are kept within {budget:,} tokens (older messages left out); "
+               f"to choose the budget: %chaz agent NAME --context-tokens N (N below {window:,}), or summarize "
+               "the session: %chaz compact"
+               if budget else "Give the agent a smaller budget: %chaz agent NAME --context-tokens N, or "
+               "summarize the session: %chaz compact")
+        message = f"{head} refused the context: it was {size}{over}. {fix}"
+    return message, {"context_tokens": used, "context_window": window}
+
+
 def provider_error(exc: BaseException, model: str, api_base: str | None, attempts: int,
-                   timeout: float, litellm: Any = None) -> ProviderError:
-    """The one-line, key-free account of a failed call: what failed, and what to do."""
+                   timeout: float, litellm: Any = None, *, max_tokens: int | None = None,
+                   newest_alone: bool = False) -> ProviderError:
+    """The one-line, key-free account of a failed call: what failed, and what to do.
+
+    A context-window refusal says how big the context was, the model's window and the fix;
+    ``newest_alone``: the context held no message but the newest (and system prompts), so only
+    shortening it helps. ``max_tokens``: the reply room the agent asks for (its budget's room).
+    """
     kind, status = classify(exc)
     provider = getattr(exc, "llm_provider", None) or (model.split("/", 1)[0] if "/" in model else "")
     if not provider and litellm is not None:
@@ -151,6 +211,11 @@ def provider_error(exc: BaseException, model: str, api_base: str | None, attempt
             provider = ""
     provider = provider or "unknown"
     where = _where(api_base)
+    if kind == "context_window":
+        message, sizes = _context_error(exc, model, f"{model} ({provider}{where})", litellm, max_tokens,
+                                        newest_alone)
+        return ProviderError(message, model=model, provider=provider, kind=kind, status=status,
+                             attempts=attempts, extra=sizes)
     what = {"timeout": f"timed out after {timeout:g} s", "connection": "lost the connection"}.get(
         kind, f"returned HTTP {status}" if status else "failed")
     key: Any = kind

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from .agents import Agent
 from ..engine.backends import TASK_KEY
-from ..core.entries import Entry, EntryType, approx_tokens, build_context, context_slice
-from ..core.window import DEFAULT_CONTEXT_TOKENS
+from ..core.entries import Entry, EntryType, approx_tokens, build_context, context_slice, fit_to_budget
+from ..core.window import DEFAULT_CONTEXT_TOKENS, budget_for_window
 from .invocation import Invocation
 from ..engine.runtime import one_line_reason
 from ..engine.tools import ToolError, ToolRegistry, tool
@@ -55,12 +55,38 @@ class Compaction(Part):
         self.context_tokens: int | None = DEFAULT_CONTEXT_TOKENS
         #: compact automatically after a run that leaves a context over this many tokens
         self.auto_compact_tokens: int | None = None
+        #: model windows learned from context-window refusals (Error entries), per agent setting
+        self._windows: dict[tuple[str, str, str | None, int | None], int] = {}
         install(port.tools)
 
     # ------------------------------------------------------------ context
     def budget(self, agent: Agent) -> int | None:
-        """The token budget of ``agent``'s runs: its own, else the server's."""
-        return agent.context_tokens if agent.context_tokens is not None else self.context_tokens
+        """The token budget of ``agent``'s runs: its own, else the server's, and within the
+        model's window once a refusal has told it (``learned_budget``)."""
+        own = agent.context_tokens if agent.context_tokens is not None else self.context_tokens
+        learned = self.learned_budget(agent)
+        return own if learned is None else learned if own is None else min(own, learned)
+
+    def learned_budget(self, agent: Agent) -> int | None:
+        """The budget that fits the window the model's server refused a context for, if it did."""
+        window = self._windows.get(_window_key(agent))
+        if window is None:
+            return None
+        max_tokens = agent.model_options.get("max_tokens")
+        return budget_for_window(window, max_tokens if isinstance(max_tokens, int) else None)
+
+    def on_write(self, entry: Entry) -> None:
+        """A context-window refusal (an Error with ``context_window``): the agent's next
+        contexts are kept within that window, so the session is not stuck on the message that
+        made it too long. Keyed by the agent's model, address and own budget: an agent defined
+        anew (another ``--context-tokens``, another server) starts from its own setting."""
+        payload = entry.payload or {}
+        if entry.entry_type is not EntryType.ERROR or payload.get("error_kind") != "context_window":
+            return
+        window = payload.get("context_window")
+        agent = self.port.agents.get(entry.sender)
+        if agent is not None and isinstance(window, int) and window > 0:
+            self._windows[_window_key(agent)] = window
 
     def _context_entries(self, session_id: int, max_tokens: int | None = None) -> list[Entry]:
         """The context entries since the latest Summary, newest first within ``max_tokens``."""
@@ -125,6 +151,9 @@ class Compaction(Part):
         agent = self._summarizer(session_id)
         labels = frozenset(self.rooms.members(session_id)) - {agent.name}
         messages = [{"role": "system", "content": SUMMARIZE_PROMPT}, *build_context(since, agent.name, "", labels)]
+        learned = self.learned_budget(agent)
+        if learned is not None:  # a model that refused a context this long: summarize what fits
+            messages = fit_to_budget(messages, learned)
         options = agent.call_options()
         options["metadata"] = {**(options.get("metadata") or {}), TASK_KEY: "summarize"}
         try:
@@ -151,6 +180,10 @@ class Compaction(Part):
                 **reply.usage.to_json(),
             },
         )
+
+
+def _window_key(agent: Agent) -> tuple[str, str, str | None, int | None]:
+    return agent.name, agent.model, agent.api_base, agent.context_tokens
 
 
 def install(registry: ToolRegistry) -> None:
