@@ -62,6 +62,12 @@ def _named(text: str) -> str:
     return _HIDDEN.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
 
 
+def name_hidden(text: str) -> str:
+    """``text`` with each character that reorders or hides text named (``<U+202E>``), as the
+    approval card shows it (views that show code a tool gets use it too)."""
+    return _named(text)
+
+
 def shown_arguments(t: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
     """Arguments as the person deciding sees them: sensitive ones masked, and each character
     that reorders or hides text named (``<U+202E>``), so a right-to-left override cannot make
