@@ -295,6 +295,8 @@ re-rendering its static bundle).
             tooltip="Edit the code before approving" if code else "Edit the arguments (JSON) before approving",
         )
         self.edit_button.on_click(self.toggle_editor)
+        self.edit_button.add_class("chaz-ap-edit")
+        self.buttons["approve_edited"].add_class("chaz-ap-approve-edited")
         lines = edit_text(self.info.get("arguments_display")).count("\n") + 2
         self.editor = w.Textarea(layout=w.Layout(width="98%", height=f"{min(max(lines, 4), 30) * 1.4 + 1:.0f}em",
                                                  display="none"))
