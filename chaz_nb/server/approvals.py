@@ -397,6 +397,11 @@ class ApprovalBook(Part):
         if (entry.sender in self.port.agents or entry.payload.get("decision") not in DECISIONS
                 or not isinstance(request_id, str) or not request_id):
             return
+        if entry.payload.get("edited"):
+            # only the serving kernel can check an edit against the waiting call: it counts once
+            # the run resumes, and until then ``decision_of`` reads the log (which skips an edit
+            # the serving kernel ignored)
+            return
         first = self._decided.get(request_id)
         self._decided[request_id] = entry if first is None else effective_decision([first, entry]) or entry
         self._open.pop(request_id, None)
