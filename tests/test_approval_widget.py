@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from chaz_nb.server.agents import Agent
@@ -376,3 +378,96 @@ def test_a_long_argument_cannot_push_the_others_out_of_the_approval_card():
     shown = pretty_arguments({f"k{i}": "v" * 300 for i in range(40)})  # many medium values: all keys, or a count
     assert '"k0"' in shown and ("k39" in shown or "more characters" in shown)
     assert pretty_arguments('{"a": 1}') == '{\n  "a": 1\n}'
+
+
+# ------------------------------------------------------------------ approve with edits
+@tool(approval="always", risk="high")
+def run_code(code: str) -> str:
+    """Run code (a tool whose one argument is code, as kernel__run)."""
+    ran.append(("code", code))
+    return f"ran {len(code.splitlines())} lines"
+
+
+async def start_code(store, code):
+    agent = Agent("ops", model="chaz/script", script=[{"tool": "run_code", "args": {"code": code}}, "{result}"])
+    server = Server(store, [agent], ToolRegistry([run_code]))
+    handle = await server.send(server.current_session("ops"), "go")
+    await until(lambda: server.pending_approvals(), store.subscribe, what="a pending approval")
+    return server, handle
+
+
+async def test_edit_then_approve_edited_runs_the_tool_with_the_edited_arguments(store):
+    server, sid, handle = await start(store)
+    w = ApprovalWidget(server, server.pending_approvals()[0])
+    assert w.editor.layout.display == "none" and w.buttons["approve_edited"].layout.display == "none"
+    w.edit_button.click()
+    assert w.editor.layout.display is None and w.buttons["approve_edited"].layout.display is None
+    assert json.loads(w.editor.value) == {"target": "prod", "token": "••••••"}
+    w.editor.value = w.editor.value.replace('"prod"', '"staging"')
+    w.buttons["approve_edited"].click()
+    assert w.decided and w.outcome() == "✓ approved by user with edited arguments"
+    assert w.editor.disabled and all(b.disabled for b in w.buttons.values())
+    assert "edited to:" in w.html() and "staging" in w.html() and "edited to:" in w.text()
+    await handle.wait()
+    assert ran == [("staging", "s3cret")]  # the masked token, untouched, reached the tool as sent
+
+
+async def test_a_bad_edit_says_why_in_the_card_and_the_request_stays_open(store):
+    server, sid, handle = await start(store)
+    w = ApprovalWidget(server, server.pending_approvals()[0])
+    w.edit_button.click()
+    w.editor.value = '{"target": 42, "token": "••••••"}'
+    w.buttons["approve_edited"].click()
+    assert not w.decided and not any(b.disabled for b in w.buttons.values())
+    assert "target: 42 is not of type" in w._status.value and "stays open" in w._status.value
+    assert server.session_status(sid) == "parked" and len(server.pending_approvals()) == 1
+    w.editor.value = '{"target": "qa", "token": "••••••"'  # not JSON
+    w.buttons["approve_edited"].click()
+    assert not w.decided and "not JSON" in w._status.value
+    w.editor.value = '{"target": "qa", "token": "••••••"}'
+    w.buttons["approve_edited"].click()
+    await handle.wait()
+    assert ran == [("qa", "s3cret")]
+
+
+async def test_a_code_call_is_shown_and_edited_as_code(store):
+    code = "x = 1\nprint('<b>' if x else '\u202e')\n"
+    server, handle = await start_code(store, code)
+    w = ApprovalWidget(server, server.pending_approvals()[0])
+    page = w.html()
+    # a numbered code block, escaped, the hidden character named; not JSON
+    assert "class='chaz-code'" in page and "<span class='chaz-code-no'>2</span>" in page
+    assert "&lt;b&gt;" in page and "<b>'" not in page and "&lt;U+202E&gt;" in page and "\u202e" not in page
+    assert '"code":' not in page
+    assert " 1 │ x = 1" in w.text()
+    w.edit_button.click()
+    assert w.editor.value == "x = 1\nprint('<b>' if x else '<U+202E>')\n"  # the code, not JSON
+    w.editor.value = "x = 2\nprint(x)\n"
+    w.buttons["approve_edited"].click()
+    assert (await handle.wait()).content == "ran 2 lines"
+    assert ran == [("code", "x = 2\nprint(x)\n")]
+    assert "edited to:" in w.html() and "x = 2" in w.html()
+
+
+async def test_an_untouched_code_edit_is_a_plain_approve_of_the_code_as_sent(store):
+    code = "print('\u202eabc')"
+    server, handle = await start_code(store, code)
+    w = ApprovalWidget(server, server.pending_approvals()[0])
+    w.edit_button.click()
+    w.buttons["approve_edited"].click()
+    await handle.wait()
+    assert ran == [("code", code)]  # the named character, left as shown, is the model's own
+    assert w.outcome() == "✓ approved by user"
+
+
+async def test_the_session_view_shows_code_calls_as_code_and_what_the_approver_edited(store):
+    server, handle = await start_code(store, "import os\nos.remove('<x>')")
+    view = SessionView(store, handle.session_id)
+    page = view.html()
+    assert "code:<pre class='chaz-code'>" in page and "os.remove(&#x27;&lt;x&gt;&#x27;)" in page
+    [req] = server.pending_approvals()
+    assert server.decide(req["request_id"], "approve", arguments={"code": "print('kept')"})[0]
+    await handle.wait()
+    page = SessionView(store, handle.session_id).html()
+    assert "edited by the approver to:" in page and "print(&#x27;kept&#x27;)" in page
+    assert ran == [("code", "print('kept')")]

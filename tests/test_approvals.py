@@ -146,6 +146,21 @@ async def test_a_decision_naming_no_request_is_ignored_with_an_error_saying_what
     assert (await handle.wait()).content == "result: deployed prod"
 
 
+async def test_a_decision_the_book_ignored_does_not_block_the_persons_decision(store):
+    """A decision entry with a bad value is ignored with an Error and the request stays open
+    (``%chaz pending`` lists it): deciding it must then work, not say "already decided"."""
+    server = make(store, deployer())
+    s = server.current_session("ops")
+    handle = await server.send(s, "ship it")
+    [req] = await parked(server)
+    store.append(s, T.APPROVAL_DECISION, "user", "maybe",
+                 payload={"request_id": req["request_id"], "decision": "maybe"})
+    assert store.latest(s).entry_type is T.ERROR
+    assert server.pending_approvals() == [req]
+    assert server.decide(req["request_id"], "approve") == (True, "deploy: approve by user")
+    assert (await handle.wait()).content == "result: deployed prod"
+
+
 async def test_second_decision_is_a_no_op_naming_the_first(store):
     server = make(store, deployer())
     s = server.current_session("ops")

@@ -627,3 +627,52 @@ def test_an_empty_page_says_nothing_comes_before_it(env):
     comm.receive({"type": "page", "request_id": "p", "session_id": 1, "before_seq": 10**30})
     reply = comm.sent[0]
     assert reply["ok"] is True and reply["entries"] == [] and reply["earlier"] == 0
+
+
+# ------------------------------------------------------------------ approve with edits (a real server)
+async def test_an_approve_with_edited_arguments_from_the_sidebar_runs_the_tool_with_them(store):
+    from chaz_nb.engine.tools import ToolRegistry, tool
+    from chaz_nb.server import Server
+    from chaz_nb.server.agents import Agent
+
+    ran = []
+
+    @tool(approval="always", risk="high")
+    def wipe(path: str) -> str:
+        """Delete a path."""
+        ran.append(path)
+        return f"wiped {path}"
+
+    agent = Agent("ops", model="chaz/script", script=[{"tool": "wipe", "args": {"path": "/"}}, "{result}"])
+    server = Server(store, [agent], ToolRegistry([wipe]))
+    handle = await server.send(server.current_session("ops"), "tidy up")
+    await until(lambda: server.pending_approvals(), store.subscribe, what="a pending approval")
+    [request] = server.pending_approvals()
+    rid = request["request_id"]
+    bridge = LabBridge(server, call_later=lambda delay, fn: None)
+    comm = FakeComm()
+    bridge.open(comm, {})
+    comm.sent.clear()
+
+    for arguments, needle in [
+        ({"path": 3}, "path: 3 is not of type 'string'"),
+        ('{"path": ', "not JSON"),
+        ({"path": "/tmp", "recursive": True}, "recursive"),
+    ]:
+        comm.receive({"type": "decide", "request_id": rid, "decision": "approve", "arguments": arguments})
+        answer = comm.sent[0]
+        assert answer["type"] == "decided" and answer["ok"] is False, answer
+        assert needle in answer["message"] and "stays open" in answer["message"] and "\n" not in answer["message"]
+        assert [p["request_id"] for p in comm.sent[1]["pending"]] == [rid]  # still open in the fresh state
+        comm.sent.clear()
+    comm.receive({"type": "decide", "request_id": rid, "decision": "deny", "arguments": {"path": "/tmp"}})
+    assert comm.sent[0]["ok"] is False and "go with approve" in comm.sent[0]["message"]
+    comm.sent.clear()
+
+    comm.receive({"type": "decide", "request_id": rid, "decision": "approve", "arguments": {"path": "/tmp/cache"}})
+    assert comm.sent[0] == {"type": "decided", "request_id": rid, "ok": True,
+                            "message": "wipe: approve with edited arguments by user"}
+    assert comm.sent[1]["pending"] == []
+    assert (await handle.wait()).content == "wiped /tmp/cache"
+    assert ran == ["/tmp/cache"]
+    bridge.close()

@@ -6,6 +6,7 @@ listener, as between processes."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -430,3 +431,24 @@ async def test_a_run_parked_in_one_kernel_is_stopped_from_another_and_its_reques
     assert (decision.payload["request_id"], decision.payload["decision"]) == (req["request_id"], "timed_out")
     [ack] = cancelled_acks(b.store, sid)
     assert ack.payload["stopped_by"] == "bea" and b.session_status(sid) == "idle"
+
+
+async def test_an_edit_decided_in_b_runs_in_a_with_the_edited_arguments_and_a_bad_one_stays_open(two):
+    a, b = two
+    sid = a.current_session("ops")
+    handle = await a.send(sid, "ship it")
+    await until(lambda: b.pending_approvals(), b.store.subscribe, what="A's request, seen from B")
+    [req] = b.pending_approvals()
+    # an edit written in B that does not fit the tool (as another bridge could): A refuses it
+    bad = {"request_id": req["request_id"], "decision": "approve", "decided_by": "user", "edited": True,
+           "arguments": {"target": 7}}
+    b.store.append(sid, T.APPROVAL_DECISION, "user", "approve", payload=bad)
+    await until(lambda: any(e.entry_type is T.ERROR for e in b.store.entries(sid)), b.store.subscribe,
+                what="A's Error on the bad edit, seen from B")
+    assert [r["request_id"] for r in b.pending_approvals()] == [req["request_id"]]
+    ok, message = b.decide("last", "approve", arguments={"target": "staging"})
+    assert ok, message
+    reply = await handle.wait()
+    assert reply.content == "result: deployed staging" and ran == ["staging"]
+    [row] = a.store.execute("SELECT decision, edited, edited_arguments FROM approvals")
+    assert row[:2] == ("approve", True) and json.loads(row[2]) == {"target": "staging"}

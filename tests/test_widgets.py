@@ -112,6 +112,33 @@ def test_every_agent_and_tool_string_is_escaped():
     assert EVIL in render_text(es)
 
 
+def test_message_attachments_are_chips_with_their_names_escaped():
+    attachments = [{"name": "sales", "type": "DataFrame", "shape": [3, 2]}, {"name": EVIL}, {"nope": 1}, "x"]
+    es = [entry(1, "Message", "user", "why so many nulls?", payload={"attachments": attachments})]
+    html = render_html(es)
+    assert "<span class='chaz-chip' title='DataFrame [3, 2]'>📎 sales</span>" in html
+    assert "📎 &lt;script&gt;" in html and "<script" not in html
+    assert html.count("class='chaz-chip'") == 2  # items without a name are left out
+    assert "📎 sales, " + EVIL in render_text(es)
+    assert "class='chaz-chip" not in render_html([entry(1, "Message", "user", "hi")])
+
+
+def test_a_code_call_unfolds_as_a_numbered_code_block_with_hidden_characters_named():
+    code = "a = 1\nprint('\u202e' + '<i>')"
+    es = [entry(1, "ToolCall", "ana", "", tool_call_id="k", tool_name="kernel__run",
+                payload={"arguments": {"code": code}})]
+    html = render_html(es)
+    assert "code:<pre class='chaz-code'>" in html
+    assert "<span class='chaz-code-no'>2</span>print(&#x27;&lt;U+202E&gt;&#x27; + &#x27;&lt;i&gt;&#x27;)" in html
+    assert "\u202e" not in html
+    # two arguments, one called code: JSON as for any tool
+    es = [entry(1, "ToolCall", "ana", "", tool_call_id="k", tool_name="t",
+                payload={"arguments": {"code": "x\u200b", "y": 1}})]
+    html = render_html(es)
+    assert "chaz-code'" not in html and "arguments:<pre>" in html
+    assert "x&lt;U+200B&gt;" in html and "\u200b" not in html and "\u200b" not in render_text(es)
+
+
 class FakeStatus:
     def __init__(self, value="running"):
         self.value = value

@@ -82,7 +82,9 @@ decisions AS (
            {t('d.payload', 'decision')} AS decision,
            coalesce({t('d.payload', 'decided_by')}, d.sender) AS decided_by,
            {t('d.payload', 'reason')} AS reason,
-           d.created_at AS decided_at
+           d.created_at AS decided_at,
+           {cast(t('d.payload', 'edited'), 'BOOLEAN')} AS edited,
+           {j('d.payload', 'arguments')} AS edited_arguments
     FROM entries d
     WHERE d.entry_type = 'ApprovalDecision'
       AND d.id NOT IN (SELECT id FROM ({ignored}) i WHERE id IS NOT NULL)
@@ -100,7 +102,9 @@ SELECT r.request_id, r.session_id, r.agent, r.run_id, r.tool_call_id, r.tool_nam
        coalesce(d.decision, 'pending') AS decision, d.decided_by, d.reason, d.decided_at,
        CASE WHEN d.decided_at IS NULL THEN NULL
             ELSE {self.ms_between('r.requested_at', 'd.decided_at')} END AS wait_ms,
-       r.entry_id
+       r.entry_id,
+       -- approved with edits: the tool ran with edited_arguments (arguments_display: as asked)
+       coalesce(d.edited, false) AS edited, d.edited_arguments
 FROM requests r LEFT JOIN effective d ON d.request_id = r.request_id
 """
 
@@ -122,6 +126,8 @@ results AS (
            coalesce({cast(t('payload', 'approval_wait_ms'), 'DOUBLE')}, 0) AS wait_ms,
            {t('payload', 'approval')} AS approval,
            {t('payload', 'decided_by')} AS decided_by,
+           {cast(t('payload', 'edited'), 'BOOLEAN')} AS edited,
+           {j('payload', 'arguments')} AS edited_arguments,
            created_at
     FROM entries WHERE entry_type = 'ToolResult'
 )
@@ -132,7 +138,9 @@ SELECT c.session_id, c.agent, c.run_id, c.tool_call_id, c.tool_name AS tool, c.a
        greatest(r.total_ms - r.wait_ms, 0) AS duration_ms,
        coalesce(r.approval, 'none') AS approval, r.decided_by,
        c.id AS call_entry_id, r.id AS result_entry_id,
-       c.mcp_server  -- the MCP server of the tool; NULL for Python tools
+       c.mcp_server,  -- the MCP server of the tool; NULL for Python tools
+       -- a person edited the arguments before approving: the tool ran with edited_arguments
+       coalesce(r.edited, false) AS edited, CASE WHEN r.edited THEN r.edited_arguments END AS edited_arguments
 FROM calls c
 LEFT JOIN results r
   ON r.session_id = c.session_id AND r.run_id IS NOT DISTINCT FROM c.run_id AND r.tool_call_id = c.tool_call_id

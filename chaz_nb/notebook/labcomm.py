@@ -11,7 +11,9 @@ same throttled broadcast as writes, so the sidebar shows the reply as it is writ
 ~4 times a second; the key is gone once the reply's entry is written.
 
 The frontend sends ``{"type": "refresh"}``,
-``{"type": "decide", "request_id", "decision": "approve"|"deny", "reason"}``,
+``{"type": "decide", "request_id", "decision": "approve"|"deny", "reason"}`` (an approve may carry
+``"arguments"``: the edited arguments, an object or its JSON text, checked against the tool's
+schema; a bad edit is answered ``ok`` false and the request stays open),
 ``{"type": "stop", "session_id"}`` (the sidebar's Stop button: what ``%chaz stop SESSION``
 does, server/stopping.py; a session another kernel serves is stopped there, server/stop_relay.py)
 and ``{"type": "page", "session_id", "before_seq", "limit", "request_id"}`` (the transcript
@@ -415,10 +417,16 @@ class LabBridge:
         if not request_id:
             self._decided(comm, request_id, False, "missing request_id")
             return
+        arguments = data.get("arguments")
+        if arguments is not None and (decision != "approve" or not isinstance(arguments, (dict, str))):
+            self._decided(comm, request_id, False, "edited arguments go with approve, as a JSON object")
+            return
         try:
-            result = self.server.decide(
-                request_id, decision, reason=reason, decided_by="user"
-            )
+            if arguments is None:
+                result = self.server.decide(request_id, decision, reason=reason, decided_by="user")
+            else:
+                result = self.server.decide(request_id, decision, reason=reason, decided_by="user",
+                                            arguments=arguments)
         except Exception as exc:  # noqa: BLE001
             log.debug("decide failed", exc_info=True)
             self._decided(comm, request_id, False, f"{type(exc).__name__}: {exc}")

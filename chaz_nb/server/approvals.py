@@ -62,6 +62,12 @@ def _named(text: str) -> str:
     return _HIDDEN.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
 
 
+def name_hidden(text: str) -> str:
+    """``text`` with each character that reorders or hides text named (``<U+202E>``), as the
+    approval card shows it (views that show code a tool gets use it too)."""
+    return _named(text)
+
+
 def shown_arguments(t: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
     """Arguments as the person deciding sees them: sensitive ones masked, and each character
     that reorders or hides text named (``<U+202E>``), so a right-to-left override cannot make
@@ -134,6 +140,11 @@ class ApprovalBook(Part):
         self._waiters: dict[str, asyncio.Future] = {}
         self._decided: dict[str, Entry] = {}
         self._session_grants: set[tuple[int, str]] = set()
+        # Approve with edits (approval_edits.py): the tool and the model's arguments of each
+        # request a run of this server waits on, and the edited arguments a decision gave it
+        # (the real values: the entry's payload is masked and redacted).
+        self._edit_basis: dict[str, tuple[Tool, dict[str, Any]]] = {}
+        self._edited: dict[str, dict[str, Any]] = {}
 
     # -------------------------------------------------------------- queries
     def open_requests(self) -> list[Entry]:
@@ -180,8 +191,11 @@ class ApprovalBook(Part):
         return found[0] if found else None
 
     def _decisions_for(self, request_id: str) -> list[Entry]:
+        """The request's decisions the serving server did not ignore (an Error names those)."""
         return self.port.store.find_entries(
-            EntryType.APPROVAL_DECISION, "json_extract_string(payload, '$.request_id') = ?", [request_id]
+            EntryType.APPROVAL_DECISION,
+            "json_extract_string(payload, '$.request_id') = ? AND " + _NOT_IGNORED.format(d="entries"),
+            [request_id],
         )
 
     def decision_of(self, request_id: str) -> Entry | None:
@@ -194,11 +208,17 @@ class ApprovalBook(Part):
 
     # ------------------------------------------------------------- deciding
     def decide(
-        self, request_id: str, decision: str, reason: str | None = None, decided_by: str = "user"
+        self, request_id: str, decision: str, reason: str | None = None, decided_by: str = "user",
+        arguments: dict[str, Any] | str | None = None,
     ) -> tuple[bool, str]:
-        """Write a person's decision; a second decision is a no-op saying who decided first."""
+        """Write a person's decision; a second decision is a no-op saying who decided first.
+
+        ``arguments``: approve with edits (a dict, or its JSON text): the tool runs with them
+        once they pass its schema; a bad edit writes nothing and the request stays open."""
         if decision not in ("approve", "deny", "approve_all"):
             return False, f"decision must be approve, deny or approve_all, not {decision!r}"
+        if arguments is not None and decision != "approve":
+            return False, f"edited arguments go with approve (one call), not {decision}"
         if decided_by in self.port.agents:
             return False, f"{decided_by} is an agent; only a person can decide approval requests"
         try:
@@ -217,11 +237,59 @@ class ApprovalBook(Part):
         if decision == "approve_all":
             payload["scope"] = "session"
             payload["tool_name"] = request.payload.get("tool_name")
-        self.port.store.append(
-            request.session_id, EntryType.APPROVAL_DECISION, decided_by, _decision_text(payload),
-            tool_call_id=request.tool_call_id, tool_name=request.tool_name, payload=payload,
-        )
+        edited: dict[str, Any] | None = None
+        if arguments is not None:
+            try:
+                edited = self._edit_of(request, arguments)
+            except ApprovalError as exc:
+                return False, str(exc)
+            if edited is not None:
+                payload.update(self._edit_payload(request, edited))
+                self._edited[request_id] = edited  # before the write: on_write finds it
+        try:
+            self.port.store.append(
+                request.session_id, EntryType.APPROVAL_DECISION, decided_by, _decision_text(payload),
+                tool_call_id=request.tool_call_id, tool_name=request.tool_name, payload=payload,
+            )
+        except BaseException:
+            if edited is not None and request_id not in self._decided:
+                self._edited.pop(request_id, None)
+            raise
         return True, f"{request.payload.get('tool_name')}: {_describe_payload(payload)}"
+
+    def _edit_of(self, request: Entry, arguments: dict[str, Any] | str) -> dict[str, Any] | None:
+        """The arguments the tool gets from an edit (None: the edit changes nothing), checked
+        against the tool's schema; an ApprovalError of one line for a bad edit."""
+        from .approval_edits import check_edit, merge_edit, parse_edit  # (imports this module)
+
+        edited = parse_edit(arguments)
+        request_id = request.payload["request_id"]
+        shown = request.payload.get("arguments_display") or {}
+        basis = self._edit_basis.get(request_id)
+        # another kernel's request: its tool as this server knows it, and no model arguments
+        t, original = basis if basis is not None else (self._tool_named(request), None)
+        merged = merge_edit(t, shown, original, edited)
+        if original is not None and merged == original:
+            return None  # as asked: a plain approve
+        if t is not None:
+            check_edit(t, merged)
+        return merged
+
+    def _edit_payload(self, request: Entry, edited: dict[str, Any]) -> dict[str, Any]:
+        """What an edited decision records: both argument sets, as the log keeps arguments."""
+        from .approval_edits import recorded_edit
+
+        basis = self._edit_basis.get(request.payload["request_id"])
+        t = basis[0] if basis is not None else self._tool_named(request)
+        return {"edited": True, "original_arguments": request.payload.get("arguments_display"),
+                "arguments": recorded_edit(t, edited)}
+
+    def _tool_named(self, request: Entry) -> Tool | None:
+        return self.port.tools.get(str(request.payload.get("tool_name") or ""))
+
+    def take_edit(self, request_id: str) -> dict[str, Any] | None:
+        """The edited arguments an approve gave the request (once), or None."""
+        return self._edited.pop(request_id, None)
 
     def decide_all(self, decision: str, reason: str | None = None, decided_by: str = "user") -> list[tuple[bool, str]]:
         return [self.decide(e.payload["request_id"], decision, reason, decided_by) for e in self.open_requests()]
@@ -263,6 +331,8 @@ class ApprovalBook(Part):
                 payload={"request_id": request_id, "ignored_entry": entry.id},
             )
             return
+        if entry.payload.get("edited") and not self._book_edit(entry, request_id):
+            return
         first = self._decided.get(request_id)
         if first is not None and entry.payload.get("decision") != "timed_out":
             self.port.store.append(
@@ -283,6 +353,33 @@ class ApprovalBook(Part):
             if pending.future is not None and not pending.future.done():
                 pending.future.set_result(self._decided[request_id])
 
+    def _book_edit(self, entry: Entry, request_id: str) -> bool:
+        """An edited decision (written here or by another kernel) checked before it counts:
+        an approve, whose arguments fit the tool; else an Error, and the request stays open."""
+        problem = None
+        if entry.payload.get("decision") != "approve":
+            problem = "edited arguments go with approve only"
+        elif request_id not in self._edited and request_id not in self._decided:
+            arguments = entry.payload.get("arguments")
+            request = self._open[request_id].entry if request_id in self._open else self._find_request(request_id)
+            if not isinstance(arguments, dict) or request is None:
+                problem = "edited arguments must be a JSON object"
+            else:
+                try:
+                    edited = self._edit_of(request, arguments)
+                except ApprovalError as exc:
+                    problem = str(exc)
+                else:
+                    if edited is not None:
+                        self._edited[request_id] = edited
+        if problem is None:
+            return True
+        self.port.store.append(
+            entry.session_id, EntryType.ERROR, SYSTEM, f"ApprovalDecision ignored: {problem}",
+            payload={"request_id": request_id, "ignored_entry": entry.id},
+        )
+        return False
+
     def _serves(self, session_id: int, request_id: Any) -> bool:
         """Whether this server answers decisions in the session: always on an embedded store;
         on a shared one while a run of its own waits on the request, is in the session, or it
@@ -299,6 +396,11 @@ class ApprovalBook(Part):
         request_id = entry.payload.get("request_id")
         if (entry.sender in self.port.agents or entry.payload.get("decision") not in DECISIONS
                 or not isinstance(request_id, str) or not request_id):
+            return
+        if entry.payload.get("edited"):
+            # only the serving kernel can check an edit against the waiting call: it counts once
+            # the run resumes, and until then ``decision_of`` reads the log (which skips an edit
+            # the serving kernel ignored)
             return
         first = self._decided.get(request_id)
         self._decided[request_id] = entry if first is None else effective_decision([first, entry]) or entry
@@ -328,6 +430,16 @@ class ApprovalBook(Part):
         # The waiter is known before the write: on_write opens the request with it, and a
         # decision written by another on_write callback finds it.
         self._waiters[request_id] = future
+        self._edit_basis[request_id] = (t, dict(arguments))
+        try:
+            return await self._wait_decision(ctx, store, request_id, future, text, t, call_id, payload, timeout)
+        finally:
+            self._edit_basis.pop(request_id, None)
+
+    async def _wait_decision(
+        self, ctx: RunContext, store: Any, request_id: str, future: asyncio.Future[Entry], text: str, t: Tool,
+        call_id: str, payload: dict[str, Any], timeout: float,
+    ) -> Entry:
         try:
             store.append(
                 ctx.session_id, EntryType.APPROVAL_REQUEST, ctx.agent.name, text,
@@ -419,6 +531,15 @@ class ApprovalBook(Part):
         return len(rows)
 
 
+#: (on the decision ``{d}``) no Error says the serving server ignored it
+_NOT_IGNORED = """
+    NOT EXISTS (
+        SELECT 1 FROM entries x
+        WHERE x.session_id = {d}.session_id AND x.entry_type = 'Error'
+          AND json_extract_string(x.payload, '$.ignored_entry') = CAST({d}.id AS VARCHAR)
+          AND json_extract_string(x.payload, '$.request_id') = json_extract_string({d}.payload, '$.request_id'))
+"""
+
 #: (on the outer ``entries``) an ApprovalRequest no counted decision closes
 _OPEN_REQUEST = """
     NOT EXISTS (
@@ -463,6 +584,8 @@ class ApprovalProxy:
         started = time.perf_counter()
         # (the ToolCall entry is committed already: no tool runs before it, runs.py)
         decision = await self.book.request(self.ctx, t, call_id, arguments)
+        # the edited arguments an approve gave (taken whatever the verdict: nothing keeps them)
+        edited = self.book.take_edit(str(decision.payload.get("request_id")))
         waited = round((time.perf_counter() - started) * 1000, 3)
         verdict = decision.payload.get("decision")
         info = {
@@ -473,8 +596,11 @@ class ApprovalProxy:
         if verdict in ("approve", "approve_all"):
             if verdict == "approve_all":
                 self.approve_all = True
-            outcome = await self.inner.call(call_id, name, arguments)
+            # an edit changes the arguments only: the call stays a call to ``name``
+            outcome = await self.inner.call(call_id, name, arguments if edited is None else edited)
             outcome.extra.update({"approval": "approved", **info})
+            if edited is not None:
+                outcome.extra.update({"edited": True, "arguments": mask_arguments(t, edited)})
             return outcome
         reason = decision.payload.get("reason")
         if verdict == "timed_out":
@@ -487,14 +613,15 @@ class ApprovalProxy:
 
 
 def _decision_text(payload: dict[str, Any]) -> str:
-    return f"{payload['decision']} {payload['request_id']}" + (
+    edited = " with edited arguments" if payload.get("edited") else ""
+    return f"{payload['decision']} {payload['request_id']}{edited}" + (
         f": {payload['reason']}" if payload.get("reason") else ""
     )
 
 
 def _describe_payload(payload: dict[str, Any]) -> str:
     who = payload.get("decided_by") or "?"
-    text = f"{payload.get('decision')} by {who}"
+    text = f"{payload.get('decision')}{' with edited arguments' if payload.get('edited') else ''} by {who}"
     return text + (f" ({payload['reason']})" if payload.get("reason") else "")
 
 

@@ -206,10 +206,12 @@ class Server:
         return self.approvals.pending()
 
     def decide(
-        self, request_id: str, decision: str, reason: str | None = None, decided_by: str = "user"
+        self, request_id: str, decision: str, reason: str | None = None, decided_by: str = "user",
+        arguments: dict[str, Any] | str | None = None,
     ) -> tuple[bool, str]:
-        """A person's decision on a request (``approve``, ``deny`` or ``approve_all``)."""
-        return self.approvals.decide(request_id, decision, reason, decided_by)
+        """A person's decision on a request (``approve``, ``deny`` or ``approve_all``);
+        ``arguments``: approve with edited arguments (checked against the tool's schema)."""
+        return self.approvals.decide(request_id, decision, reason, decided_by, arguments)
 
     def parked_sessions(self) -> list[int]:
         return self._engine.parked_sessions()

@@ -148,13 +148,15 @@ export class ChazClient {
   decide(
     requestId: string,
     decision: 'approve' | 'deny',
-    reason: string | null = null
+    reason: string | null = null,
+    args?: { [key: string]: unknown } | string
   ): boolean {
     return this.send({
       type: 'decide',
       request_id: requestId,
       decision,
-      reason: reason ? reason : null
+      reason: reason ? reason : null,
+      ...(args === undefined ? {} : { arguments: args })
     });
   }
 

@@ -8,16 +8,18 @@ import {
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
 import { ICommandPalette, Notification } from '@jupyterlab/apputils';
-import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
+import { INotebookTracker, NotebookActions, NotebookPanel } from '@jupyterlab/notebook';
 import { LabIcon } from '@jupyterlab/ui-components';
 
 import { ChazClient } from './client';
+import { setCellInserter } from './code';
 import { setEarlierLoader } from './pager';
 import { saveStaticViews } from './save';
 import { ChazPanel } from './sidebar';
 
 export { ChazClient } from './client';
-export { ChazPanel, oldestPending } from './sidebar';
+export { ChazPanel, editText, oldestPending } from './sidebar';
+export * from './code';
 export { isLiveChazView, saveStaticViews, withoutLiveViews } from './save';
 export { earlierLoader, setEarlierLoader } from './pager';
 export * from './transcript';
@@ -49,6 +51,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const client = new ChazClient();
     // a transcript's "show earlier" asks the active notebook's kernel (./pager)
     setEarlierLoader((sessionId, beforeSeq) => client.page(sessionId, beforeSeq));
+    // a transcript's "Insert as cell below" (./code): below the cell whose output holds it
+    setCellInserter((code, anchor) => insertBelow(tracker, code, anchor));
     const panel = new ChazPanel(client);
     panel.title.icon = chazIcon;
     app.shell.add(panel, 'left', { rank: 650 });
@@ -88,6 +92,40 @@ const plugin: JupyterFrontEndPlugin<void> = {
     }
   }
 };
+
+/**
+ * Put `code` in a new code cell below the cell whose output holds `anchor` (else below the
+ * active cell of the current notebook); the cell is not run. False when there is no notebook.
+ */
+function insertBelow(tracker: INotebookTracker, code: string, anchor: HTMLElement): boolean {
+  let target: NotebookPanel | null = null;
+  let index = -1;
+  tracker.forEach(nb => {
+    if (target === null) {
+      const i = nb.content.widgets.findIndex(cell => cell.node.contains(anchor));
+      if (i >= 0) {
+        target = nb;
+        index = i;
+      }
+    }
+  });
+  const panel: NotebookPanel | null = target ?? tracker.currentWidget;
+  if (!panel) {
+    return false;
+  }
+  const notebook = panel.content;
+  if (index >= 0) {
+    notebook.activeCellIndex = index;
+  }
+  NotebookActions.insertBelow(notebook);
+  NotebookActions.changeCellType(notebook, 'code');
+  const cell = notebook.activeCell;
+  if (!cell) {
+    return false;
+  }
+  cell.model.sharedModel.setSource(code);
+  return true;
+}
 
 /** Saved notebooks hold the static form of live chaz views (see ./save). */
 const savePlugin: JupyterFrontEndPlugin<void> = {

@@ -11,6 +11,7 @@
 import { Widget } from '@lumino/widgets';
 
 import { ChazClient, ConnectionStatus } from './client';
+import { codeOf, renderCode } from './code';
 import { argsPreview, el, formatJSON, formatTime } from './transcript';
 import {
   IDecidedMessage,
@@ -45,6 +46,12 @@ export function oldestPending(
     }
   }
   return best;
+}
+
+/** What a card's Edit box starts from: a code call's code, else the arguments as JSON. */
+export function editText(args: unknown): string {
+  const code = codeOf(args);
+  return code !== null ? code : formatJSON(args ?? {});
 }
 
 export class ChazPanel extends Widget {
@@ -179,9 +186,10 @@ export class ChazPanel extends Widget {
   private _decide(
     p: IPendingApproval,
     decision: 'approve' | 'deny',
-    reason: string | null
+    reason: string | null,
+    args?: { [key: string]: unknown } | string
   ): boolean {
-    const ok = this._client.decide(p.request_id, decision, reason);
+    const ok = this._client.decide(p.request_id, decision, reason, args);
     const card = this._cards.get(p.request_id);
     if (!ok) {
       this._say('Not connected to a kernel with chaz loaded.', true);
@@ -192,10 +200,25 @@ export class ChazPanel extends Widget {
       card.querySelectorAll('button').forEach(b => (b.disabled = true));
     }
     this._say(
-      `${decision === 'approve' ? 'Approving' : 'Denying'} ${p.tool_name}…`,
+      `${decision === 'approve' ? (args === undefined ? 'Approving' : 'Approving (edited)') : 'Denying'} ${p.tool_name}…`,
       false
     );
     return true;
+  }
+
+  /**
+   * "Approve edited": approve with the Edit box's arguments (a code call's box holds its code,
+   * sent as `{code}`; any other holds JSON text, which the kernel parses and checks against
+   * the tool's schema: a bad edit comes back as the card's error, the request stays open).
+   */
+  approveEdited(requestId: string): boolean {
+    const p = this.pending.find(x => x.request_id === requestId);
+    if (!p) {
+      return false;
+    }
+    const text = this._edits.get(requestId) ?? editText(p.arguments_display);
+    const args = codeOf(p.arguments_display) !== null ? { code: text } : text;
+    return this._decide(p, 'approve', null, args);
   }
 
   private _renderState(state: IStateMessage | null): void {
@@ -214,6 +237,7 @@ export class ChazPanel extends Widget {
         card.remove();
         this._cards.delete(rid);
         this._reasons.delete(rid);
+        this._edits.delete(rid);
       }
     }
     this._pendingList.querySelectorAll('.chaz-empty').forEach(n => n.remove());
@@ -253,9 +277,24 @@ export class ChazPanel extends Widget {
       `${p.agent} · session ${p.session_id}${p.created_at ? ' · ' + formatTime(p.created_at) : ''}`
     );
     card.appendChild(meta);
-    const args = el(doc, 'pre', 'chaz-pre chaz-card-args', formatJSON(p.arguments_display ?? {}));
-    args.title = argsPreview(p.arguments_display, 400);
-    card.appendChild(args);
+    const code = codeOf(p.arguments_display);
+    if (code !== null) {
+      // kernel__run and any call whose one argument is code: shown as code
+      card.appendChild(renderCode(doc, code));
+    } else {
+      const args = el(doc, 'pre', 'chaz-pre chaz-card-args', formatJSON(p.arguments_display ?? {}));
+      args.title = argsPreview(p.arguments_display, 400);
+      card.appendChild(args);
+    }
+
+    const editor = el(doc, 'textarea', 'jp-mod-styled chaz-edit-box');
+    editor.spellcheck = false;
+    editor.value = this._edits.get(p.request_id) ?? editText(p.arguments_display);
+    editor.rows = Math.min(Math.max(editor.value.split('\n').length + 1, 4), 24);
+    editor.hidden = !this._edits.has(p.request_id);
+    editor.addEventListener('input', () => {
+      this._edits.set(p.request_id, editor.value);
+    });
 
     const reason = el(doc, 'input', 'jp-mod-styled chaz-reason');
     reason.type = 'text';
@@ -273,9 +312,28 @@ export class ChazPanel extends Widget {
     deny.addEventListener('click', () =>
       this._decide(p, 'deny', reason.value.trim() || null)
     );
+    const edit = el(doc, 'button', 'jp-Button jp-mod-styled chaz-edit', 'Edit');
+    edit.title = code !== null ? 'Edit the code before approving' : 'Edit the arguments (JSON) before approving';
+    const approveEdited = el(doc, 'button', 'jp-Button jp-mod-styled jp-mod-accept chaz-approve-edited', 'Approve edited');
+    approveEdited.title = 'Run this call once with the arguments as edited (checked against the tool\'s schema)';
+    approveEdited.hidden = editor.hidden;
+    edit.addEventListener('click', () => {
+      editor.hidden = !editor.hidden;
+      approveEdited.hidden = editor.hidden;
+      if (!editor.hidden) {
+        this._edits.set(p.request_id, editor.value);
+        editor.focus();
+      } else {
+        this._edits.delete(p.request_id);
+      }
+    });
+    approveEdited.addEventListener('click', () => this.approveEdited(p.request_id));
     buttons.appendChild(approve);
     buttons.appendChild(deny);
+    buttons.appendChild(edit);
     card.appendChild(buttons);
+    card.appendChild(editor);
+    card.appendChild(approveEdited);
     card.appendChild(el(doc, 'div', 'chaz-card-error'));
     return card;
   }
@@ -348,5 +406,7 @@ export class ChazPanel extends Widget {
   private _sessionList: HTMLElement;
   private _cards = new Map<string, HTMLElement>();
   private _reasons = new Map<string, string>();
+  /** the Edit box's text of each card whose box is open (kept across updates) */
+  private _edits = new Map<string, string>();
   private _stopping = new Set<number>();
 }

@@ -5,6 +5,7 @@
  * unit tested in jsdom. Every agent/tool/user authored string goes into the DOM
  * through `textContent` (see `el`), never through innerHTML.
  */
+import { codeOf, nameHidden, renderChips, renderCodeBlock } from './code';
 import { EarlierLoader, IEntry, IPage, ISessionBundle } from './types';
 
 /** Longest tool output / argument text drawn in full; the rest is elided. */
@@ -264,6 +265,13 @@ function renderPlainEntry(
   if (entry.content) {
     node.appendChild(el(doc, 'div', 'chaz-content', entry.content));
   }
+  if (type === 'Message') {
+    // variables sent with the message (`%chaz @NAME --with a,b ...`)
+    const chips = renderChips(doc, payloadOf(entry).attachments);
+    if (chips) {
+      node.appendChild(chips);
+    }
+  }
   if (type === 'Ack') {
     const together = answersTogether(entry);
     if (together) {
@@ -305,7 +313,7 @@ function renderTool(
   summary.appendChild(el(doc, 'span', 'chaz-tool-name', name));
   if (call) {
     summary.appendChild(
-      el(doc, 'span', 'chaz-tool-args', `(${argsPreview(callPayload.arguments)})`)
+      el(doc, 'span', 'chaz-tool-args', `(${nameHidden(argsPreview(callPayload.arguments))})`)
     );
   }
   if (request || decision) {
@@ -334,10 +342,11 @@ function renderTool(
 
   const body = el(doc, 'div', 'chaz-tool-body');
   if (call) {
-    body.appendChild(el(doc, 'div', 'chaz-label', 'arguments'));
-    body.appendChild(
-      el(doc, 'pre', 'chaz-pre chaz-tool-arguments', clip(formatJSON(callPayload.arguments ?? {})))
-    );
+    appendArguments(doc, body, callPayload.arguments, 'arguments');
+  }
+  if (resultPayload.edited) {
+    // approved with edits: the arguments the tool ran with
+    appendArguments(doc, body, resultPayload.arguments, 'edited by the approver to');
   }
   if (result) {
     const output =
@@ -347,6 +356,21 @@ function renderTool(
   }
   node.appendChild(body);
   return node;
+}
+
+/**
+ * A call's arguments under a label: the code of a code call (`kernel__run`) as a code block
+ * with Copy / "Insert as cell below", else indented JSON; hidden characters named.
+ */
+function appendArguments(doc: Document, body: HTMLElement, args: unknown, label: string): void {
+  const code = codeOf(args);
+  if (code !== null) {
+    body.appendChild(el(doc, 'div', 'chaz-label', label === 'arguments' ? 'code' : label));
+    body.appendChild(renderCodeBlock(doc, code));
+    return;
+  }
+  body.appendChild(el(doc, 'div', 'chaz-label', label));
+  body.appendChild(el(doc, 'pre', 'chaz-pre chaz-tool-arguments', nameHidden(clip(formatJSON(args ?? {})))));
 }
 
 /** Words for an ApprovalDecision outcome. */
@@ -359,7 +383,7 @@ export function describeDecision(decision: IEntry | null): string {
   let text: string;
   switch (p.decision) {
     case 'approve':
-      text = 'approved';
+      text = p.edited ? 'approved with edited arguments' : 'approved';
       break;
     case 'approve_all':
       text = 'approved (all further calls)';
@@ -415,7 +439,10 @@ function renderApproval(
     );
   }
   node.appendChild(head);
-  if (request && rp.arguments_display !== undefined) {
+  const code = request ? codeOf(rp.arguments_display) : null;
+  if (code !== null) {
+    node.appendChild(renderCodeBlock(doc, code));
+  } else if (request && rp.arguments_display !== undefined) {
     node.appendChild(el(doc, 'pre', 'chaz-pre chaz-approval-args', clip(formatJSON(rp.arguments_display))));
   } else if (request?.content) {
     node.appendChild(el(doc, 'div', 'chaz-content', request.content));

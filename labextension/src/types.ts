@@ -153,5 +153,7 @@ export type FrontendToKernel =
       request_id: string;
       decision: 'approve' | 'deny';
       reason: string | null;
+      /** approve with edits: the edited arguments (checked against the tool's schema) */
+      arguments?: { [key: string]: unknown } | string;
     }
   | { type: 'stop'; session_id: number };

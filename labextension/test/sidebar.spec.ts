@@ -243,6 +243,61 @@ describe('ChazPanel', () => {
     expect(panel.node.querySelector('.chaz-panel-notice')?.classList.contains('chaz-notice-error')).toBe(true);
   });
 
+  it('edits the arguments as JSON and sends them with "Approve edited"; a refusal keeps the edit', () => {
+    const { kernel, panel } = setup();
+    const comm = kernel.last;
+    comm.receive(state());
+    const card = panel.node.querySelector('.chaz-card[data-request-id="r1"]') as HTMLElement;
+    const box = card.querySelector('.chaz-edit-box') as HTMLTextAreaElement;
+    const approveEdited = card.querySelector('.chaz-approve-edited') as HTMLButtonElement;
+    expect(box.hidden).toBe(true);
+    expect(approveEdited.hidden).toBe(true);
+    (card.querySelector('.chaz-edit') as HTMLButtonElement).click();
+    expect(box.hidden).toBe(false);
+    expect(approveEdited.hidden).toBe(false);
+    expect(JSON.parse(box.value)).toEqual({ path: '/tmp/x' });
+    box.value = '{"path": 7}';
+    box.dispatchEvent(new Event('input'));
+    comm.receive(state()); // a fresh state keeps the open box and its text
+    expect(panel.node.querySelector('.chaz-card[data-request-id="r1"] .chaz-edit-box')).toBe(box);
+    expect(box.value).toBe('{"path": 7}');
+    approveEdited.click();
+    expect(comm.sent).toEqual([
+      { type: 'decide', request_id: 'r1', decision: 'approve', reason: null, arguments: '{"path": 7}' }
+    ]);
+    expect(approveEdited.disabled).toBe(true);
+    const refusal = "edited arguments of delete_file refused: path: 7 is not of type 'string'; the request stays open";
+    comm.receive({ type: 'decided', request_id: 'r1', ok: false, message: refusal });
+    expect(card.querySelector('.chaz-card-error')?.textContent).toBe(refusal);
+    expect(approveEdited.disabled).toBe(false);
+    expect(box.hidden).toBe(false);
+    expect(box.value).toBe('{"path": 7}');
+  });
+
+  it('shows a code call as numbered code and edits the code itself', () => {
+    const { kernel, panel } = setup();
+    const comm = kernel.last;
+    const code = 'x = 1\nprint("<b>")';
+    comm.receive(
+      state([{ ...pending[1], tool_name: 'kernel__run', arguments_display: { code } }])
+    );
+    const card = panel.node.querySelector('.chaz-card') as HTMLElement;
+    expect(card.querySelector('.chaz-card-args')).toBeNull();
+    const lines = Array.from(card.querySelectorAll('.chaz-code .chaz-code-line'));
+    expect(lines.map(l => l.querySelector('.chaz-code-no')?.textContent)).toEqual(['1', '2']);
+    expect(lines[1].textContent).toBe('2print("<b>")');
+    expect(card.querySelector('.chaz-code b')).toBeNull(); // text, never HTML
+    (card.querySelector('.chaz-edit') as HTMLButtonElement).click();
+    const box = card.querySelector('.chaz-edit-box') as HTMLTextAreaElement;
+    expect(box.value).toBe(code);
+    box.value = 'x = 2';
+    box.dispatchEvent(new Event('input'));
+    (card.querySelector('.chaz-approve-edited') as HTMLButtonElement).click();
+    expect(comm.sent).toEqual([
+      { type: 'decide', request_id: 'r1', decision: 'approve', reason: null, arguments: { code: 'x = 2' } }
+    ]);
+  });
+
   it('approves the oldest pending request', () => {
     const { kernel, panel } = setup();
     expect(panel.approveOldest()).toBe(false);

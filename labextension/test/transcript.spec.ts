@@ -9,6 +9,7 @@ import {
   formatDuration,
   renderTranscript
 } from '../src/transcript';
+import { setCellInserter } from '../src/code';
 import { IEntry, ISessionBundle } from '../src/types';
 
 let nextId = 1;
@@ -450,5 +451,117 @@ describe('show earlier', () => {
     const root = renderTranscript(paged(messages(71, 121), 71, 70), document, { loaded: page });
     expect(root.querySelectorAll('.chaz-entries > .chaz-entry').length).toBe(101);
     expect(root.querySelector('.chaz-earlier-count')?.textContent).toBe('20 earlier entries');
+  });
+});
+
+describe('code calls and attachments', () => {
+  afterEach(() => {
+    setCellInserter(null);
+    document.body.replaceChildren();
+  });
+
+  function codeCall(code: string, extra: Partial<IEntry> = {}): IEntry[] {
+    return [
+      entry('ToolCall', {
+        sender: 'analyst',
+        tool_name: 'kernel__run',
+        tool_call_id: 'k1',
+        payload: { arguments: { code } },
+        ...extra
+      }),
+      entry('ToolResult', {
+        sender: 'analyst',
+        tool_name: 'kernel__run',
+        tool_call_id: 'k1',
+        payload: { output: 'ok', is_error: false, duration_ms: 3 }
+      })
+    ];
+  }
+
+  it('shows a code call as a numbered code block, hidden characters named', () => {
+    const root = renderTranscript(bundle(codeCall('a = 1\nprint("<img src=x>" + "\u202e")')), document);
+    const tool = root.querySelector('.chaz-tool') as HTMLElement;
+    expect(tool.querySelector('.chaz-tool-arguments')).toBeNull();
+    const lines = texts(tool, '.chaz-code-line');
+    expect(lines).toEqual(['1a = 1', '2print("<img src=x>" + "<U+202E>")']);
+    expect(tool.querySelector('img')).toBeNull();
+    expect(tool.textContent).not.toContain('\u202e');
+    // two arguments, one of them code: JSON as for any tool
+    const other = renderTranscript(bundle([entry('ToolCall', { tool_name: 't', payload: { arguments: { code: 'x', y: 1 } } })]));
+    expect(other.querySelector('.chaz-code')).toBeNull();
+    expect(other.querySelector('.chaz-tool-arguments')).not.toBeNull();
+  });
+
+  it('copies the code as the tool got it', async () => {
+    const writeText = jest.fn(() => Promise.resolve());
+    Object.assign(navigator, { clipboard: { writeText } });
+    const code = 'print("\u202ex")';
+    const root = renderTranscript(bundle(codeCall(code)), document);
+    const copy = root.querySelector('.chaz-code-copy') as HTMLButtonElement;
+    copy.click();
+    await Promise.resolve();
+    await Promise.resolve();
+    expect(writeText).toHaveBeenCalledWith(code);
+    expect(copy.textContent).toBe('Copied');
+  });
+
+  it('inserts the code as a cell below through the registered inserter, else has no such control', () => {
+    expect(renderTranscript(bundle(codeCall('x = 1')), document).querySelector('.chaz-code-insert')).toBeNull();
+    const inserted: [string, HTMLElement][] = [];
+    setCellInserter((code, anchor) => {
+      inserted.push([code, anchor]);
+      return true;
+    });
+    const root = renderTranscript(bundle(codeCall('x = 1\ny = 2')), document);
+    const button = root.querySelector('.chaz-code-insert') as HTMLButtonElement;
+    button.click();
+    expect(inserted.map(i => i[0])).toEqual(['x = 1\ny = 2']);
+    expect(root.contains(inserted[0][1])).toBe(true);
+    expect(button.textContent).toBe('Inserted below');
+  });
+
+  it('shows what the approver edited, and says so in the decision', () => {
+    const [call, result] = codeCall('rm()');
+    result.seq = 10;
+    const request = entry('ApprovalRequest', {
+      tool_call_id: 'k1',
+      payload: { request_id: 'q1', tool_name: 'kernel__run', arguments_display: { code: 'rm()' } }
+    });
+    const decision = entry('ApprovalDecision', {
+      tool_call_id: 'k1',
+      payload: { request_id: 'q1', decision: 'approve', decided_by: 'user', edited: true, arguments: { code: 'ls()' } }
+    });
+    result.payload = { ...result.payload, edited: true, arguments: { code: 'ls()' } };
+    const root = renderTranscript(bundle([call, request, decision, result]), document);
+    expect(texts(root, '.chaz-tool-approval')).toEqual(['approved with edited arguments by user']);
+    expect(texts(root, '.chaz-label')).toEqual(['code', 'edited by the approver to', 'output']);
+    expect(texts(root, '.chaz-code-line')).toEqual(['1rm()', '1ls()']);
+  });
+
+  it('shows an open code approval as code', () => {
+    const request = entry('ApprovalRequest', {
+      payload: { request_id: 'q1', tool_name: 'kernel__run', arguments_display: { code: 'x = 1' } }
+    });
+    const root = renderTranscript(bundle([request]), document);
+    expect(texts(root, '.chaz-approval .chaz-code-line')).toEqual(['1x = 1']);
+  });
+
+  it('shows a message\'s attachments as chips, as text', () => {
+    const msg = entry('Message', {
+      content: 'why so many nulls?',
+      payload: {
+        attachments: [
+          { name: 'sales', type: 'DataFrame', shape: [3, 2] },
+          { name: '<b>x</b>' },
+          { nope: 1 },
+          'str'
+        ]
+      }
+    });
+    const root = renderTranscript(bundle([msg]), document);
+    expect(texts(root, '.chaz-chip')).toEqual(['📎 sales', '📎 <b>x</b>']);
+    expect((root.querySelector('.chaz-chip') as HTMLElement).title).toBe('DataFrame [3,2]');
+    expect(root.querySelector('.chaz-chips b')).toBeNull();
+    expect(renderTranscript(bundle([entry('Message', { content: 'hi' })])).querySelector('.chaz-chips')).toBeNull();
   });
 });

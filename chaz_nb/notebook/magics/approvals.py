@@ -18,15 +18,22 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
+from ...errors import ApprovalError
+from ..views.approval import edit_text
+from ..views.code import code_of
 from .args import split_words
 from .host import MagicsHost
 
 PENDING_USAGE = "usage: %chaz pending"
-APPROVE_USAGE = "usage: %chaz approve ID|last|oldest|all [--all-calls]"
+APPROVE_USAGE = (
+    "usage: %chaz approve ID|last|oldest|all [--all-calls]  |  %chaz approve ID --args JSON...  |  "
+    "%chaz approve ID --edit  |  %%chaz approve ID [--code] (the cell body: the edited arguments, or code)"
+)
 DENY_USAGE = "usage: %chaz deny ID|last|oldest|all [--reason TEXT...]"
 
 
 _REASON = re.compile(r"(?:^|\s)--reason(?:=|\s|$)")
+_ARGS = re.compile(r"(?:^|\s)--args(?:=|\s|$)")
 
 
 def split_reason(rest: str) -> tuple[str, str | None]:
@@ -84,7 +91,15 @@ class ApprovalCommands(MagicsHost):
         print("decide: %chaz approve ID|last|all  ·  %chaz deny ID|last [--reason R]")
 
     def _cmd_approve(self, rest: str) -> None:
+        m = _ARGS.search(rest)
+        if m is not None:  # everything after --args is the JSON, as typed (no shell quoting)
+            self._approve_edited(rest[: m.start()], _unquoted(rest[m.end():].strip()), "--args")
+            return
         args = split_words(rest, APPROVE_USAGE)
+        if "--edit" in args:
+            args.remove("--edit")
+            self._open_edit(args)
+            return
         decision = "approve"
         if "--all-calls" in args:
             args.remove("--all-calls")
@@ -124,3 +139,69 @@ class ApprovalCommands(MagicsHost):
         if not ok:
             raise UsageError(f"%chaz {what} {ref}: {message}")
         print(message)
+
+    # ------------------------------------------------------------ approve with edits
+    def _approve_cell(self, line: str, cell: str) -> None:
+        """``%%chaz approve ID [--code]``: the cell body is the edited arguments (JSON), or with
+        ``--code`` the code of a code call (``kernel__run``); the body is not expanded."""
+        args = split_words(line, APPROVE_USAGE)
+        code = "--code" in args
+        if code:
+            args.remove("--code")
+        if code:
+            self._approve_edited(" ".join(args), {"code": _cell_code(cell)}, "%%chaz approve")
+        else:
+            self._approve_edited(" ".join(args), cell, "%%chaz approve")
+
+    def _approve_edited(self, refs_text: str, arguments: dict[str, Any] | str, how: str) -> None:
+        refs = split_words(refs_text, APPROVE_USAGE)
+        bad = [a for a in refs if a.startswith("--")]
+        if bad:
+            raise UsageError(f"%chaz approve: {bad[0]} does not go with {how}; {APPROVE_USAGE}")
+        if len(refs) != 1 or refs[0] == "all":
+            raise UsageError(f"%chaz approve: {how} edits one request: say which (ID or last); {APPROVE_USAGE}")
+        if isinstance(arguments, str) and not arguments.strip():
+            raise UsageError(f"%chaz approve: {how} needs the edited arguments as a JSON object; {APPROVE_USAGE}")
+        ok, message = self.state.server.decide(refs[0], "approve", decided_by="user", arguments=arguments)
+        if not ok:
+            raise UsageError(f"%chaz approve {refs[0]}: {message}")
+        print(message)
+
+    def _open_edit(self, refs: list[str]) -> None:
+        """``--edit``: a new cell below, ready to run, holding the request's arguments (the code
+        of a code call) to edit: ``%%chaz approve ID [--code]`` and the arguments as its body."""
+        bad = [a for a in refs if a.startswith("--")]
+        if bad:
+            raise UsageError(f"%chaz approve: {bad[0]} does not go with --edit; {APPROVE_USAGE}")
+        if len(refs) != 1 or refs[0] == "all":
+            raise UsageError(f"%chaz approve: --edit opens one request: say which (ID or last); {APPROVE_USAGE}")
+        server = self.state.server
+        try:
+            request_id = server.approvals.resolve_id(refs[0])
+        except ApprovalError as exc:
+            raise UsageError(f"%chaz approve {refs[0]} --edit: {exc}") from None
+        request = next((p for p in server.pending_approvals() if p["request_id"] == request_id), None)
+        if request is None:
+            raise UsageError(f"%chaz approve {refs[0]} --edit: request {request_id} is not open any more")
+        shown = request.get("arguments_display") or {}
+        flag = " --code" if code_of(shown) is not None else ""
+        self.shell.set_next_input(f"%%chaz approve {request_id}{flag}\n{edit_text(shown)}", replace=False)
+        print(f"{request.get('tool_name')} ({request_id}): its arguments are in a new cell below; "
+              "edit them and run that cell to approve (or %chaz deny ...)")
+
+
+def _unquoted(text: str) -> str:
+    """``'{"a": 1}'`` -> ``{"a": 1}``: one pair of quotes around the whole JSON is dropped."""
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        try:
+            words = shlex.split(text)
+        except ValueError:
+            return text
+        if len(words) == 1:
+            return words[0]
+    return text
+
+
+def _cell_code(cell: str) -> str:
+    """The cell body as code: IPython adds the last newline, which the code did not have."""
+    return cell[:-1] if cell.endswith("\n") else cell

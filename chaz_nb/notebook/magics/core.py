@@ -35,7 +35,8 @@ if TYPE_CHECKING:  # pragma: no cover
 USE_USAGE = "usage: %chaz use SESSION"
 CELL_USAGE = (
     "usage: %%chaz @NAME [--no-wait] | %%chaz directive @NAME | %%chaz agent NAME (TOML body) "
-    "| %%chaz sql [options] (SQL body) | %%chaz mcp NAME (TOML body)"
+    "| %%chaz sql [options] (SQL body) | %%chaz mcp NAME (TOML body) "
+    "| %%chaz approve ID [--code] (edited arguments as JSON, or the code, as body)"
 )
 
 _HELP = """\
@@ -57,6 +58,8 @@ _HELP = """\
 %chaz stop [SESSION|all]    stop a run (and its spawned children): tools cancelled, approvals closed, Ack cancelled
 %chaz pending               tool calls waiting for your approval
 %chaz approve ID|last|all   approve (--all-calls: every call to that tool in the session)
+%chaz approve ID --args JSON   approve with edited arguments (checked against the tool's schema)
+%chaz approve ID --edit     a new cell below holds the arguments (a code call's code) to edit and run
 %chaz deny ID|last [--reason TEXT...]   deny; the agent is told, with the reason (the rest of the line)
 %chaz sql [-o NAME] QUERY   read-only SQL on the session database (views: tool_calls, runs, approvals, messages)
 %%chaz sql [-o NAME [--relation]] [--db PATH] [--max-rows N]   the cell body is the query
@@ -416,6 +419,8 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, McpCommands,
             return self._sql_cell(rest, cell)
         if head == "mcp":
             return self._mcp_cell(rest, cell)
+        if head == "approve":
+            return self._approve_cell(rest, cell)
         raise UsageError(f"unknown %%chaz form {head!r}; {CELL_USAGE}")
 
     # -- messages

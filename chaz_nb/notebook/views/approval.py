@@ -21,6 +21,8 @@ import threading
 from typing import Any
 from collections.abc import Callable
 
+from ...server.approvals import name_hidden
+from .code import CODE_CSS, code_html, code_of, code_text
 from .display import StaticFallbackView
 from .display import esc as _esc
 
@@ -51,7 +53,10 @@ _CSS = (
     ".chaz-ap pre{margin:2px 0;white-space:pre-wrap;word-break:break-word;"
     "font-family:var(--jp-code-font-family,monospace)}"
     ".chaz-ap .chaz-ap-hint{color:var(--jp-ui-font-color2,#777)}"
-    "</style>"
+    ".chaz-ap-editor textarea{font-family:var(--jp-code-font-family,monospace);"
+    "font-size:var(--jp-code-font-size,12px)}"
+    + CODE_CSS
+    + "</style>"
 )
 
 
@@ -108,8 +113,25 @@ def describe_decision(payload: dict[str, Any], sender: str | None = None) -> str
     decision = str(payload.get("decision"))  # "None" for a payload without one: shown as is
     who = payload.get("decided_by") or sender or "?"
     text = f"{_MARKS.get(decision, '•')} {_VERBS.get(decision, str(decision))} by {who}"
+    if payload.get("edited"):
+        text += " with edited arguments"
     reason = payload.get("reason")
     return text + (f": {reason}" if reason else "")
+
+
+def edit_text(arguments: Any) -> str:
+    """What the Edit box (and ``%chaz approve --edit``) starts from: the code of a code call,
+    else the whole arguments as indented JSON (as shown: masked, hidden characters named)."""
+    code = code_of(arguments)
+    if code is not None:
+        return code
+    return json.dumps(arguments if arguments is not None else {}, indent=2, ensure_ascii=False, default=str)
+
+
+def edited_arguments(arguments: Any, text: str) -> dict[str, Any] | str:
+    """The edit box's text as what ``server.decide(arguments=...)`` takes: ``{"code": text}``
+    for a code call, else the JSON text (the server parses and checks it)."""
+    return {"code": text} if code_of(arguments) is not None else text
 
 
 class ApprovalWidget(StaticFallbackView):
@@ -143,6 +165,8 @@ re-rendering its static bundle).
         self._box: Any = None
         self.buttons: dict[str, Any] = {}
         self.reason: Any = None
+        self.editor: Any = None  # the Edit box (hidden until Edit is clicked)
+        self.edit_button: Any = None
         self._status: Any = None
         existing = self._lookup_decision()
         if existing is not None:
@@ -190,10 +214,18 @@ re-rendering its static bundle).
             self._render()
 
     # ---------------------------------------------------------- deciding
-    def decide(self, decision: str, reason: str | None = None) -> tuple[bool, str]:
-        """What a button does: write the decision through the server (a person's bridge)."""
+    def decide(
+        self, decision: str, reason: str | None = None, arguments: dict[str, Any] | str | None = None
+    ) -> tuple[bool, str]:
+        """What a button does: write the decision through the server (a person's bridge);
+        ``arguments``: approve with edits (a bad edit is refused and the request stays open)."""
         reason = (reason or "").strip() or None
-        ok, message = self.server.decide(self.request_id, decision, reason=reason, decided_by=self.decided_by)
+        if arguments is None:
+            ok, message = self.server.decide(self.request_id, decision, reason=reason, decided_by=self.decided_by)
+        else:
+            ok, message = self.server.decide(
+                self.request_id, decision, reason=reason, decided_by=self.decided_by, arguments=arguments
+            )
         self.message = "" if ok else message
         if not self.decided:
             existing = self._lookup_decision()
@@ -205,6 +237,9 @@ re-rendering its static bundle).
     def _click(self, decision: str) -> Callable[[Any], None]:
         def handler(_button: Any) -> None:
             try:
+                if decision == "approve_edited":
+                    self.approve_edited()
+                    return
                 reason = self.reason.value if (decision == "deny" and self.reason is not None) else None
                 self.decide(decision, reason)
             except Exception as exc:  # never raise into the comm handler
@@ -213,6 +248,22 @@ re-rendering its static bundle).
                 self._render()
 
         return handler
+
+    def toggle_editor(self, _button: Any = None) -> None:
+        """The Edit button: show the arguments (the code of a code call) in an editable box."""
+        if self.editor is None:
+            return
+        opening = self.editor.layout.display == "none"
+        if opening and not self.editor.value:
+            self.editor.value = edit_text(self.info.get("arguments_display"))
+        self.editor.layout.display = None if opening else "none"
+        self.buttons["approve_edited"].layout.display = None if opening else "none"
+
+    def approve_edited(self, text: str | None = None) -> tuple[bool, str]:
+        """The "Approve edited" button: approve with the edit box's arguments (or ``text``)."""
+        if text is None:
+            text = self.editor.value if self.editor is not None else edit_text(self.info.get("arguments_display"))
+        return self.decide("approve", arguments=edited_arguments(self.info.get("arguments_display"), text))
 
     # ---------------------------------------------------------- widget
     def _build(self) -> None:
@@ -231,12 +282,31 @@ re-rendering its static bundle).
                                     layout=w.Layout(width="auto"),
                                     tooltip="Approve this call and every later call to this tool in this session"),
         }
+        self.buttons["approve_edited"] = w.Button(
+            description="Approve edited", button_style="warning", icon="check",
+            layout=w.Layout(width="auto", display="none"),
+            tooltip="Run this call once, with the arguments as edited above (checked against the tool's schema)",
+        )
         for decision, button in self.buttons.items():
             button.on_click(self._click(decision))
+        code = code_of(self.info.get("arguments_display")) is not None
+        self.edit_button = w.Button(
+            description="Edit", icon="pencil",
+            tooltip="Edit the code before approving" if code else "Edit the arguments (JSON) before approving",
+        )
+        self.edit_button.on_click(self.toggle_editor)
+        self.edit_button.add_class("chaz-ap-edit")
+        self.buttons["approve_edited"].add_class("chaz-ap-approve-edited")
+        lines = edit_text(self.info.get("arguments_display")).count("\n") + 2
+        self.editor = w.Textarea(layout=w.Layout(width="98%", height=f"{min(max(lines, 4), 30) * 1.4 + 1:.0f}em",
+                                                 display="none"))
+        self.editor.add_class("chaz-ap-editor")
         self.reason = w.Text(placeholder="reason (optional, sent with Deny)", layout=w.Layout(width="260px"))
         self._status = w.HTML("")
-        self._row = w.HBox([self.buttons["approve"], self.buttons["deny"], self.reason, self.buttons["approve_all"]])
-        self._box = w.VBox([self._head, self._row, self._status])
+        self._row = w.HBox([self.buttons["approve"], self.buttons["deny"], self.reason, self.buttons["approve_all"],
+                            self.edit_button])
+        self._edit_row = w.VBox([self.editor, self.buttons["approve_edited"]])
+        self._box = w.VBox([self._head, self._row, self._edit_row, self._status])
         self._box.add_class("chaz-approval-widget")
         self._render()
 
@@ -249,10 +319,12 @@ re-rendering its static bundle).
         if self._box is None:
             return
         done = self.decided
-        for button in self.buttons.values():
+        for button in [*self.buttons.values(), self.edit_button]:
             button.disabled = done
         if self.reason is not None:
             self.reason.disabled = done
+        if self.editor is not None:
+            self.editor.disabled = done
         self._head.value = self._card_html(buttons_hint=False)
         status = ""
         if done:
@@ -274,7 +346,8 @@ re-rendering its static bundle).
         box, self._box = self._box, None
         if box is None:
             return
-        for wdg in [*self.buttons.values(), self.reason, self._status, self._head, self._row, box]:
+        for wdg in [*self.buttons.values(), self.edit_button, self.editor, self.reason, self._status, self._head,
+                    self._row, self._edit_row, box]:
             # teardown: a widget whose comm is gone may raise; close the rest
             with contextlib.suppress(Exception):
                 wdg.close()
@@ -295,10 +368,22 @@ re-rendering its static bundle).
         return self._card_html(buttons_hint=True)
 
 
+def _shown(arguments: Any) -> Any:
+    """Edited arguments as the card shows arguments: hidden characters named."""
+    if isinstance(arguments, str):
+        return name_hidden(arguments)
+    if isinstance(arguments, dict):
+        return {name_hidden(str(k)): _shown(v) for k, v in arguments.items()}
+    if isinstance(arguments, list):
+        return [_shown(v) for v in arguments]
+    return arguments
+
+
 def decide_hint(session_id: Any) -> str:
     """What to do about an open request (the waiting cell says nothing else on stdout)."""
     return (
-        "click Approve / Deny, or run %chaz approve last  |  %chaz deny last --reason R; "
+        "click Approve / Deny (Edit: change the arguments first), or run %chaz approve last  |  "
+        "%chaz approve last --edit  |  %chaz deny last --reason R; "
         f"the run resumes once it is decided (%chaz wait {session_id} follows it)"
     )
 
@@ -309,12 +394,27 @@ def card_text(info: dict[str, Any], decision: dict[str, Any] | None, sender: str
         f"⚠ approval needed: {info.get('agent')} wants to run {info.get('tool_name')} "
         f"(risk {info.get('risk_level')}) · session {info.get('session_id')} · request {info.get('request_id')}",
     ]
-    lines += ["  " + line for line in pretty_arguments(info.get("arguments_display")).splitlines()]
+    lines += ["  " + line for line in arguments_text(info.get("arguments_display")).splitlines()]
     if decision is None:
         lines.append("  → " + decide_hint(info.get("session_id")))
     else:
         lines.append(f"  {describe_decision(decision, sender)}")
+        if decision.get("edited"):
+            edited = arguments_text(_shown(decision.get("arguments")))
+            lines += ["  edited to:"] + ["  " + line for line in edited.splitlines()]
     return "\n".join(lines)
+
+
+def arguments_text(arguments: Any) -> str:
+    """Arguments as plain text: a code call's code with line numbers, else indented JSON."""
+    code = code_of(arguments)
+    return code_text(code) if code is not None else pretty_arguments(arguments)
+
+
+def arguments_html(arguments: Any) -> str:
+    """Arguments as HTML: a code call's code as a numbered code block, else indented JSON."""
+    code = code_of(arguments)
+    return code_html(code) if code is not None else f"<pre>{_esc(pretty_arguments(arguments))}</pre>"
 
 
 def card_html(
@@ -330,10 +430,13 @@ def card_html(
         f"<span class='{_esc(risk_cls)}'>risk {_esc(risk)}</span> "
         f"<span class='chaz-ap-hint'>· session {_esc(info.get('session_id'))} · request "
         f"<code>{_esc(info.get('request_id'))}</code></span>",
-        f"<pre>{_esc(pretty_arguments(info.get('arguments_display')))}</pre>",
+        arguments_html(info.get("arguments_display")),
     ]
     if decision is not None:
         parts.append(f"<div><b>{_esc(describe_decision(decision, sender))}</b></div>")
+        if decision.get("edited"):
+            edited = arguments_html(_shown(decision.get("arguments")))
+            parts.append(f"<div class='chaz-ap-hint'>edited to:</div>{edited}")
     elif hint:
         sid = _esc(info.get("session_id"))
         parts.append(

@@ -57,6 +57,8 @@ from collections.abc import Callable, Iterable
 
 from ...core.redaction import redact
 from .base import LiveView
+from ...server.approvals import name_hidden
+from .code import CODE_CSS, code_html, code_of
 from .display import OUTPUT_METADATA, WIDGET_MIME, clip_json
 from .display import esc as _esc
 
@@ -90,7 +92,10 @@ _CSS = (
     ".chaz-s details{margin:1px 0 1px 1.5em;color:var(--jp-content-font-color2,#555)}"
     ".chaz-s details pre{margin:2px 0 2px 1em;white-space:pre-wrap}"
     ".chaz-s .chaz-card-in{margin-left:1.5em}"
-    "</style>"
+    ".chaz-s .chaz-chip{display:inline-block;margin:1px 4px 1px 0;padding:0 6px;border-radius:8px;"
+    "border:1px solid var(--jp-border-color2,#ccc);background:var(--jp-layout-color2,#eee);font-size:11px}"
+    + CODE_CSS
+    + "</style>"
 )
 
 
@@ -115,6 +120,39 @@ def _json(value: Any) -> str:
         return json.dumps(value, ensure_ascii=False, default=str)
     except (TypeError, ValueError):  # pragma: no cover - payloads are JSON already
         return str(value)
+
+
+def _arguments_html(arguments: Any, text: str) -> str:
+    """A call's arguments in the unfolded row: the code of a code call (``kernel__run``) as a
+    numbered code block, else the JSON text."""
+    code = code_of(arguments)
+    if code is not None:
+        return f"code:{code_html(code)}"
+    text = name_hidden(text or _json(arguments))
+    return f"arguments:<pre>{_esc(text[:DETAIL_CHARS])}</pre>"
+
+
+def attachment_names(entry: Any) -> list[str]:
+    """The names of a Message's attachments (``payload.attachments``: ``[{name, ...}]``)."""
+    items = (getattr(entry, "payload", None) or {}).get("attachments")
+    if not isinstance(items, list):
+        return []
+    return [str(a.get("name")) for a in items if isinstance(a, dict) and a.get("name") is not None]
+
+
+def _chips_html(entry: Any) -> str:
+    """A Message's attachments as chips (name, and type/shape where given), escaped."""
+    items = (getattr(entry, "payload", None) or {}).get("attachments")
+    if not isinstance(items, list):
+        return ""
+    chips = []
+    for a in items:
+        if not isinstance(a, dict) or a.get("name") is None:
+            continue
+        detail = " ".join(str(a[k]) for k in ("type", "shape") if a.get(k) not in (None, ""))
+        title = f" title='{_esc(detail)}'" if detail else ""
+        chips.append(f"<span class='chaz-chip'{title}>📎 {_esc(a['name'])}</span>")
+    return f"<div class='chaz-chips'>{''.join(chips)}</div>" if chips else ""
 
 
 # ----------------------------------------------------------------- rows
@@ -149,7 +187,8 @@ class Row:
 
     def _call(self, args: str) -> str:
         """``(arguments)``; nothing for a row whose call an earlier cell's view shows."""
-        return f"({_short(args, SUMMARY_CHARS)})" if _type(self.entry) == "ToolCall" else ""
+        # hidden characters named, as the approval card shows them (a reordered path misleads here too)
+        return f"({_short(name_hidden(args), SUMMARY_CHARS)})" if _type(self.entry) == "ToolCall" else ""
 
     def _tool_name(self) -> str:
         for e in (self.entry, self.result):
@@ -205,7 +244,8 @@ class Row:
         if self.kind == "summary":
             return f"— summary: {_short(e.content, 200)}"
         if self.kind == "message":
-            return f"{e.sender}: {e.content}"
+            names = attachment_names(e)
+            return f"{e.sender}: {e.content}" + (f"\n  📎 {', '.join(names)}" if names else "")
         if self.kind == "answers":
             return f"  ↳ {e.sender} {_answers_phrase(e)}"
         if self.kind == "closed":
@@ -241,10 +281,11 @@ class Row:
             if note:
                 cls = "chaz-wait" if self.open_request else ("chaz-err" if self._denied() else "chaz-t")
                 gate = f" <span class='{cls}'>{_esc(note)}</span>"
+            shown_args = _arguments_html(payload.get("arguments", ""), args)
             if self.result is None:
                 state = "" if (self.open_request or self._denied()) else " <i>running…</i>"
                 summary = f"⚙ <b>{name}</b>{call}{gate}{state}"
-                body = f"arguments:<pre>{_esc(args[:DETAIL_CHARS])}</pre>"
+                body = shown_args
             else:
                 rp = self.result.payload or {}
                 out = str(rp.get("output", self.result.content))
@@ -256,10 +297,9 @@ class Row:
                 )
                 dur = rp.get("duration_ms")
                 took = f" <span class='chaz-t'>({_esc(dur)} ms)</span>" if dur is not None else ""
-                body = (
-                    f"arguments:<pre>{_esc(args[:DETAIL_CHARS])}</pre>"
-                    f"output{took}:<pre>{_esc(out[:DETAIL_CHARS])}</pre>"
-                )
+                if rp.get("edited"):  # approved with edits: what the tool ran with
+                    shown_args += "edited by the approver to:" + _arguments_html(rp.get("arguments"), "")
+                body = f"{shown_args}output{took}:<pre>{_esc(out[:DETAIL_CHARS])}</pre>"
             row = f"<details class='chaz-tool'><summary>{summary}</summary>{body}</details>"
             if card and self.open_request:
                 row += self._card_html()
@@ -275,7 +315,7 @@ class Row:
         if self.kind == "summary":
             return f"<div class='chaz-r chaz-st'>— summary: {_esc(e.content)}</div>"
         if self.kind == "message":
-            return f"<div class='chaz-r'>{who}: {_esc(e.content)}</div>"
+            return f"<div class='chaz-r'>{who}: {_esc(e.content)}{_chips_html(e)}</div>"
         if self.kind == "answers":
             return f"<div class='chaz-r chaz-st'>&nbsp;&nbsp;↳ {who} {_esc(_answers_phrase(e))}</div>"
         if self.kind == "closed":
