@@ -164,6 +164,17 @@ def _m011_schedule_id_sequences(con: duckdb.DuckDBPyConnection) -> None:
     del con
 
 
+def _m_fork_branches(con: duckdb.DuckDBPyConnection) -> None:
+    from .audit import create_audit_views
+
+    # A fork (server/fork.py) records where it came from; each copied entry, which entry it
+    # copies (core/forksql.py). The runs and messages views gain forked_from; the branches view.
+    con.execute("ALTER TABLE sessions ADD COLUMN forked_from BIGINT")
+    con.execute("ALTER TABLE sessions ADD COLUMN forked_at_seq BIGINT")
+    con.execute("ALTER TABLE entries ADD COLUMN copied_from BIGINT")
+    create_audit_views(con)
+
+
 MIGRATIONS: list[Migration] = [
     Migration("001_sessions_entries", _m001_sessions_entries),
     Migration("002_session_title_metadata", _m002_session_title_metadata),
@@ -175,6 +186,7 @@ MIGRATIONS: list[Migration] = [
     Migration("008_tool_calls_mcp_server", _m008_tool_calls_mcp_server),
     Migration("009_context_window", _m009_context_window),
     Migration("011_schedule_id_sequences", _m011_schedule_id_sequences),
+    Migration("012_fork_branches", _m_fork_branches),
 ]
 
 
