@@ -24,6 +24,8 @@ from . import spawn as spawn_tools
 from .agents import Agent
 from .approvals import DEFAULT_TIMEOUT, ApprovalBook
 from .compaction import Compaction
+from .compare import Comparison
+from .compare import compare as compare_branches
 from .fork import ForkResult, Forks
 from .invocation import Invocation
 from .mcp import McpServer, McpServers
@@ -187,6 +189,10 @@ class Server:
         another ``model`` or ``agent``, tools from the recording); the branch's id once every
         replayed turn has finished."""
         return await self.forks.replay(session_id, agent=agent, model=model, replay=replay)
+
+    def compare(self, a: int, b: int) -> Comparison:
+        """Sessions ``a`` and ``b`` side by side from their fork point (compare.py)."""
+        return compare_branches(self.store, a, b)
 
     def use_session(self, session_id: int) -> SessionInfo:
         """Make an existing chat session its agent's current one here (e.g. a session another
