@@ -35,15 +35,21 @@ COPY_COLUMNS = (
 REQUEST_SUFFIX = "~f"
 
 
-def copy_entries_sql(dialect: str) -> str:
-    """``INSERT ... SELECT`` of the copy; parameters: first new id, source session, up-to seq,
-    new session id, new session id (the request_id suffix)."""
+def copy_entries_sql(dialect: str, first_id: int, source_id: int, at_seq: int, new_session: int) -> str:
+    """``INSERT ... SELECT`` of the copy of ``source_id``'s entries up to ``at_seq``.
+
+    The copy of the entry at seq N gets id ``first_id + N - 1`` (no window over the rows; a
+    seq missing in the source leaves an unused id, never a duplicate), so a run's, a trigger's
+    or a decision's new id is its seq's, found by joining only the few columns of the entries
+    of that type. The numbers are written into the SQL (they are ints, checked here).
+    """
+    first, src, at, sid = (int(n) for n in (first_id, source_id, at_seq, new_session))
     if dialect == "postgresql":
 
-        def obj(key: str, value: str) -> str:
-            return f"jsonb_build_object('{key}', {value})"
+        def obj(*pairs: tuple[str, str]) -> str:
+            return "jsonb_build_object(" + ", ".join(f"'{k}', {v}" for k, v in pairs) + ")"
 
-        empty, new_sid = "'{}'::jsonb", "CAST(? AS BIGINT)"
+        empty = "'{}'::jsonb"
 
         def text(key: str) -> str:
             return f"s.payload->>'{key}'"
@@ -51,12 +57,15 @@ def copy_entries_sql(dialect: str) -> str:
         def bigint(key: str) -> str:
             return f"chaz_try_bigint(s.payload->>'{key}')"
 
+        def merged(parts: list[str]) -> str:
+            return "(" + " || ".join(["coalesce(s.payload::jsonb, '{}'::jsonb)", *parts]) + ")::json"
+
     else:
 
-        def obj(key: str, value: str) -> str:
-            return f"json_object('{key}', {value})"
+        def obj(*pairs: tuple[str, str]) -> str:
+            return "json_object(" + ", ".join(f"'{k}', {v}" for k, v in pairs) + ")"
 
-        empty, new_sid = "'{}'::JSON", "CAST(? AS BIGINT)"
+        empty = "'{}'::JSON"
 
         def text(key: str) -> str:
             return f"json_extract_string(s.payload, '$.{key}')"
@@ -64,35 +73,41 @@ def copy_entries_sql(dialect: str) -> str:
         def bigint(key: str) -> str:
             return f"TRY_CAST(json_extract_string(s.payload, '$.{key}') AS BIGINT)"
 
-    run = (f"CASE WHEN s.run_id IS NOT NULL AND s.run_id <> s.id AND r.new_id IS NOT NULL "
-           f"THEN {obj('run_id', 'r.new_id')} ELSE {empty} END")
-    trigger = f"CASE WHEN t.new_id IS NOT NULL THEN {obj('trigger_id', 't.new_id')} ELSE {empty} END"
-    ignored = f"CASE WHEN g.new_id IS NOT NULL THEN {obj('ignored_entry', 'g.new_id')} ELSE {empty} END"
-    suffixed = f"{text('request_id')} || '{REQUEST_SUFFIX}' || CAST({new_sid} AS VARCHAR)"
-    request = (f"CASE WHEN s.entry_type IN ('ApprovalRequest', 'ApprovalDecision') AND {text('request_id')} "
-               f"IS NOT NULL THEN {obj('request_id', suffixed)} ELSE {empty} END")
-    remaps = [obj("copied_from", "s.id"), run, trigger, ignored, request]
-    if dialect == "postgresql":
-        payload = "(" + " || ".join(["coalesce(s.payload::jsonb, '{}'::jsonb)", *remaps]) + ")::json"
-    else:
-        payload = "coalesce(s.payload, '{}'::JSON)"
-        for part in remaps:
-            payload = f"json_merge_patch({payload}, {part})"
-    trigger_ref, ignored_ref = bigint("trigger_id"), bigint("ignored_entry")
+        def merged(parts: list[str]) -> str:
+            out = "coalesce(s.payload, '{}'::JSON)"
+            for part in parts:
+                out = f"json_merge_patch({out}, {part})"
+            return out
+
+    def new_id(alias: str) -> str:
+        return f"{first} + {alias}.seq - 1"
+
+    run = f"CASE WHEN r.seq IS NOT NULL THEN {obj(('run_id', new_id('r')))} ELSE {empty} END"
+    trigger = f"CASE WHEN t.seq IS NOT NULL THEN {obj(('trigger_id', new_id('t')))} ELSE {empty} END"
+    ignored = f"CASE WHEN g.seq IS NOT NULL THEN {obj(('ignored_entry', new_id('g')))} ELSE {empty} END"
+    suffixed = f"{text('request_id')} || '{REQUEST_SUFFIX}{sid}'"
+    request = (f"CASE WHEN {text('request_id')} IS NOT NULL THEN {obj(('request_id', suffixed))} ELSE {empty} END")
+    marker = obj(("copied_from", "s.id"))
+    special = "s.entry_type IN ('ApprovalRequest', 'ApprovalDecision') OR t.seq IS NOT NULL OR g.seq IS NOT NULL"
+    # most rows need the marker and their run's new id only: one merge (a JSON merge per remap
+    # on 50,000 rows doubles the copy's time)
+    payload = (f"CASE WHEN {special} THEN {merged([marker, run, trigger, ignored, request])} "
+               f"ELSE {merged([marker, run])} END")
+
+    def ids_of(types: str) -> str:
+        return f"(SELECT id, seq FROM entries WHERE session_id = {src} AND seq <= {at} AND entry_type IN ({types}))"
+
     return f"""
 INSERT INTO entries ({COPY_COLUMNS})
-WITH src AS (
-    SELECT e.id, e.seq, e.entry_type, e.sender, e.content, e.tool_call_id, e.tool_name, e.payload,
-           e.created_at, e.run_id, CAST(? AS BIGINT) + row_number() OVER (ORDER BY e.seq) - 1 AS new_id
-    FROM entries e WHERE e.session_id = ? AND e.seq <= ?
-)
-SELECT s.new_id, CAST(? AS BIGINT), s.seq, s.entry_type, s.sender, s.content, s.tool_call_id, s.tool_name,
+SELECT {new_id('s')}, {sid}, s.seq, s.entry_type, s.sender, s.content, s.tool_call_id, s.tool_name,
        {payload}, s.created_at,
-       CASE WHEN s.run_id = s.id THEN s.new_id ELSE r.new_id END, s.id
-FROM src s
-LEFT JOIN src r ON r.id = s.run_id
-LEFT JOIN src t ON s.run_id = s.id AND t.id = {trigger_ref}
-LEFT JOIN src g ON s.entry_type = 'Error' AND g.id = {ignored_ref}
+       CASE WHEN s.run_id = s.id THEN {new_id('s')} ELSE {new_id('r')} END, s.id
+FROM entries s
+LEFT JOIN {ids_of("'Ack'")} r ON s.run_id <> s.id AND r.id = s.run_id
+LEFT JOIN {ids_of("'Message', 'Directive'")} t
+       ON s.entry_type = 'Ack' AND s.run_id = s.id AND t.id = {bigint('trigger_id')}
+LEFT JOIN {ids_of("'ApprovalDecision'")} g ON s.entry_type = 'Error' AND g.id = {bigint('ignored_entry')}
+WHERE s.session_id = {src} AND s.seq <= {at}
 """
 
 

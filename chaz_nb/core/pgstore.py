@@ -400,7 +400,7 @@ class PgSessionStore(GroupCommitWriter):
                         [new_id, agent or source.agent, source.kind, source.parent_id, source.depth, utcnow(),
                          source.title, fork_metadata(source.metadata, metadata, self.redact),
                          source.ceiling, source.id, at])
-                    self._rows(copy_entries_sql("postgresql"), [first, source.id, at, new_id, new_id])
+                    self._con.execute(copy_entries_sql("postgresql", first, source.id, at, new_id))
                     copied = int(self._scalar("SELECT count(*) FROM entries WHERE session_id = ?", [new_id]))
                     items = closing_entries(self, new_id, at)
                     closing = self._insert(self._prepare(items)) if items else []

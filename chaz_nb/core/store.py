@@ -479,14 +479,14 @@ class SessionStore(GroupCommitWriter):
                 self._con.execute(
                     "INSERT INTO sessions (id, agent, kind, parent_id, depth, created_at, title, metadata, ceiling,"
                     " forked_from, forked_at_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
-                self._con.execute(copy_entries_sql("duckdb"), [first, source.id, at, new_id, new_id])
+                self._con.execute(copy_entries_sql("duckdb", first, source.id, at, new_id))
                 copied = int(self._scalar("SELECT count(*) FROM entries WHERE session_id = ?", [new_id]))
                 self._next_seq[new_id] = at + 1  # the copies keep their seqs: the branch goes on from #at
                 closing: list[Entry] = []
                 next_seq: dict[int, int] = {}
                 items = closing_entries(self, new_id, at)
                 if items:
-                    closing, statement, values, next_seq = self._prepare(items, first + copied)
+                    closing, statement, values, next_seq = self._prepare(items, first + at)
                     self._con.execute(statement, values)
                 self._con.execute("COMMIT")
             except Exception as exc:
@@ -497,7 +497,7 @@ class SessionStore(GroupCommitWriter):
                     raise
                 raise StoreError(f"could not fork session {source.id}: {str(exc).splitlines()[0]}") from exc
             self._next_session_id = max(self._next_session_id, new_id + 1)
-            self._next_entry_id = first + copied + len(closing)
+            self._next_entry_id = first + at + len(closing)  # (the copy of seq N has id first + N - 1)
             self._committed(closing, next_seq)
         self._dispatch(closing)
         return ForkCopy(new_id, at, copied, closing)
