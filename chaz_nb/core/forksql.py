@@ -90,7 +90,8 @@ def copy_entries_sql(dialect: str, first_id: int, source_id: int, at_seq: int, n
     marker = obj(("copied_from", "s.id"))
     special = "s.entry_type IN ('ApprovalRequest', 'ApprovalDecision') OR t.seq IS NOT NULL OR g.seq IS NOT NULL"
     # most rows need the marker and their run's new id only: one merge (a JSON merge per remap
-    # on 50,000 rows doubles the copy's time)
+    # on 50,000 rows doubles the copy's time); the joins' keys read JSON only where they can
+    # match (a CASE), as a JSON read of every row costs as much as the copy itself
     payload = (f"CASE WHEN {special} THEN {merged([marker, run, trigger, ignored, request])} "
                f"ELSE {merged([marker, run])} END")
 
@@ -105,8 +106,9 @@ SELECT {new_id('s')}, {sid}, s.seq, s.entry_type, s.sender, s.content, s.tool_ca
 FROM entries s
 LEFT JOIN {ids_of("'Ack'")} r ON s.run_id <> s.id AND r.id = s.run_id
 LEFT JOIN {ids_of("'Message', 'Directive'")} t
-       ON s.entry_type = 'Ack' AND s.run_id = s.id AND t.id = {bigint('trigger_id')}
-LEFT JOIN {ids_of("'ApprovalDecision'")} g ON s.entry_type = 'Error' AND g.id = {bigint('ignored_entry')}
+       ON t.id = CASE WHEN s.entry_type = 'Ack' AND s.run_id = s.id THEN {bigint('trigger_id')} END
+LEFT JOIN {ids_of("'ApprovalDecision'")} g
+       ON g.id = CASE WHEN s.entry_type = 'Error' THEN {bigint('ignored_entry')} END
 WHERE s.session_id = {src} AND s.seq <= {at}
 """
 
