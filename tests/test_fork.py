@@ -300,3 +300,18 @@ async def test_a_forked_room_keeps_its_members(backend_store):
     with pytest.raises(ServerError, match="is a room"):
         server.fork(room, model="chaz/echo")
     await server.stop()
+
+
+async def test_copies_are_no_news_to_on_write_callbacks_on_either_store(backend_store):
+    store = backend_store
+    server, sid = await two_turns(store, counting_tools())
+    seen = []
+    unsubscribe = store.subscribe(seen.append)
+    branch = server.fork(sid, 3)
+    if hasattr(store, "catch_up"):
+        store.catch_up()  # PostgreSQL: what the listener would bring from the table
+        await asyncio.sleep(0.2)  # (the listener's own catch-up, if it ran meanwhile)
+    unsubscribe()
+    assert [(e.session_id, e.entry_type.value) for e in seen] == [(branch, "Ack")]  # the closing Ack only
+    assert not server.running_sessions()
+    await server.stop()
