@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from kernel_harness import Kernel
@@ -70,3 +72,34 @@ def test_a_fork_inside_a_run_and_bad_forks_are_one_line_errors_in_a_kernel(kerne
         assert r.status == "error" and words in r.stderr and r.stderr.count("\n") == 1, (line, r.stderr)
     r = kernel.run("print(len(chaz_nb.current().store.sessions()), len(chaz_nb.current().store.entries(1)))")
     assert r.stdout.split() == ["2", "14"]  # the failed forks wrote nothing
+
+
+HANG = '''
+import asyncio
+gate = asyncio.Event()
+
+@chaz_nb.tool
+async def slow(label: str) -> str:
+    """Wait for the gate."""
+    await gate.wait()
+    return "slow " + label
+'''
+SLOW = ("%chaz agent slowpoke --model chaz/script --tools slow --script "
+        "'[{\"tool\": \"slow\", \"args\": {\"label\": \"x\"}}, \"ok: {result}\"]'")
+
+
+def test_a_fork_while_the_source_runs_in_a_kernel_copies_the_committed_entries_and_closes_the_run(kernel):
+    for cell in (HANG, SLOW, "%chaz --no-wait @slowpoke go"):
+        assert kernel.run(cell).status == "ok"
+    sid = kernel.run("print(chaz_nb.current().current_session('slowpoke'))").stdout.strip()
+    kinds = f"print(*[e.entry_type.value for e in chaz_nb.current().store.entries({sid})])"
+    deadline = time.monotonic() + 60
+    while kernel.run(kinds).stdout.split() != ["Message", "Ack", "ToolCall"]:  # the run is in its tool
+        assert time.monotonic() < deadline, kernel.run(kinds).stdout
+    r = kernel.run(f"%chaz fork {sid}")
+    assert r.status == "ok" and "(3 entries copied; 1 open run(s)/request(s) closed there as forked)" in r.stdout
+    assert kernel.run(f"gate.set()\n%chaz wait {sid}").status == "ok"
+    assert kernel.run(kinds).stdout.split() == ["Message", "Ack", "ToolCall", "ToolResult", "Message"]
+    branch = r.stdout.split(":")[0].split()[1]
+    assert kernel.run(kinds.replace(f"({sid})", f"({branch})")).stdout.split() == \
+        ["Message", "Ack", "ToolCall", "Ack"]
