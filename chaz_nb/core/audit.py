@@ -18,5 +18,8 @@ __all__ = ["VIEWS", "create_audit_views"]
 
 def create_audit_views(con: duckdb.DuckDBPyConnection) -> None:
     """Create (or replace) the audit views; approvals first, runs reads it."""
-    for _name, ddl in DUCKDB.views():
+    forks = bool(con.execute(
+        "SELECT count(*) FROM duckdb_columns() WHERE table_name = 'sessions' AND column_name = 'forked_from'"
+    ).fetchall()[0][0])
+    for _name, ddl in DUCKDB.views(forks):
         con.execute(ddl)

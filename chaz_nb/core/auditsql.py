@@ -1,4 +1,4 @@
-"""The audit views (tool_calls, runs, approvals, messages), written once for both SQL dialects.
+"""The audit views (tool_calls, runs, approvals, messages, branches), written once for both SQL dialects.
 
 Each view is a function of a ``Dialect``: the few things DuckDB and PostgreSQL spell
 differently (reading a JSON field, a cast that yields NULL on bad input, milliseconds between
@@ -16,13 +16,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 #: the view names, in creation order (approvals first: nothing reads it, runs reads entries)
-VIEWS = ("approvals", "tool_calls", "runs", "messages")
+VIEWS = ("approvals", "tool_calls", "runs", "messages", "branches")
 
 
 class Dialect:
     """DuckDB's spelling; ``PostgresDialect`` overrides what PostgreSQL spells differently."""
 
     name = "duckdb"
+    #: the floating-point type's name
+    double = "DOUBLE"
 
     def text(self, obj: str, key: str) -> str:
         """A JSON field as text (NULL when absent)."""
@@ -49,10 +51,14 @@ class Dialect:
         return f"{alias}[{list(keys).index(key) + 1}]"
 
     # ------------------------------------------------------------- the views
-    def views(self) -> list[tuple[str, str]]:
-        """``(name, CREATE OR REPLACE VIEW ...)`` of every audit view, in creation order."""
-        return [("approvals", self.approvals()), ("tool_calls", self.tool_calls()),
-                ("runs", self.runs()), ("messages", MESSAGES_VIEW)]
+    def views(self, forks: bool = True) -> list[tuple[str, str]]:
+        """``(name, CREATE OR REPLACE VIEW ...)`` of every audit view, in creation order.
+
+        ``forks=False``: the forms before the fork columns existed (the migrations before
+        ``fork_branches`` create the views too, on a schema that has no such column yet)."""
+        views = [("approvals", self.approvals()), ("tool_calls", self.tool_calls()),
+                 ("runs", self.runs(forks)), ("messages", messages_view(forks))]
+        return views + [("branches", self.branches())] if forks else views
 
     def approvals(self) -> str:
         t, j, cast = self.text, self.json, self.try_cast
@@ -146,7 +152,7 @@ LEFT JOIN results r
   ON r.session_id = c.session_id AND r.run_id IS NOT DISTINCT FROM c.run_id AND r.tool_call_id = c.tool_call_id
 """
 
-    def runs(self) -> str:
+    def runs(self, forks: bool = True) -> str:
         cast = self.try_cast
         ack = ("trigger_id", "trigger_type", "schedule_id", "model", "parent_run", "answers_count")
         end = ("steps", "prompt_tokens", "completion_tokens", "cost_usd", "interrupted", "status")
@@ -156,6 +162,10 @@ LEFT JOIN results r
 
         def e(key: str) -> str:
             return self.field("e.f", end, key)
+
+        # the session's source when it is a fork (a copied run has its copy's ids)
+        fork_column = ",\n       fs.forked_from" if forks else ""
+        fork_join = "\nLEFT JOIN sessions fs ON fs.id = a.session_id" if forks else ""
 
         return f"""
 CREATE OR REPLACE VIEW runs AS
@@ -206,6 +216,8 @@ SELECT a.session_id, a.agent, a.run_id,
             WHEN e.entry_type = 'Error' THEN 'error'
             -- stopped by a person (%chaz stop, a Stop button): a closing Ack, not an error
             WHEN e.entry_type = 'Ack' AND {e('status')} = 'cancelled' THEN 'cancelled'
+            -- open when its session was forked: closed in the branch (core/forksql.py)
+            WHEN e.entry_type = 'Ack' AND {e('status')} = 'forked' THEN 'forked'
             ELSE 'ok' END AS status,
        {cast(e('steps'), 'INTEGER')} AS steps,
        coalesce(s.tool_calls, 0) AS tool_calls,
@@ -217,11 +229,53 @@ SELECT a.session_id, a.agent, a.run_id,
        a.model, a.parent_run,
        -- Messages/Directives the run answers together (a burst coalesced into one run);
        -- runs recorded before the Ack had the field answered their one trigger
-       coalesce(a.answers, CASE WHEN a.trigger_entry_id IS NULL THEN 0 ELSE 1 END) AS answers
-FROM acks a
+       coalesce(a.answers, CASE WHEN a.trigger_entry_id IS NULL THEN 0 ELSE 1 END) AS answers{fork_column}
+FROM acks a{fork_join}
 LEFT JOIN ends e ON e.run_id = a.run_id
 LEFT JOIN steps_seen s ON s.run_id = a.run_id
 LEFT JOIN open_requests o ON o.run_id = a.run_id
+"""
+
+    def branches(self) -> str:
+        """Every fork: its point, its agent and model, and the totals of each branch from the
+        fork point on (the branch's own runs; the source's runs that opened after the point)."""
+        d = self.double
+
+        def totals(prefix: str) -> str:
+            return (f"count(o.run_id) AS {prefix}runs, CAST(coalesce(sum(o.steps), 0) AS BIGINT) AS {prefix}steps, "
+                    f"CAST(coalesce(sum(o.tool_calls), 0) AS BIGINT) AS {prefix}tool_calls, "
+                    f"CAST(sum(o.prompt_tokens) AS BIGINT) AS {prefix}prompt_tokens, "
+                    f"CAST(sum(o.completion_tokens) AS BIGINT) AS {prefix}completion_tokens, "
+                    f"CAST(sum(o.cost_usd) AS {d}) AS {prefix}cost_usd, "
+                    f"CAST(sum(o.latency_ms) AS {d}) AS {prefix}duration_ms, min(o.model) AS {prefix}model")
+
+        return f"""
+CREATE OR REPLACE VIEW branches AS
+WITH own AS (
+    -- the runs a session ran itself (not the copies a fork made of its source's)
+    SELECT r.session_id, r.run_id, a.seq, r.model, r.steps, r.tool_calls, r.prompt_tokens,
+           r.completion_tokens, r.cost_usd, r.latency_ms
+    FROM runs r JOIN entries a ON a.id = r.run_id
+    WHERE a.copied_from IS NULL
+),
+forks AS (
+    SELECT f.id, f.agent, f.forked_from, f.forked_at_seq, f.created_at, s.agent AS source_agent
+    FROM sessions f LEFT JOIN sessions s ON s.id = f.forked_from
+    WHERE f.forked_from IS NOT NULL
+),
+branch AS (
+    SELECT f.id, {totals('')} FROM forks f LEFT JOIN own o ON o.session_id = f.id GROUP BY f.id
+),
+source AS (
+    SELECT f.id, {totals('source_')} FROM forks f
+    LEFT JOIN own o ON o.session_id = f.forked_from AND o.seq > f.forked_at_seq GROUP BY f.id
+)
+SELECT f.id AS session_id, f.forked_from, f.forked_at_seq, f.created_at AS forked_at,
+       f.agent, b.model, b.runs, b.steps, b.tool_calls, b.prompt_tokens, b.completion_tokens,
+       b.cost_usd, b.duration_ms,
+       f.source_agent, s.source_model, s.source_runs, s.source_steps, s.source_tool_calls,
+       s.source_prompt_tokens, s.source_completion_tokens, s.source_cost_usd, s.source_duration_ms
+FROM forks f JOIN branch b ON b.id = f.id JOIN source s ON s.id = f.id
 """
 
 
@@ -230,6 +284,7 @@ class PostgresDialect(Dialect):
     arithmetic; a JSON value is kept whole and read with ``->>`` (no multi-path extract)."""
 
     name = "postgresql"
+    double = "DOUBLE PRECISION"
     _TRY = {"BIGINT": "chaz_try_bigint({})", "INTEGER": "chaz_try_bigint({})::integer",
             "DOUBLE": "chaz_try_double({})", "BOOLEAN": "chaz_try_bool({})"}
 
@@ -252,13 +307,18 @@ class PostgresDialect(Dialect):
         return f"({alias}->>'{key}')"
 
 
-MESSAGES_VIEW = """
+def messages_view(forks: bool = True) -> str:
+    fork_column = ", s.forked_from" if forks else ""
+    return f"""
 CREATE OR REPLACE VIEW messages AS
 SELECT e.session_id, s.agent AS session_agent, s.kind AS session_kind, e.seq, e.entry_type,
-       e.sender, e.content, e.created_at, e.id AS entry_id
+       e.sender, e.content, e.created_at, e.id AS entry_id{fork_column}
 FROM entries e JOIN sessions s ON s.id = e.session_id
 WHERE e.entry_type IN ('Message', 'Directive', 'Summary')
 """
+
+
+MESSAGES_VIEW = messages_view()
 
 DUCKDB = Dialect()
 POSTGRES = PostgresDialect()

@@ -172,6 +172,17 @@ def _m_approvals_edited(con: duckdb.DuckDBPyConnection) -> None:
     create_audit_views(con)
 
 
+def _m_fork_branches(con: duckdb.DuckDBPyConnection) -> None:
+    from .audit import create_audit_views
+
+    # A fork (server/fork.py) records where it came from; each copied entry, which entry it
+    # copies (core/forksql.py). The runs and messages views gain forked_from; the branches view.
+    con.execute("ALTER TABLE sessions ADD COLUMN forked_from BIGINT")
+    con.execute("ALTER TABLE sessions ADD COLUMN forked_at_seq BIGINT")
+    con.execute("ALTER TABLE entries ADD COLUMN copied_from BIGINT")
+    create_audit_views(con)
+
+
 MIGRATIONS: list[Migration] = [
     Migration("001_sessions_entries", _m001_sessions_entries),
     Migration("002_session_title_metadata", _m002_session_title_metadata),
@@ -184,6 +195,7 @@ MIGRATIONS: list[Migration] = [
     Migration("009_context_window", _m009_context_window),
     Migration("011_schedule_id_sequences", _m011_schedule_id_sequences),
     Migration("012_approvals_edited_arguments", _m_approvals_edited),
+    Migration("013_fork_branches", _m_fork_branches),
 ]
 
 

@@ -128,6 +128,13 @@ def _m_approvals_edited(cur: Any) -> None:
     create_audit_views(cur)  # approvals/tool_calls .edited and .edited_arguments
 
 
+def _m_fork_branches(cur: Any) -> None:
+    cur.execute("ALTER TABLE sessions ADD COLUMN forked_from BIGINT")
+    cur.execute("ALTER TABLE sessions ADD COLUMN forked_at_seq BIGINT")
+    cur.execute("ALTER TABLE entries ADD COLUMN copied_from BIGINT")
+    create_audit_views(cur)  # runs/messages.forked_from, branches
+
+
 #: the same names as chaz_nb.core.migrations.MIGRATIONS (tests check it)
 PG_MIGRATIONS: list[PgMigration] = [
     PgMigration("001_sessions_entries", _m001),
@@ -141,13 +148,21 @@ PG_MIGRATIONS: list[PgMigration] = [
     PgMigration("009_context_window", _m009),
     PgMigration("011_schedule_id_sequences", _m011),
     PgMigration("012_approvals_edited_arguments", _m_approvals_edited),
+    PgMigration("013_fork_branches", _m_fork_branches),
 ]
 
 def create_audit_views(cur: Any) -> None:
     """Create (or replace) the audit views. A changed view is dropped first: PostgreSQL's
-    CREATE OR REPLACE VIEW cannot change a column's type or order."""
-    for name, ddl in POSTGRES.views():
+    CREATE OR REPLACE VIEW cannot change a column's type or order. The views of the schema
+    before the fork columns (``fork_branches``) are its older forms."""
+    forks = bool(cur.execute(
+        "SELECT count(*) FROM information_schema.columns WHERE table_schema = current_schema()"
+        " AND table_name = 'sessions' AND column_name = 'forked_from'").fetchone()[0])
+    views = POSTGRES.views(forks)
+    # newest first: branches reads runs, and a view another depends on cannot be dropped
+    for name, _ddl in reversed(POSTGRES.views()):
         cur.execute(f"DROP VIEW IF EXISTS {name}")
+    for _name, ddl in views:
         cur.execute(ddl)
 
 

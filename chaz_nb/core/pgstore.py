@@ -51,7 +51,7 @@ from .pgschema import PG_MIGRATIONS, apply_pg_migrations
 from .redaction import redact as redact_secrets
 from .redaction import redact_data
 from .store import ENTRY_COLUMNS as _ENTRY_COLUMNS
-from .store import NewEntry, SessionInfo, utcnow
+from .store import ForkCopy, NewEntry, SessionInfo, fork_metadata, fork_point, utcnow
 from .store import entry_from_row, run_id_of, session_from_row
 from .writer import LONE_SURROGATE_OR_NUL, GroupCommitWriter, OnWrite, payload_text, storable_fields
 from ..errors import StoreError
@@ -66,7 +66,7 @@ NOTICE_CHANNELS = ("chaz_schedules", "chaz_stop")
 #: advisory lock keys (first int: this project's namespace; second: what is locked)
 _WRITE_LOCK = (7261, 1)
 _LEASE_NS = 7262
-_SESSION_COLUMNS = "id, agent, kind, parent_id, depth, created_at, title, metadata, ceiling"
+_SESSION_COLUMNS = "id, agent, kind, parent_id, depth, created_at, title, metadata, ceiling, forked_from, forked_at_seq"
 
 
 def is_postgres_url(path: str) -> bool:
@@ -167,6 +167,8 @@ class PgSessionStore(GroupCommitWriter):
         self._seen = int(self._scalar("SELECT coalesce(max(id), 0) FROM entries"))
         #: the highest entry id every subscriber has been handed (``dispatched_id``)
         self._dispatched = self._seen
+        # a database of an older schema (read only) has no copies to skip
+        self._not_copies = " AND copied_from IS NULL" if self.has_column("entries", "copied_from") else ""
 
     # ----------------------------------------------------------------- basics
     def __repr__(self) -> str:
@@ -303,50 +305,12 @@ class PgSessionStore(GroupCommitWriter):
         items = list(items)
         if not items:
             return []
-        now = utcnow()
-        prepared = []
-        for item in items:
-            fields = storable_fields(item, self.redact, LONE_SURROGATE_OR_NUL)
-            payload_json = payload_text(fields.payload)
-            prepared.append((int(item.session_id), EntryType(item.entry_type), fields.sender, fields.content,
-                             fields.tool_call_id, fields.tool_name, payload_json))
-        entries: list[Entry] = []
+        prepared = self._prepare(items)
         with self._lock:
             try:
                 with self._con.transaction():
-                    con = self._con
-                    con.execute("SELECT pg_advisory_xact_lock(%s, %s)", _WRITE_LOCK)
-                    sids = sorted({p[0] for p in prepared})
-                    found = {r[0] for r in con.execute("SELECT id FROM sessions WHERE id = ANY(%s)", [sids])}
-                    missing = [s for s in sids if s not in found]
-                    if missing:
-                        raise StoreError(
-                            f"no session {missing[0]} in {self.path}; create it with create_session first"
-                        )
-                    next_seq: dict[int, int] = dict(con.execute(
-                        "SELECT s, coalesce((SELECT max(seq) FROM entries WHERE session_id = s), 0) + 1"
-                        " FROM unnest(%s::bigint[]) AS s", [sids]).fetchall())
-                    row = con.execute("SELECT coalesce(max(id), 0) + 1 FROM entries").fetchone()
-                    next_id = int(row[0]) if row else 1
-                    rows = []
-                    for sid, entry_type, sender, content, call_id, tool, payload_json in prepared:
-                        entry = Entry(id=next_id, session_id=sid, seq=next_seq[sid], entry_type=entry_type,
-                                      sender=sender, content=content, tool_call_id=call_id, tool_name=tool,
-                                      payload=json.loads(payload_json), created_at=now)
-                        rows.append((entry.id, sid, entry.seq, entry_type.value, sender, content, call_id, tool,
-                                     payload_json, now, run_id_of(entry)))
-                        entries.append(entry)
-                        next_id += 1
-                        next_seq[sid] += 1
-                    with con.cursor() as cur:
-                        cur.executemany(
-                            f"INSERT INTO entries ({_ENTRY_COLUMNS}, run_id) VALUES "
-                            "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", rows)
-                    last: dict[int, int] = {}
-                    for entry in entries:
-                        last[entry.session_id] = entry.id
-                    for sid, eid in last.items():
-                        con.execute("SELECT pg_notify(%s, %s)", [CHANNEL, f"{sid}:{eid}"])
+                    self._con.execute("SELECT pg_advisory_xact_lock(%s, %s)", _WRITE_LOCK)
+                    entries = self._insert(prepared)
             except StoreError:
                 raise
             except psycopg.Error as exc:
@@ -354,6 +318,99 @@ class PgSessionStore(GroupCommitWriter):
             self._enqueue(entries)
         self._drain()
         return entries
+
+    def _prepare(self, items: Iterable[NewEntry]) -> list[tuple[Any, ...]]:
+        prepared = []
+        for item in items:
+            fields = storable_fields(item, self.redact, LONE_SURROGATE_OR_NUL)
+            payload_json = payload_text(fields.payload)
+            prepared.append((int(item.session_id), EntryType(item.entry_type), fields.sender, fields.content,
+                             fields.tool_call_id, fields.tool_name, payload_json))
+        return prepared
+
+    def _insert(self, prepared: list[tuple[Any, ...]]) -> list[Entry]:
+        """Insert prepared entries inside the caller's transaction, which holds the write lock."""
+        now = utcnow()
+        con = self._con
+        entries: list[Entry] = []
+        sids = sorted({p[0] for p in prepared})
+        found = {r[0] for r in con.execute("SELECT id FROM sessions WHERE id = ANY(%s)", [sids])}
+        missing = [s for s in sids if s not in found]
+        if missing:
+            raise StoreError(
+                f"no session {missing[0]} in {self.path}; create it with create_session first"
+            )
+        next_seq: dict[int, int] = dict(con.execute(
+            "SELECT s, coalesce((SELECT max(seq) FROM entries WHERE session_id = s), 0) + 1"
+            " FROM unnest(%s::bigint[]) AS s", [sids]).fetchall())
+        row = con.execute("SELECT coalesce(max(id), 0) + 1 FROM entries").fetchone()
+        next_id = int(row[0]) if row else 1
+        rows = []
+        for sid, entry_type, sender, content, call_id, tool, payload_json in prepared:
+            entry = Entry(id=next_id, session_id=sid, seq=next_seq[sid], entry_type=entry_type,
+                          sender=sender, content=content, tool_call_id=call_id, tool_name=tool,
+                          payload=json.loads(payload_json), created_at=now)
+            rows.append((entry.id, sid, entry.seq, entry_type.value, sender, content, call_id, tool,
+                         payload_json, now, run_id_of(entry)))
+            entries.append(entry)
+            next_id += 1
+            next_seq[sid] += 1
+        with con.cursor() as cur:
+            cur.executemany(
+                f"INSERT INTO entries ({_ENTRY_COLUMNS}, run_id) VALUES "
+                "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", rows)
+        last: dict[int, int] = {}
+        for entry in entries:
+            last[entry.session_id] = entry.id
+        for sid, eid in last.items():
+            con.execute("SELECT pg_notify(%s, %s)", [CHANNEL, f"{sid}:{eid}"])
+        return entries
+
+    # ------------------------------------------------------------------ forks
+    def fork_session(
+        self, source_id: int, at_seq: int | None = None, *, agent: str | None = None, into: int | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> ForkCopy:
+        """``SessionStore.fork_session`` on PostgreSQL: one transaction under the write lock,
+        so the copy ends at an entry every kernel has committed, and no write lands between
+        the copy and the entries that close what was open at the fork point."""
+        from .forksql import closing_entries, copy_entries_sql
+
+        self._check_writable()
+        source = self.session(source_id)
+        with self._lock:
+            try:
+                with self._con.transaction():
+                    con = self._con
+                    con.execute("SELECT pg_advisory_xact_lock(%s, %s)", _WRITE_LOCK)
+                    end = int(self._scalar("SELECT coalesce(max(seq), 0) FROM entries WHERE session_id = ?",
+                                           [source.id]))
+                    at = fork_point(at_seq, end, source.id)
+                    if into is None:
+                        new_id = int(self._scalar("SELECT coalesce(max(id), 0) + 1 FROM sessions"))
+                    elif self._scalar("SELECT count(*) FROM sessions WHERE id = ?", [int(into)]):
+                        raise StoreError(
+                            f"session {into} exists in {self.path}; a fork makes a new session (leave the id out)")
+                    else:
+                        new_id = int(into)
+                    first = int(self._scalar("SELECT coalesce(max(id), 0) + 1 FROM entries"))
+                    self._rows(
+                        "INSERT INTO sessions (id, agent, kind, parent_id, depth, created_at, title, metadata,"
+                        " ceiling, forked_from, forked_at_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        [new_id, agent or source.agent, source.kind, source.parent_id, source.depth, utcnow(),
+                         source.title, fork_metadata(source.metadata, metadata, self.redact),
+                         source.ceiling, source.id, at])
+                    self._con.execute(copy_entries_sql("postgresql", first, source.id, at, new_id))
+                    copied = int(self._scalar("SELECT count(*) FROM entries WHERE session_id = ?", [new_id]))
+                    items = closing_entries(self, new_id, at)
+                    closing = self._insert(self._prepare(items)) if items else []
+            except StoreError:
+                raise
+            except psycopg.Error as exc:
+                raise StoreError(f"could not fork session {source.id}: {_one_line(exc)}") from exc
+            self._enqueue(closing)
+        self._drain()
+        return ForkCopy(new_id, at, copied, closing)
 
     def entries(self, session_id: int, after_seq: int = 0, types: Iterable[EntryType] | None = None) -> list[Entry]:
         """Entries of a session in seq order (after ``after_seq``, of ``types`` when given)."""
@@ -470,13 +527,18 @@ class PgSessionStore(GroupCommitWriter):
         """Queue ``local`` (just committed) behind the others' entries committed before them."""
         first = local[0].id if local else None
         if first is None or first > self._seen + 1:
+            # up to the newest id first, then the entries to it: a fork's copies (copied_from) are
+            # skipped, as no news (nothing runs for them), yet seen (ids commit in order, so no
+            # entry below that id can still come)
             upto = "" if first is None else " AND id < ?"
             params = [self._seen] if first is None else [self._seen, first]
-            earlier = [_entry(r) for r in self._rows(
-                f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE id > ?{upto} ORDER BY id", params)]
-            self._queue.extend(earlier)
-            if earlier:
-                self._seen = max(self._seen, earlier[-1].id)
+            top = self._scalar(f"SELECT max(id) FROM entries WHERE id > ?{upto}", params)
+            if top is not None:
+                earlier = [_entry(r) for r in self._rows(
+                    f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE id > ? AND id <= ?{self._not_copies}"
+                    " ORDER BY id", [self._seen, top])]
+                self._queue.extend(earlier)
+                self._seen = max(self._seen, int(top))
         fresh = [e for e in local if e.id > self._seen]
         self._queue.extend(fresh)
         if fresh:

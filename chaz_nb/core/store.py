@@ -39,7 +39,7 @@ from ..errors import StoreError, StoreLockedError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["NewEntry", "OnWrite", "SessionInfo", "SessionStore"]
+__all__ = ["ForkCopy", "NewEntry", "OnWrite", "SessionInfo", "SessionStore"]
 
 #: sessions whose newest entries are kept in memory (least recently used dropped first)
 LOG_CACHE_SESSIONS = 128
@@ -67,6 +67,41 @@ class SessionInfo:
     metadata: dict[str, Any] | None = None
     #: a spawned session's authority ceiling as stored (JSON text; see chaz_nb/ceiling.py)
     ceiling: str | None = None
+    #: a fork's source session and the seq it was forked at (server/fork.py)
+    forked_from: int | None = None
+    forked_at_seq: int | None = None
+
+
+@dataclass(frozen=True)
+class ForkCopy:
+    """What ``fork_session`` wrote: the new session, how many entries it copies, and the
+    entries that close what was open at the fork point (written after the copies)."""
+
+    session_id: int
+    at_seq: int
+    copied: int
+    closing: list[Entry]
+
+
+def fork_metadata(
+    source: dict[str, Any] | None, extra: dict[str, Any] | None, redact: Callable[[str], str]
+) -> str | None:
+    """A fork's session metadata as stored: the source's (a room's members), and ``extra``."""
+    if source is None and extra is None:
+        return None
+    return json.dumps(redact_data({**(source or {}), **(extra or {})}, redact))
+
+
+def fork_point(at_seq: Any, end: int, source_id: int) -> int:
+    """``at_seq`` checked against the source's committed end (None: the end); StoreError else."""
+    if at_seq is None:
+        return end
+    if isinstance(at_seq, bool) or not isinstance(at_seq, int) or not 0 <= at_seq <= end:
+        raise StoreError(
+            f"cannot fork session {source_id} at {at_seq!r}: its entries are #1-#{end}; "
+            f"give a seq from 0 (nothing copied) to {end}, or leave it out for its end"
+        )
+    return at_seq
 
 
 def utcnow() -> datetime:
@@ -163,10 +198,11 @@ class SessionStore(GroupCommitWriter):
         self._logs: OrderedDict[int, _LogWindow] = OrderedDict()
         self._log_bytes = 0  # the cached windows' bytes together
         self._has_run_id = self.has_column("entries", "run_id")
-        # A read-only file of an older schema has no ceiling column: read it as NULL.
+        # A read-only file of an older schema has no ceiling or fork columns: read them as NULL.
         self._session_columns = (
             "id, agent, kind, parent_id, depth, created_at, title, metadata, "
             + ("ceiling" if self.has_column("sessions", "ceiling") else "NULL")
+            + (", forked_from, forked_at_seq" if self.has_column("sessions", "forked_from") else ", NULL, NULL")
         )
 
     # ----------------------------------------------------------------- basics
@@ -336,71 +372,135 @@ class SessionStore(GroupCommitWriter):
         items = list(items)
         if not items:
             return []
-        now = utcnow()
         with self._lock:
-            next_id = self._next_entry_id
-            next_seq: dict[int, int] = {}
-            rows: list[list[Any]] = []
-            entries: list[Entry] = []
-            for item in items:
-                sid = int(item.session_id)
-                if sid not in next_seq:
-                    next_seq[sid] = self._seq_start(sid)
-                entry_type = EntryType(item.entry_type)
-                fields = storable_fields(item, self.redact)
-                content = fields.content
-                payload_json = payload_text(fields.payload)
-                entry = Entry(
-                    id=next_id,
-                    session_id=sid,
-                    seq=next_seq[sid],
-                    entry_type=entry_type,
-                    sender=fields.sender,
-                    content=content,
-                    tool_call_id=fields.tool_call_id,
-                    tool_name=fields.tool_name,
-                    payload=json.loads(payload_json),
-                    created_at=now,
-                )
-                row = [
-                    entry.id,
-                    sid,
-                    entry.seq,
-                    entry_type.value,
-                    entry.sender,
-                    content,
-                    entry.tool_call_id,
-                    entry.tool_name,
-                    payload_json,
-                    now,
-                ]
-                if self._has_run_id:
-                    row.append(_run_id_of(entry))
-                rows.append(row)
-                entries.append(entry)
-                next_id += 1
-                next_seq[sid] += 1
+            entries, statement, values, next_seq = self._prepare(items, self._next_entry_id)
             try:
-                # One multi-row INSERT in autocommit is one transaction: ~1.4 ms for one row here
-                # (bench/bench_commit.py: parsing ~0.1 ms, WAL write + fdatasync ~0.35 ms, the
-                # rest DuckDB's transaction, ~35 us a column); BEGIN + INSERT + COMMIT costs 30 %
-                # more, and a reused cursor, PREPARE/EXECUTE or the Appender no less.
-                columns = _ENTRY_COLUMNS + (", run_id" if self._has_run_id else "")
-                one_row = "(" + ", ".join("?" * len(rows[0])) + ")"
-                self._con.execute(
-                    f"INSERT INTO entries ({columns}) VALUES {', '.join([one_row] * len(rows))}",
-                    [value for row in rows for value in row],
-                )
+                self._con.execute(statement, values)
             except duckdb.Error as exc:
                 raise StoreError(f"could not write entry: {str(exc).splitlines()[0]}") from exc
-            # Counters move only after the commit, so a failed write leaves no gap.
-            self._next_entry_id = next_id
-            self._next_seq.update(next_seq)
-            for entry in entries:
-                self._latest[entry.session_id] = entry
-            self._cache_committed(entries)
+            self._committed(entries, next_seq)
         self._dispatch(entries)
         return entries
+
+    def _prepare(self, items: list[NewEntry], next_id: int) -> tuple[list[Entry], str, list[Any], dict[int, int]]:
+        """The entries ``items`` become from id ``next_id`` on, their INSERT, its values, and
+        each session's next seq after them (an unknown session is a StoreError)."""
+        now = utcnow()
+        next_seq: dict[int, int] = {}
+        rows: list[list[Any]] = []
+        entries: list[Entry] = []
+        for item in items:
+            sid = int(item.session_id)
+            if sid not in next_seq:
+                next_seq[sid] = self._seq_start(sid)
+            entry_type = EntryType(item.entry_type)
+            fields = storable_fields(item, self.redact)
+            content = fields.content
+            payload_json = payload_text(fields.payload)
+            entry = Entry(
+                id=next_id,
+                session_id=sid,
+                seq=next_seq[sid],
+                entry_type=entry_type,
+                sender=fields.sender,
+                content=content,
+                tool_call_id=fields.tool_call_id,
+                tool_name=fields.tool_name,
+                payload=json.loads(payload_json),
+                created_at=now,
+            )
+            row = [
+                entry.id,
+                sid,
+                entry.seq,
+                entry_type.value,
+                entry.sender,
+                content,
+                entry.tool_call_id,
+                entry.tool_name,
+                payload_json,
+                now,
+            ]
+            if self._has_run_id:
+                row.append(_run_id_of(entry))
+            rows.append(row)
+            entries.append(entry)
+            next_id += 1
+            next_seq[sid] += 1
+        # One multi-row INSERT in autocommit is one transaction: ~1.4 ms for one row here
+        # (bench/bench_commit.py: parsing ~0.1 ms, WAL write + fdatasync ~0.35 ms, the
+        # rest DuckDB's transaction, ~35 us a column); BEGIN + INSERT + COMMIT costs 30 %
+        # more, and a reused cursor, PREPARE/EXECUTE or the Appender no less.
+        columns = _ENTRY_COLUMNS + (", run_id" if self._has_run_id else "")
+        one_row = "(" + ", ".join("?" * len(rows[0])) + ")"
+        statement = f"INSERT INTO entries ({columns}) VALUES {', '.join([one_row] * len(rows))}"
+        return entries, statement, [value for row in rows for value in row], next_seq
+
+    def _committed(self, entries: list[Entry], next_seq: dict[int, int]) -> None:
+        # Counters move only after the commit, so a failed write leaves no gap.
+        if entries:
+            self._next_entry_id = entries[-1].id + 1
+        self._next_seq.update(next_seq)
+        for entry in entries:
+            self._latest[entry.session_id] = entry
+        self._cache_committed(entries)
+
+    # ------------------------------------------------------------------ forks
+    def fork_session(
+        self, source_id: int, at_seq: int | None = None, *, agent: str | None = None, into: int | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> ForkCopy:
+        """A new session whose log starts with ``source_id``'s entries up to ``at_seq`` (None:
+        its committed end; 0: none), in one transaction, with what was open there closed.
+
+        The session row copies the source's kind, parent, depth, title, metadata (a room's
+        members) and ceiling, and records ``forked_from``/``forked_at_seq``; ``agent`` is its
+        agent (default: the source's). ``into``: the new session's id (default: the next one);
+        one that exists is a StoreError and nothing is written. The copies are not handed to
+        the on_write callbacks (they are no news: nothing runs for them); the closing entries are.
+        """
+        from .forksql import closing_entries, copy_entries_sql
+
+        self._check_writable()
+        source = self.session(source_id)
+        with self._lock:
+            end = self._latest_seq(source.id)
+            at = fork_point(at_seq, end, source.id)
+            new_id = self._next_session_id if into is None else int(into)
+            if self._scalar("SELECT count(*) FROM sessions WHERE id = ?", [new_id]):
+                raise StoreError(
+                    f"session {new_id} exists in {self.path}; a fork makes a new session (leave the id out)")
+            first = self._next_entry_id
+            row = [new_id, agent or source.agent, source.kind, source.parent_id, source.depth, utcnow(),
+                   source.title, fork_metadata(source.metadata, metadata, self.redact),
+                   source.ceiling, source.id, at]
+            self._con.execute("BEGIN TRANSACTION")
+            try:
+                self._con.execute(
+                    "INSERT INTO sessions (id, agent, kind, parent_id, depth, created_at, title, metadata, ceiling,"
+                    " forked_from, forked_at_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
+                self._con.execute(copy_entries_sql("duckdb", first, source.id, at, new_id))
+                copied = int(self._scalar("SELECT count(*) FROM entries WHERE session_id = ?", [new_id]))
+                self._next_seq[new_id] = at + 1  # the copies keep their seqs: the branch goes on from #at
+                closing: list[Entry] = []
+                next_seq: dict[int, int] = {}
+                items = closing_entries(self, new_id, at)
+                if items:
+                    closing, statement, values, next_seq = self._prepare(items, first + at)
+                    self._con.execute(statement, values)
+                self._con.execute("COMMIT")
+            except Exception as exc:
+                with suppress(duckdb.Error):
+                    self._con.execute("ROLLBACK")
+                self._next_seq.pop(new_id, None)
+                if isinstance(exc, StoreError):
+                    raise
+                raise StoreError(f"could not fork session {source.id}: {str(exc).splitlines()[0]}") from exc
+            self._next_session_id = max(self._next_session_id, new_id + 1)
+            self._next_entry_id = first + at + len(closing)  # (the copy of seq N has id first + N - 1)
+            self._committed(closing, next_seq)
+        self._dispatch(closing)
+        return ForkCopy(new_id, at, copied, closing)
 
     def _seq_start(self, session_id: int) -> int:
         nxt = self._next_seq.get(session_id)
@@ -736,6 +836,8 @@ def _session_from_row(row: Sequence[Any]) -> SessionInfo:
         title=row[6],
         metadata=json.loads(row[7]) if row[7] else None,
         ceiling=row[8] if len(row) > 8 else None,
+        forked_from=row[9] if len(row) > 9 else None,
+        forked_at_seq=row[10] if len(row) > 10 else None,
     )
 
 

@@ -13,7 +13,8 @@ from ..core.redaction import REDACTED, is_credential_field, is_secret_name, reda
 from ..errors import AgentError
 
 RESERVED_NAMES = frozenset({"user", "system", "all", "everyone"})
-_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+#: a name, and the variant a fork makes of it with another model or prompt (``analyst@gpt-4o``)
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}(?:@[A-Za-z0-9_.-]{1,64})?")
 
 
 @dataclass
@@ -66,7 +67,7 @@ class Agent:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
             raise AgentError(
                 f"agent name {self.name!r} must start with a letter and use only letters, "
-                "digits, _ or - (at most 64)"
+                "digits, _ or - (at most 64), and a fork's variant after @ (analyst@gpt-4o)"
             )
         if self.name.lower() in RESERVED_NAMES:
             raise AgentError(f"agent name {self.name!r} is reserved; choose another name")

@@ -43,7 +43,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-DECISIONS = ("approve", "deny", "approve_all", "timed_out")
+#: ``forked``: the request was open where its session was forked; the branch closes it (fork.py)
+DECISIONS = ("approve", "deny", "approve_all", "timed_out", "forked")
 DEFAULT_TIMEOUT = 300.0
 MASK = "••••••"
 SYSTEM = "system"

@@ -24,8 +24,12 @@ from . import spawn as spawn_tools
 from .agents import Agent
 from .approvals import DEFAULT_TIMEOUT, ApprovalBook
 from .compaction import Compaction
+from .compare import Comparison
+from .compare import compare as compare_branches
+from .fork import ForkResult, Forks
 from .invocation import Invocation
 from .mcp import McpServer, McpServers
+from .replay import RecordedTools
 from .handle import RunHandle
 from .ports import Part, RunContext, ServerPort, SpawnContext
 from .rooms import ROOM_KIND, Rooms
@@ -74,11 +78,17 @@ class Server:
         # (the parts' on_write hooks subscribe after recovery: what recover() writes is not
         # news to them)
         self._unsubscribers: list[Callable[[], None]] | None = None
+        # A branch's recorded tools come first, outside the approval proxy: a call answered
+        # from the recording runs nothing, so asks nobody (replay.py).
+        self.recorded = self.add_part(RecordedTools(self._engine))
         self.approvals = self.add_part(ApprovalBook(self._engine, approval_timeout))
         self.schedules = self.add_part(Schedules(self._engine))
         self.rooms = self.add_part(Rooms(self._engine))
         self.compaction = self.add_part(Compaction(self._engine, self.rooms))
         self.mcp = self.add_part(McpServers(self._engine))
+        # last: asked first for a run's messages (a branch's context, fork.py)
+        self.forks = self.add_part(Forks(self._engine, self.compaction, self.recorded, self.define_agent,
+                                         self._make_current))
         self.recovered = self._engine.recover()
         self._unsubscribers = [
             *(store.subscribe(p.on_write) for p in self._engine.parts if type(p).on_write is not Part.on_write),
@@ -142,6 +152,47 @@ class Server:
             self.agent(agent_name)
             return self.new_session(agent_name)
         return self._current[agent_name]
+
+    def _make_current(self, agent_name: str, session_id: int) -> None:
+        self._current[agent_name] = session_id
+
+    # ------------------------------------------------------------ forks
+    def fork(
+        self,
+        session_id: int,
+        at_seq: int | None = None,
+        *,
+        agent: str | None = None,
+        model: str | None = None,
+        system: str | None = None,
+        say: str | None = None,
+        rerun: bool = False,
+        replay: str = "recorded",
+    ) -> int:
+        """A new session that starts with ``session_id``'s log up to seq ``at_seq`` (None: its
+        end), copied in one transaction; returns its id (fork.py). ``agent``/``model``/``system``
+        change its agent (a changed model or prompt is a new definition, ``analyst@gpt-4o``);
+        ``say`` writes a new Message there, ``rerun`` writes the last trigger at or before the
+        point again (both start a run: ``await server.wait_idle()`` waits for it). With
+        ``replay="recorded"`` its tool calls get the source's recorded outputs; no tool runs.
+        A bad seq or an unknown session is a one-line error, and nothing is written."""
+        return self.forks.fork(session_id, at_seq, agent=agent, model=model, system=system, say=say,
+                               rerun=rerun, replay=replay).session_id
+
+    def fork_session(self, session_id: int, at_seq: int | None = None, **options: Any) -> ForkResult:
+        """``fork`` that returns the whole ``ForkResult`` (its run's handle, its line)."""
+        return self.forks.fork(session_id, at_seq, **options)
+
+    async def replay(self, session_id: int, *, agent: str | None = None, model: str | None = None,
+                     replay: str = "recorded") -> int:
+        """Replay every trigger of ``session_id`` in order in a new branch from its start (on
+        another ``model`` or ``agent``, tools from the recording); the branch's id once every
+        replayed turn has finished."""
+        return await self.forks.replay(session_id, agent=agent, model=model, replay=replay)
+
+    def compare(self, a: int, b: int) -> Comparison:
+        """Sessions ``a`` and ``b`` side by side from their fork point (compare.py)."""
+        return compare_branches(self.store, a, b)
 
     def use_session(self, session_id: int) -> SessionInfo:
         """Make an existing chat session its agent's current one here (e.g. a session another

@@ -321,6 +321,8 @@ class RunEngine:
     # -------------------------------------------------- process_session
     def triggers_run(self, entry: Entry) -> bool:
         """Act on a Directive, or on a Message from a non-agent (docs/design.md, "Triggers")."""
+        if entry.payload.get("copied_from") is not None:
+            return False  # a fork's copy of an entry: its run happened in the source (fork.py)
         if entry.entry_type is EntryType.DIRECTIVE:
             return True
         return entry.entry_type is EntryType.MESSAGE and entry.sender not in self.agents

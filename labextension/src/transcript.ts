@@ -612,6 +612,12 @@ function drawTranscript(
   if (session.parent_id !== null && session.parent_id !== undefined) {
     header.appendChild(el(doc, 'span', 'chaz-parent', `child of ${session.parent_id}`));
   }
+  if (session.forked_from !== null && session.forked_from !== undefined) {
+    // a fork (server/fork.py): where its log comes from
+    header.appendChild(
+      el(doc, 'span', 'chaz-forked', `forked from session ${session.forked_from} at #${session.forked_at_seq ?? 0}`)
+    );
+  }
   header.appendChild(
     el(doc, 'span', `chaz-status chaz-status-${status.replace(/[^a-z]/gi, '')}`, status)
   );

@@ -42,6 +42,9 @@ export interface ISessionInfo {
   kind: string;
   parent_id?: number | null;
   depth?: number;
+  /** a fork's source session and the seq it was forked at */
+  forked_from?: number | null;
+  forked_at_seq?: number | null;
 }
 
 /** Value of the `application/vnd.chaz.session+json` bundle. */

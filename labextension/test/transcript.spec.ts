@@ -46,6 +46,16 @@ beforeEach(() => {
   nextId = 1;
 });
 
+describe('a fork', () => {
+  it('says in its header where it was forked from', () => {
+    const value = bundle([entry('Message', { content: 'hi' })]);
+    value.session = { ...value.session, forked_from: 1, forked_at_seq: 12 };
+    const root = renderTranscript(value);
+    expect(texts(root, '.chaz-header .chaz-forked')).toEqual(['forked from session 1 at #12']);
+    expect(texts(renderTranscript(bundle([])), '.chaz-forked')).toEqual([]);
+  });
+});
+
 describe('streamed reply', () => {
   it('shows the text so far under the entries, as text', () => {
     const evil = '<script>window.__pwned = 1</script>';

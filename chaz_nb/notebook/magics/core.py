@@ -26,6 +26,7 @@ from .mcp import MCP_USAGE, McpCommands
 from .multi import ROOM_USAGE, SCHEDULE_USAGE, MultiAgentCommands
 from .sql import AUDIT_USAGE, SQL_USAGE, SqlCommands
 from .stop import STOP_USAGE, StopCommands
+from .fork import COMPARE_USAGE, FORK_USAGE, REPLAY_USAGE, ForkCommands, forked_note
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...server.agents import Agent
@@ -70,6 +71,10 @@ _HELP = """\
 %chaz room NAME @a @b [--host a] [--budget N]   a session shared by agents; it becomes the current room:
                             %chaz @a text then speaks there, and the agents @mentioned take turns
 %chaz room [NAME]           list the rooms / enter room NAME;  %chaz room --leave  leaves the current room
+%chaz fork SESSION [--at SEQ] [--agent NAME] [--model M] [--system TEXT] [--say TEXT] [--rerun] [--replay recorded|live]
+                            a new session starting with SESSION's log up to SEQ (another model, prompt, message)
+%chaz replay SESSION --model M [--agent NAME]   every trigger of SESSION again in a new branch; tools from the recording
+%chaz compare A B           two branches side by side from their fork point
 %chaz compact [SESSION]     summarize the conversation into a Summary: later runs start from it
 %chaz mcp add NAME -- COMMAND ARGS...   start an MCP tool server (or --url URL); its tools are NAME__TOOL
                             options: --env K=V --risk R --approval MODE --timeout S --start-timeout S --wait
@@ -83,7 +88,8 @@ Interrupting a wait stops waiting only: the run goes on and every entry is kept.
 AGENT_FIELDS = ("model", "system", "tools", "max_depth", "max_iterations", "script")
 _GLOB = re.compile(r"[*?\[]")
 _TOOL_PATTERN = re.compile(r"[A-Za-z0-9_*?\[\]!-]{1,64}")
-_NAME = re.compile(r"@([A-Za-z][A-Za-z0-9_-]*)")
+#: ``@NAME``, and a fork's variant of an agent, ``@analyst@gpt-4o`` (server/fork.py)
+_NAME = re.compile(r"@([A-Za-z][A-Za-z0-9_-]*(?:@[A-Za-z0-9_.-]+)?)")
 
 
 def _state() -> ExtensionState:
@@ -181,6 +187,9 @@ USAGE = "usage: %chaz " + " | ".join(
         _forms(AUDIT_USAGE),
         _forms(SCHEDULE_USAGE),
         _forms(ROOM_USAGE),
+        _forms(FORK_USAGE),
+        _forms(REPLAY_USAGE),
+        _forms(COMPARE_USAGE),
         "compact [SESSION]",
         "config [db=PATH] [model=M]",
         "help",
@@ -353,7 +362,8 @@ def describe_agent(agent: Agent, server: Server) -> str:
 
 # ------------------------------------------------------------------ the magics
 @magics_class
-class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, McpCommands, StopCommands, Magics):
+class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, McpCommands, StopCommands, ForkCommands,
+                 Magics):
     """``%chaz`` / ``%%chaz``.
 
     Sub-command ``%chaz NAME ...`` is the method ``_cmd_NAME``; the approval, SQL/audit and
@@ -491,18 +501,20 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, McpCommands,
             raise UsageError("%chaz sessions takes no arguments")
         server = self.state.server
         counts = dict(server.store.execute("SELECT session_id, count(*) FROM entries GROUP BY session_id"))
-        rows = [("id", "agent", "kind", "parent", "depth", "entries", "status")]
-        for s in server.store.sessions():
+        sessions = server.store.sessions()
+        forks = any(s.forked_from is not None for s in sessions)
+        rows = [("id", "agent", "kind", "parent", "depth", "entries", "status") + (("forked",) if forks else ())]
+        for s, level in fork_tree(sessions):
             rows.append(
                 (
-                    str(s.id),
+                    "  " * level + ("└ " if level else "") + str(s.id),
                     s.agent,
                     s.kind,
                     "-" if s.parent_id is None else str(s.parent_id),
                     str(s.depth),
                     str(counts.get(s.id, 0)),
                     server.session_status(s.id),
-                )
+                ) + ((forked_note(s) or "-",) if forks else ())
             )
         if len(rows) == 1:
             print("no sessions yet; talk to an agent: %chaz @assistant hello")
@@ -599,6 +611,22 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, McpCommands,
 
     def _cmd_help(self, rest: str) -> None:
         print(HELP)
+
+
+def fork_tree(sessions: list[Any]) -> list[tuple[Any, int]]:
+    """Sessions in id order, each fork right under the session it was forked from (indented)."""
+    ids = {s.id for s in sessions}
+    children: dict[int | None, list[Any]] = {}
+    for s in sessions:
+        source = s.forked_from if s.forked_from in ids else None
+        children.setdefault(source, []).append(s)
+    out: list[tuple[Any, int]] = []
+    stack = [(s, 0) for s in reversed(children.get(None, []))]
+    while stack:
+        s, level = stack.pop()
+        out.append((s, level))
+        stack.extend((c, level + 1) for c in reversed(children.get(s.id, [])))
+    return out
 
 
 def _agent_spec(agent: Agent, **changes: Any) -> dict[str, Any]:

@@ -198,6 +198,9 @@ class Row:
         return "?"
 
     def _approval_note(self) -> str:
+        replayed = (self.result.payload or {}).get("replayed_from") if self.result is not None else None
+        if replayed is not None:  # a branch's call answered from its source's log (server/replay.py)
+            return f"replayed from entry {replayed}"
         if self.request is None:
             if self.decision is not None:
                 from .approval import describe_decision
@@ -663,6 +666,8 @@ class SessionView(LiveView):
         parts = [f"session {i.id}", i.agent, i.kind]
         if i.parent_id is not None:
             parts.append(f"child of {i.parent_id}, depth {i.depth}")
+        if i.forked_from is not None:
+            parts.append(f"forked from session {i.forked_from} at #{i.forked_at_seq}")
         if self.title:
             parts.insert(0, self.title)
         return " · ".join(str(p) for p in parts) + f" · {self.status()}"
@@ -1108,6 +1113,9 @@ class SessionView(LiveView):
             # each string clipped: a tool's megabyte output stays in the log, not in the notebook
             "entries": [clip_json(e.to_json()) for e in self.transcript.entries],
         }
+        if i.forked_from is not None:  # (only a fork's: the JSON of other sessions is unchanged)
+            data["session"]["forked_from"] = i.forked_from  # type: ignore[index]
+            data["session"]["forked_at_seq"] = i.forked_at_seq  # type: ignore[index]
         if self.footer:
             data["footer"] = self.footer
         if self.earlier:  # a page of a longer log: what the renderer's "show earlier" needs

@@ -1,0 +1,122 @@
+"""Two branches side by side from their fork point: each run's reply, tool calls and totals.
+
+``compare(store, a, b)`` reads both logs after the point where they part (``fork_point``): a
+fork and its source part at the fork's ``forked_at_seq``, two forks of one source at the
+earlier of their points, anything else at the start. Each side is the runs that opened after
+that point (the copies before it are the same on both sides); ``first_difference`` is the
+first tool call (name and arguments, in order across the runs) where the two sides differ.
+The notebook shows it (``%chaz compare``, notebook/views/compare.py).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.entries import Entry, EntryType
+
+
+@dataclass
+class RunSummary:
+    """One run of a branch: its reply (or how it ended), tool calls and totals."""
+
+    run_id: int
+    seq: int
+    agent: str
+    model: str | None
+    trigger: str = ""
+    reply: str = ""
+    status: str = "running"
+    tool_calls: list[str] = field(default_factory=list)
+    steps: int | None = None
+    tokens: int | None = None
+    cost_usd: float | None = None
+    duration_ms: float | None = None
+
+
+@dataclass
+class Side:
+    session_id: int
+    agent: str
+    runs: list[RunSummary]
+
+    @property
+    def calls(self) -> list[str]:
+        return [c for r in self.runs for c in r.tool_calls]
+
+    def total(self, name: str) -> float:
+        return sum(getattr(r, name) or 0 for r in self.runs)
+
+
+@dataclass
+class Comparison:
+    point: int
+    a: Side
+    b: Side
+    #: index (across each side's calls, in order) of the first differing tool call; None: same
+    first_difference: int | None
+
+
+def fork_point(store: Any, a: int, b: int) -> int:
+    """The seq after which the two sessions' logs part (0: they share nothing)."""
+    ia, ib = store.session(a), store.session(b)
+    if ib.forked_from == ia.id:
+        return int(ib.forked_at_seq or 0)
+    if ia.forked_from == ib.id:
+        return int(ia.forked_at_seq or 0)
+    if ia.forked_from is not None and ia.forked_from == ib.forked_from:
+        return min(int(ia.forked_at_seq or 0), int(ib.forked_at_seq or 0))
+    return 0
+
+
+def call_text(entry: Entry) -> str:
+    args = entry.payload.get("arguments")
+    shown = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False, sort_keys=True, default=str)
+    return f"{entry.tool_name}({shown})"
+
+
+def side(store: Any, session_id: int, after: int) -> Side:
+    """The runs of ``session_id`` that opened after seq ``after``."""
+    entries = store.entries(session_id, after)
+    triggers = {e.id: e for e in store.entries(session_id) if e.entry_type in (EntryType.MESSAGE, EntryType.DIRECTIVE)}
+    runs: dict[int, RunSummary] = {}
+    opened: dict[int, Entry] = {}
+    for e in entries:
+        if e.entry_type is EntryType.ACK and e.run_id == e.id:
+            trigger = triggers.get(e.payload.get("trigger_id"))  # type: ignore[arg-type]
+            runs[e.id] = RunSummary(e.id, e.seq, e.sender, e.payload.get("model"),
+                                    trigger=trigger.content if trigger else "")
+            opened[e.id] = e
+            continue
+        run = runs.get(e.run_id) if e.run_id is not None else None
+        if run is None:
+            continue
+        if e.entry_type is EntryType.TOOL_CALL:
+            run.tool_calls.append(call_text(e))
+        elif e.entry_type in (EntryType.MESSAGE, EntryType.ERROR, EntryType.ACK) and run.status == "running":
+            p = e.payload
+            run.status = "error" if e.entry_type is EntryType.ERROR else str(p.get("status") or "ok")
+            run.reply = e.content
+            run.steps = p.get("steps")
+            prompt, completion = p.get("prompt_tokens"), p.get("completion_tokens")
+            run.tokens = (prompt or 0) + (completion or 0) if prompt is not None or completion is not None else None
+            run.cost_usd = p.get("cost_usd")
+            start, end = opened[run.run_id].created_at, e.created_at
+            if start is not None and end is not None:
+                run.duration_ms = round((end - start).total_seconds() * 1000, 1)
+    return Side(session_id, store.session(session_id).agent, list(runs.values()))
+
+
+def compare(store: Any, a: int, b: int) -> Comparison:
+    """Sessions ``a`` and ``b`` side by side from their fork point (StoreError: unknown one)."""
+    point = fork_point(store, a, b)
+    left, right = side(store, a, point), side(store, b, point)
+    first = None
+    for i in range(max(len(left.calls), len(right.calls))):
+        x = left.calls[i] if i < len(left.calls) else None
+        y = right.calls[i] if i < len(right.calls) else None
+        if x != y:
+            first = i
+            break
+    return Comparison(point, left, right, first)

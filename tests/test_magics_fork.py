@@ -1,0 +1,70 @@
+"""``%chaz fork``, ``%chaz replay``, ``%chaz compare`` and the sessions tree in IPython's shell."""
+
+from __future__ import annotations
+
+import pytest
+from IPython.core.error import UsageError
+
+from ipython_harness import ip
+
+TOOL = '''
+import chaz_nb
+calls = []
+
+@chaz_nb.tool
+def lookup(city: str) -> str:
+    """The weather."""
+    calls.append(city)
+    return f"{city}: sunny"
+'''
+
+
+@pytest.fixture
+def session(chaz, capsys):
+    ip.run_cell(TOOL).raise_error()
+    ip.run_line_magic("chaz", "agent analyst --model chaz/script --tools lookup --script "
+                              "'[{\"tool\": \"lookup\", \"args\": {\"city\": \"Oslo\"}}, "
+                              "\"<b>bold</b> \\u001b[2J \\u202eevil {result}\"]'")
+    ip.run_line_magic("chaz", "@analyst weather?")
+    capsys.readouterr()
+    return chaz.current_session("analyst")
+
+
+def test_fork_prints_where_the_branch_comes_from_and_sessions_show_the_tree(chaz, session, capsys):
+    ip.run_line_magic("chaz", f"fork {session} --at 2")
+    out = capsys.readouterr().out
+    assert out.startswith(f"session 2: forked from session {session} at #2 (2 entries copied; "
+                          "1 open run(s)/request(s) closed there as forked), agent @analyst")
+    ip.run_line_magic("chaz", "sessions")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[-1] == "forked"
+    assert lines[2].startswith("  └ 2") and lines[2].endswith("forked from session 1 at #2")
+
+
+@pytest.mark.parametrize("line, words", [
+    ("fork 1 --at 40", "%chaz fork: cannot fork session 1 at 40: its entries are #1-#5"),
+    ("fork 9", "%chaz fork: there is no session 9"),
+    ("fork 1 --say hi --rerun", "either says something new"),
+    ("fork 1 --replay sometimes", "replay must be recorded or live"),
+    ("replay 1", "say which model (--model M) or agent"),
+    ("compare 1", "give two sessions"),
+])
+def test_bad_fork_lines_are_one_line_usage_errors_that_write_nothing(chaz, session, line, words):
+    before = (len(chaz.store.sessions()), len(chaz.store.entries(session)))
+    with pytest.raises(UsageError, match=words.replace("(", r"\(").replace(")", r"\)")) as err:
+        ip.run_line_magic("chaz", line)
+    assert "\n" not in str(err.value)
+    assert (len(chaz.store.sessions()), len(chaz.store.entries(session))) == before
+
+
+def test_replay_and_compare_show_escaped_agent_text_and_run_no_tool(chaz, session, capsys):
+    ip.run_line_magic("chaz", f"replay {session} --model chaz/script")
+    assert "every trigger replayed by @analyst@chaz-script" in capsys.readouterr().out
+    assert ip.user_ns["calls"] == ["Oslo"]
+    from chaz_nb.notebook.views.compare import CompareView
+
+    view = CompareView(chaz.compare(session, 2))
+    html, text = view.html(), view.text()
+    assert "<b>bold</b>" not in html and "&lt;b&gt;bold&lt;/b&gt;" in html
+    assert "\x1b" not in html + text and "\\x1b[2J" in text and "<U+202E>" in text
+    assert "the same tool calls on both sides" in text
