@@ -164,6 +164,13 @@ def _m011_schedule_id_sequences(con: duckdb.DuckDBPyConnection) -> None:
     del con
 
 
+def _m012_kernel_audit_views(con: duckdb.DuckDBPyConnection) -> None:
+    from .audit import create_audit_views
+
+    # data_egress and variable_changes: what the kernel's tools sent, what kernel__run changed
+    create_audit_views(con)
+
+
 MIGRATIONS: list[Migration] = [
     Migration("001_sessions_entries", _m001_sessions_entries),
     Migration("002_session_title_metadata", _m002_session_title_metadata),
@@ -175,6 +182,7 @@ MIGRATIONS: list[Migration] = [
     Migration("008_tool_calls_mcp_server", _m008_tool_calls_mcp_server),
     Migration("009_context_window", _m009_context_window),
     Migration("011_schedule_id_sequences", _m011_schedule_id_sequences),
+    Migration("012_kernel_audit_views", _m012_kernel_audit_views),
 ]
 
 

@@ -124,6 +124,10 @@ def _m011(cur: Any) -> None:
         cur.execute(f"SELECT setval('{table}_id_seq', coalesce((SELECT max(id) FROM {table}), 0) + 1, false)")
 
 
+def _m012(cur: Any) -> None:
+    create_audit_views(cur)  # data_egress, variable_changes (the kernel's tools)
+
+
 #: the same names as chaz_nb.core.migrations.MIGRATIONS (tests check it)
 PG_MIGRATIONS: list[PgMigration] = [
     PgMigration("001_sessions_entries", _m001),
@@ -136,6 +140,7 @@ PG_MIGRATIONS: list[PgMigration] = [
     PgMigration("008_tool_calls_mcp_server", _m008),
     PgMigration("009_context_window", _m009),
     PgMigration("011_schedule_id_sequences", _m011),
+    PgMigration("012_kernel_audit_views", _m012),
 ]
 
 def create_audit_views(cur: Any) -> None:

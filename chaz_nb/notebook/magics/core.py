@@ -44,7 +44,9 @@ _HELP = """\
 %chaz directive @NAME text  write a Directive (a task) instead of a Message
 %%chaz @NAME                the cell body is the message
 {agent}
-                            without --tools the agent gets every registered tool (the line it prints says how many)
+                            without --tools: the built-in session tools and the kernel's (kernel__*, kernel__run
+                            asks first), not your own tools; --tools '*' gives every tool
+                            --data schema|sample|full, --data-rows N: what the kernel's tools send of your data
 %%chaz agent NAME           the same fields as a TOML body (model = "...", tools = ["a", "b"], ...)
 %chaz agents                the agents of this kernel
 %chaz sessions              the sessions in the database
@@ -115,6 +117,12 @@ def _agent_parser() -> CommandParser:
                    help="token budget of a run's context, newest first from the latest Summary (default 32000)")
     p.add_argument("--max-tool-output", type=int, dest="max_tool_output", metavar="N",
                    help="characters of one tool result the model is sent; the log keeps it whole (default 50000)")
+    p.add_argument("--data", choices=("schema", "sample", "full"),
+                   help="what the kernel's tools send of the notebook's values (default sample)")
+    p.add_argument("--data-rows", type=int, dest="data_rows", metavar="N",
+                   help="rows the sample policy sends of a frame or query result (default 10)")
+    p.add_argument("--code-timeout", type=float, dest="code_timeout", metavar="S",
+                   help="seconds kernel__run code may run before it is interrupted (default 60)")
     p.add_argument("--script", metavar="JSON", help="JSON list of steps for the chaz/script model")
     p.add_argument("--api-base", dest="api_base", metavar="URL",
                    help="the model server's URL (keys come from the environment)")
@@ -304,13 +312,15 @@ def resolve_tools(names: list[str] | str | None, shell: Any, server: Server, whe
 
 
 def define_agent(state: ExtensionState, name: str, spec: dict[str, Any], where: str) -> Any:
-    from ...server.agents import Agent, AgentError
+    from ...server.agents import SAFE_DEFAULT_TOOLS, Agent, AgentError
 
     spec = dict(spec)
     if isinstance(spec.get("auto_approve"), str):
         spec["auto_approve"] = [n.strip() for n in spec["auto_approve"].split(",") if n.strip()]
     if "tools" in spec:
         spec["tools"] = resolve_tools(spec["tools"], state.shell, state.server, where)
+    else:  # the safe default: never the user's own tools unless named (--tools '*': every tool)
+        spec["tools"] = list(SAFE_DEFAULT_TOOLS)
     spec.setdefault("model", _default_model())
     try:
         agent = Agent(name, **spec)
@@ -331,14 +341,21 @@ def _default_model() -> str:
 def describe_agent(agent: Agent, server: Server) -> str:
     """The confirmation line of an agent definition.
 
-    An agent defined without ``tools`` may use every tool registered on the server, at the
-    time of each run: the line says so, with today's count, so nobody hands out a tool by
-    accident.
+    It names the tools the agent got: the safe default (an agent defined without ``tools``)
+    by its parts, ``*`` as every tool with today's count, so nobody hands out a tool by accident.
     """
-    if agent.tools is None:
+    from ...server.agents import DEFAULT_DATA_ROWS, KERNEL_DEFAULT_TOOLS, SAFE_DEFAULT_TOOLS, SESSION_TOOLS
+
+    if agent.tools is None or "*" in agent.tools:
         tools = f"every registered tool ({len(server.tools)} now, and any registered later)"
+    elif list(agent.tools) == list(SAFE_DEFAULT_TOOLS):
+        tools = ("the default tools: " + ", ".join(SESSION_TOOLS) + "; the kernel's "
+                 + ", ".join(KERNEL_DEFAULT_TOOLS) + " (kernel__run asks you first); not your own tools "
+                 "(name them with --tools, or --tools '*' for every tool)")
     else:
         tools = ", ".join(agent.tools) or "no tools"
+    if agent.data != "sample" or agent.data_rows != DEFAULT_DATA_ROWS:
+        tools += f", data {agent.data}" + (f" ({agent.data_rows} rows)" if agent.data == "sample" else "")
     extra = f", max depth {agent.max_depth}" if agent.max_depth is not None else ""
     if getattr(agent, "auto_approve", None):
         extra += f", auto-approves {', '.join(agent.auto_approve)}"
@@ -456,7 +473,7 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, McpCommands,
         spec: dict[str, Any] = {} if body is None else parse_toml(body, where)
         for key in ("model", "system", "max_depth", "max_iterations", "approval_timeout", "max_spawns",
                     "max_model_calls", "api_base", "model_timeout", "max_retries", "stream", "context_tokens",
-                    "max_tool_output"):
+                    "max_tool_output", "data", "data_rows", "code_timeout"):
             if getattr(args, key) is not None:
                 spec[key] = getattr(args, key)
         if args.auto_approve is not None:
@@ -471,11 +488,14 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, McpCommands,
     def _cmd_agents(self, rest: str) -> None:
         if rest:
             raise UsageError("%chaz agents takes no arguments")
+        from ...server.agents import SAFE_DEFAULT_TOOLS
+
         server = self.state.server
+        default = list(SAFE_DEFAULT_TOOLS)
         rows = [("agent", "model", "tools", "session")]
         for name in sorted(server.agents):
             a = server.agents[name]
-            tools = "*" if a.tools is None else ",".join(a.tools) or "-"
+            tools = "*" if a.tools is None else "default" if a.tools == default else ",".join(a.tools) or "-"
             session = server.current_session_id(name)
             rows.append((name, a.model, tools, "-" if session is None else str(session)))
         print(table(rows))
