@@ -38,6 +38,8 @@ class NotebookHost:
         self._cells = 0  # cells running now (a cell can run another: %run, run_cell)
         self._ended: asyncio.Event | None = None
         self._captured: list[Any] = []
+        self._parent: dict[str, Any] | None = None
+        self._deferred: list[Any] = []
         events = getattr(shell, "events", None)
         if events is not None:
             events.register("pre_run_cell", self._pre_run_cell)
@@ -52,6 +54,14 @@ class NotebookHost:
 
     def _pre_run_cell(self, info: Any = None) -> None:
         self._cells += 1
+        # the cell's request: rich outputs of agent code go to the cell that runs (or last ran)
+        kernel = getattr(self.shell, "kernel", None)
+        if kernel is not None:
+            with contextlib.suppress(Exception):  # not an ipykernel (a terminal): no parent
+                self._parent = kernel.get_parent("shell")
+        if self._deferred:  # made between cells: shown at the top of this cell
+            deferred, self._deferred = self._deferred, []
+            self._display(deferred)
 
     def _post_run_cell(self, result: Any = None) -> None:
         self._cells = max(0, self._cells - 1)
@@ -104,10 +114,29 @@ class NotebookHost:
             display(value)
 
     def show(self, output: CellOutput) -> None:
+        """Display the captured outputs in the cell running now; made between cells, at the
+        top of the next cell (a frontend drops outputs sent to a cell that has finished)."""
         captured, self._captured = self._captured, []
-        for rich in captured:
-            with contextlib.suppress(Exception):  # a display that fails must not fail the tool call
-                rich.display()
+        if not self.cell_running:
+            self._deferred.extend(captured)
+            return
+        self._display(captured)
+
+    def _display(self, captured: list[Any]) -> None:
+        # ipykernel 7 keeps the request an output belongs to in a context variable, and the
+        # run's task has the context of the cell that started it: without the parent set here,
+        # a plot made while ``%chaz wait`` waits would be sent to that earlier, finished cell.
+        publisher = getattr(self.shell, "display_pub", None)
+        token = None
+        if self._parent is not None and hasattr(publisher, "set_thread_parent"):
+            token = publisher.set_thread_parent(self._parent)
+        try:
+            for rich in captured:
+                with contextlib.suppress(Exception):  # a display that fails must not fail the tool call
+                    rich.display()
+        finally:
+            if token is not None and publisher is not None:
+                publisher.reset_thread_parent(token)
 
     def history(self, last: int) -> list[tuple[int, str, Any]]:
         manager = getattr(self.shell, "history_manager", None)
