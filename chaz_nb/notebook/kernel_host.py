@@ -128,7 +128,7 @@ class NotebookHost:
         # a plot made while ``%chaz wait`` waits would be sent to that earlier, finished cell.
         publisher = getattr(self.shell, "display_pub", None)
         token = None
-        if self._parent is not None and hasattr(publisher, "set_thread_parent"):
+        if self._parent is not None and publisher is not None and hasattr(publisher, "set_thread_parent"):
             token = publisher.set_thread_parent(self._parent)
         try:
             for rich in captured:
