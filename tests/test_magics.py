@@ -529,3 +529,14 @@ def test_max_tool_output_from_the_magic_and_toml(chaz):
     assert chaz.agents["short"].max_tool_output == 2000
     ip.run_cell_magic("chaz", "agent long", "max_tool_output = 90000\n")
     assert chaz.agents["long"].max_tool_output == 90000
+
+
+def test_with_attaches_a_variables_description_under_the_agents_policy(chaz, capsys):
+    ip.run_cell("import pandas as pd\nsales = pd.DataFrame({'region': ['north', 'south'], 'amount': [1.0, 2.0]})")
+    ip.run_line_magic("chaz", "agent peek --model chaz/echo --data schema")
+    ip.run_line_magic("chaz", "@peek --with sales why so few rows?")
+    [message] = [e for e in chaz.store.entries(chaz.current_session("peek")) if e.sender == "user"]
+    assert message.content.startswith("why so few rows?") and "--- attached: sales ---" in message.content
+    assert "north" not in message.content  # schema: no values
+    assert message.payload["egress"]["variables"] == ["sales"] and message.payload["attachments"][0]["name"] == "sales"
+    one_line_error(capsys, "%chaz @peek --with sale hi", "nearest: sales")

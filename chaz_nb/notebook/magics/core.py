@@ -41,6 +41,7 @@ CELL_USAGE = (
 _HELP = """\
 %chaz @NAME text            send a Message to NAME's current session and wait for the reply
 %chaz --no-wait @NAME text  send and return at once (the run goes on; see %chaz wait)
+%chaz @NAME --with a,b text attach the variables' descriptions (under NAME's data policy) to the Message
 %chaz directive @NAME text  write a Directive (a task) instead of a Message
 %%chaz @NAME                the cell body is the message
 {agent}
@@ -223,6 +224,35 @@ def parse_message_line(line: str, where: str = "%chaz") -> tuple[str, str, bool]
     if name is None:
         raise UsageError(f"{where}: say which agent, e.g. {where} @assistant hello (%chaz help shows the usage)")
     return name, rest.strip(), wait
+
+
+def take_with(line: str, where: str = "%chaz") -> tuple[str, list[str] | None]:
+    """``--with a,b`` among the options before the text -> (the line without it, the names).
+
+    Only the leading options are read: ``--with`` inside the message text stays text."""
+    rest = line.strip()
+    kept: list[str] = []
+    names: list[str] | None = None
+    while rest:
+        m = re.match(r"(\S+)(\s+|$)", rest)
+        assert m is not None
+        token = m.group(1)
+        if token == "--with":
+            rest = rest[m.end():]
+            value = re.match(r"(\S+)(\s+|$)", rest)
+            if value is None:
+                raise UsageError(f"{where}: --with needs variable names, e.g. --with sales,orders")
+            names = [n.strip() for n in value.group(1).split(",") if n.strip()]
+            bad = [n for n in names if not n.isidentifier()]
+            if bad or not names:
+                raise UsageError(f"{where}: --with takes variable names separated by commas, not {value.group(1)!r}")
+            rest = rest[value.end():]
+            continue
+        if not (token.startswith("--") or (token.startswith("@") and not any(k.startswith("@") for k in kept))):
+            break
+        kept.append(token)
+        rest = rest[m.end():]
+    return " ".join([*kept, rest]).strip(), names
 
 
 def parse_address(text: str, server: Server | None = None) -> tuple[str, str]:
@@ -418,10 +448,11 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, McpCommands,
         line = line.strip()
         head, _, rest = line.partition(" ")
         if head.startswith("@") or head.startswith("--"):
+            line, attach = take_with(line, where="%%chaz")
             name, extra, wait = parse_message_line(line, where="%%chaz")
             if extra:
                 raise UsageError("%%chaz: the message is the cell body; put only @NAME [--no-wait] on the line")
-            return self._turn(name, cell.rstrip("\n"), wait=wait, directive=False)
+            return self._turn(name, cell.rstrip("\n"), wait=wait, directive=False, attach=attach)
         if head == "directive":
             name, extra, wait = parse_message_line(rest, where="%%chaz directive")
             if extra:
@@ -438,16 +469,17 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, McpCommands,
     # -- messages
     def _message(self, line: str, directive: bool) -> None:
         where = "%chaz directive" if directive else "%chaz"
+        line, attach = take_with(line, where=where)
         name, text, wait = parse_message_line(line, where=where)
         if not text:
             raise UsageError(f"{where}: nothing to send to @{name}; write the text after @{name}")
-        return self._turn(name, text, wait=wait, directive=directive)
+        return self._turn(name, text, wait=wait, directive=directive, attach=attach)
 
-    def _turn(self, name: str, text: str, *, wait: bool, directive: bool) -> None:
+    def _turn(self, name: str, text: str, *, wait: bool, directive: bool, attach: list[str] | None = None) -> None:
         state = self.state
-        if self._room_turn(name, text, wait=wait, directive=directive):
+        if attach is None and self._room_turn(name, text, wait=wait, directive=directive):
             return  # a room is current: NAME speaks there (magics_multi.py)
-        handle, view = send_turn(state, name, text, directive=directive)
+        handle, view = send_turn(state, name, text, directive=directive, attach=attach)
         if wait:
             wait_session(state, view.session_id, handle, view)
         return

@@ -84,6 +84,32 @@ class KernelTools:
     def running(self) -> bool:
         return self._guard is not None
 
+    def attach(self, names: Iterable[str], agent: Any) -> tuple[str, dict[str, Any]]:
+        """``%chaz @NAME --with a,b``: each variable's description under ``agent``'s policy.
+
+        Returns the text appended to the Message (what the model reads) and its payload
+        (``attachments`` and the ``egress`` the ``data_egress`` view reads). An unknown name is
+        a ToolError listing the nearest names."""
+        policy = DataPolicy.of(agent)
+        blocks: list[str] = []
+        attachments: list[dict[str, Any]] = []
+        total = Egress()
+        for name in names:
+            obj = lookup(self.host.namespace, name, self.host.hidden)
+            text, egress = describe(name, obj, policy)
+            blocks.append(f"--- attached: {name} ---\n{text}")
+            attachments.append({"name": name, "chars": len(text), "rows": egress.rows, "columns": egress.columns})
+            total.variables.append(name)
+            total.rows += egress.rows
+            total.columns += egress.columns
+            total.chars += len(text)
+        model = getattr(agent, "model", None)
+        api_base = getattr(agent, "api_base", None)
+        egress_json = {**total.to_json(policy), "agent": getattr(agent, "name", None), "model": model,
+                       "provider": model.split("/", 1)[0] if model and "/" in model else None,
+                       "host": urlparse(api_base).hostname if api_base else None}
+        return "\n\n".join(blocks), {"attachments": attachments, "egress": egress_json}
+
     # ------------------------------------------------------------ the tools
     def _build(self) -> list[Tool]:
         host = self.host
@@ -91,7 +117,7 @@ class KernelTools:
         def kernel__variables() -> ToolReply:
             """List the notebook's variables: name, type, shape or length, approximate memory (never values)."""
             policy = DataPolicy.current()
-            text, egress = variables(host.namespace, host.hidden)
+            text, egress = variables(host.namespace, host.hidden, policy.max_chars)
             text = clip(text, policy.max_chars)
             egress.chars = len(text)
             return ToolReply(text, payload={"egress": egress_payload(egress, policy)})

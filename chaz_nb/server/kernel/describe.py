@@ -83,22 +83,33 @@ def safe_repr(obj: Any, limit: int = REPR_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def variables(ns: Mapping[str, Any], hidden: Any = ()) -> tuple[str, Egress]:
-    """One line per user variable: name, type, shape or length, approximate memory."""
+def variables(ns: Mapping[str, Any], hidden: Any = (), limit: int | None = None) -> tuple[str, Egress]:
+    """One line per user variable: name, type, shape or length, approximate memory.
+
+    Lines stop once ``limit`` characters are written (the rest would be clipped anyway):
+    a namespace of 10,000 names costs the lines sent, plus a count of the others."""
     lines = []
     names = []
-    for name, obj in user_items(ns, hidden):
+    items = user_items(ns, hidden)
+    used = 0
+    for name, obj in items:
         shape = shape_of(obj)
         size = approx_bytes(obj)
-        parts = [name, type_name(obj)]
-        parts.append("shape " + "x".join(map(str, shape)) if shape and len(shape) > 1 or (
-            shape and is_frame_like(obj)) else f"len {shape[0]}" if shape else "-")
-        parts.append(_bytes(size) if size is not None else "-")
-        lines.append(" | ".join(parts))
+        if shape and (len(shape) > 1 or is_frame_like(obj)):
+            shown = "shape " + "x".join(map(str, shape))
+        else:
+            shown = f"len {shape[0]}" if shape else "-"
+        line = " | ".join([name, type_name(obj), shown, _bytes(size) if size is not None else "-"])
+        used += len(line) + 1
+        if limit is not None and used > limit - 200:
+            break
+        lines.append(line)
         names.append(name)
-    if not lines:
+    if not lines and not items:
         return "no variables in the notebook yet", Egress()
     text = "name | type | shape | memory\n" + "\n".join(lines)
+    if len(names) < len(items):
+        text += f"\n… and {len(items) - len(names):,} more (kernel__describe NAME describes any of them)"
     return text, Egress(variables=names)
 
 
