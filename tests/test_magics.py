@@ -280,7 +280,7 @@ def test_agents_sessions_log_sql(chaz, capsys):
     ip.run_line_magic("chaz", "@assistant hi")
     capsys.readouterr()
     ip.run_line_magic("chaz", "agents")
-    assert capsys.readouterr().out.splitlines()[1].split() == ["assistant", "chaz/echo", "*", "1"]
+    assert capsys.readouterr().out.splitlines()[1].split() == ["assistant", "chaz/echo", "default", "1"]
     ip.run_line_magic("chaz", "sessions")
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["id", "agent", "kind", "parent", "depth", "entries", "status"]
@@ -308,24 +308,34 @@ def test_config_db_moves_to_another_file(chaz, tmp_path, capsys):
 def test_config_model(chaz, capsys):
     capsys.readouterr()
     ip.run_line_magic("chaz", "config model=openai/gpt-4o-mini")
-    n = len(chaz.tools)
-    assert capsys.readouterr().out.strip() == (
-        f"agent assistant: openai/gpt-4o-mini, every registered tool ({n} now, and any registered later)"
-    )
+    assert capsys.readouterr().out.strip() == "agent assistant: openai/gpt-4o-mini, " + DEFAULT_TOOLS_LINE
     assert chaz.agents["assistant"].model == "openai/gpt-4o-mini"
 
 
-def test_agent_without_tools_gets_every_registered_tool_and_says_so(chaz, capsys):
+DEFAULT_TOOLS_LINE = (
+    "the default tools: spawn_agent, spawn_worker, send_message, compact; the kernel's kernel__variables, "
+    "kernel__describe, kernel__query, kernel__cells, kernel__run (kernel__run asks you first); not your own "
+    "tools (name them with --tools, or --tools '*' for every tool)"
+)
+
+
+def test_agent_without_tools_gets_the_safe_defaults_not_another_agents_tool_and_says_so(chaz, capsys):
+    # issue 26 "safe defaults": a tool another agent named (here add) is not handed to a newcomer
     ip.run_cell(TOOLS).raise_error()
     ip.run_line_magic("chaz", "agent calc --model chaz/echo --tools add")  # registers add
     capsys.readouterr()
     ip.run_line_magic("chaz", "agent helper --model chaz/echo")
+    assert "add" in chaz.tools
+    assert capsys.readouterr().out.strip() == "agent helper: chaz/echo, " + DEFAULT_TOOLS_LINE
+    scope = chaz.tools.scope(chaz.agents["helper"].tools).names
+    assert "add" not in scope and "schedule_create" not in scope
+    assert {"kernel__variables", "kernel__run", "spawn_agent", "compact"} <= scope
+    ip.run_line_magic("chaz", "agent everything --model chaz/echo --tools '*'")
     n = len(chaz.tools)
-    assert "add" in chaz.tools and n > 1
     assert capsys.readouterr().out.strip() == (
-        f"agent helper: chaz/echo, every registered tool ({n} now, and any registered later)"
+        f"agent everything: chaz/echo, every registered tool ({n} now, and any registered later)"
     )
-    assert chaz.tools.scope(chaz.agents["helper"].tools).names == set(chaz.tools.names())
+    assert chaz.tools.scope(chaz.agents["everything"].tools).names == set(chaz.tools.names())
     ip.run_line_magic("chaz", "agent loner --model chaz/echo --tools ''")
     assert capsys.readouterr().out.strip() == "agent loner: chaz/echo, no tools"
 
@@ -385,7 +395,7 @@ def test_bare_chaz_and_help_show_the_agent_flags(chaz, capsys):
     assert "--approval-timeout S" in err and "--max-iterations N" in err and "--reason" in err
     ip.run_line_magic("chaz", "help")
     out = capsys.readouterr().out
-    assert "--approval-timeout S" in out and "every registered tool" in out
+    assert "--approval-timeout S" in out and "--tools '*' gives every tool" in out and "--data" in out
 
 
 # ------------------------------------------------------------------ one-line errors
@@ -519,3 +529,14 @@ def test_max_tool_output_from_the_magic_and_toml(chaz):
     assert chaz.agents["short"].max_tool_output == 2000
     ip.run_cell_magic("chaz", "agent long", "max_tool_output = 90000\n")
     assert chaz.agents["long"].max_tool_output == 90000
+
+
+def test_with_attaches_a_variables_description_under_the_agents_policy(chaz, capsys):
+    ip.run_cell("import pandas as pd\nsales = pd.DataFrame({'region': ['north', 'south'], 'amount': [1.0, 2.0]})")
+    ip.run_line_magic("chaz", "agent peek --model chaz/echo --data schema")
+    ip.run_line_magic("chaz", "@peek --with sales why so few rows?")
+    [message] = [e for e in chaz.store.entries(chaz.current_session("peek")) if e.sender == "user"]
+    assert message.content.startswith("why so few rows?") and "--- attached: sales ---" in message.content
+    assert "north" not in message.content  # schema: no values
+    assert message.payload["egress"]["variables"] == ["sales"] and message.payload["attachments"][0]["name"] == "sales"
+    one_line_error(capsys, "%chaz @peek --with sale hi", "nearest: sales")

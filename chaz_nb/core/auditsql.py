@@ -1,4 +1,5 @@
-"""The audit views (tool_calls, runs, approvals, messages, branches), written once for both SQL dialects.
+"""The audit views (tool_calls, runs, approvals, messages, branches, data_egress,
+variable_changes), written once for both SQL dialects.
 
 Each view is a function of a ``Dialect``: the few things DuckDB and PostgreSQL spell
 differently (reading a JSON field, a cast that yields NULL on bad input, milliseconds between
@@ -16,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 #: the view names, in creation order (approvals first: nothing reads it, runs reads entries)
-VIEWS = ("approvals", "tool_calls", "runs", "messages", "branches")
+VIEWS = ("approvals", "tool_calls", "runs", "messages", "branches", "data_egress", "variable_changes")
 
 
 class Dialect:
@@ -41,6 +42,17 @@ class Dialect:
     def ms_between(self, start: str, end: str) -> str:
         return f"date_diff('microsecond', {start}, {end}) / 1000.0"
 
+    def text_at(self, obj: str, *keys: str) -> str:
+        """A nested JSON field as text (``text_at(p, 'egress', 'agent')``)."""
+        return f"json_extract_string({obj}, '$.{'.'.join(keys)}')"
+
+    def json_at(self, obj: str, *keys: str) -> str:
+        return f"json_extract({obj}, '$.{'.'.join(keys)}')"
+
+    def each(self, array: str, alias: str) -> str:
+        """A FROM item: one row per element of a JSON array, the element as ``alias.value``."""
+        return f"json_each({array}) AS {alias}"
+
     def fields(self, obj: str, keys: Sequence[str], alias: str) -> str:
         """Several fields of one JSON value in one parse (a parse per field costs 3x on big
         stores), selected as ``alias``; ``field`` reads one of them."""
@@ -58,7 +70,48 @@ class Dialect:
         ``fork_branches`` create the views too, on a schema that has no such column yet)."""
         views = [("approvals", self.approvals()), ("tool_calls", self.tool_calls()),
                  ("runs", self.runs(forks)), ("messages", messages_view(forks))]
-        return views + [("branches", self.branches())] if forks else views
+        if forks:
+            views.append(("branches", self.branches()))
+        return views + [("data_egress", self.data_egress()), ("variable_changes", self.variable_changes())]
+
+    def data_egress(self) -> str:
+        """One row per tool result or Message attachment that sent the notebook's data to a
+        model (the kernel's tools write an ``egress`` payload: server/kernel/)."""
+        t, cast = self.text_at, self.try_cast
+        return f"""
+CREATE OR REPLACE VIEW data_egress AS
+SELECT e.id AS entry_id, e.run_id, e.session_id,
+       coalesce({t('e.payload', 'egress', 'agent')}, s.agent) AS agent,
+       {t('e.payload', 'egress', 'model')} AS model,
+       {t('e.payload', 'egress', 'provider')} AS provider,
+       {t('e.payload', 'egress', 'host')} AS host,
+       CASE WHEN e.entry_type = 'ToolResult' THEN e.tool_name ELSE 'attachment' END AS via,
+       e.tool_call_id,
+       {self.json_at('e.payload', 'egress', 'variables')} AS variables,
+       {cast(t('e.payload', 'egress', 'rows'), 'BIGINT')} AS rows_sent,
+       {cast(t('e.payload', 'egress', 'columns'), 'BIGINT')} AS columns_sent,
+       {cast(t('e.payload', 'egress', 'chars'), 'BIGINT')} AS chars_sent,
+       {t('e.payload', 'egress', 'policy')} AS policy,
+       e.created_at
+FROM entries e JOIN sessions s ON s.id = e.session_id
+WHERE e.entry_type IN ('ToolResult', 'Message') AND {self.json_at('e.payload', 'egress')} IS NOT NULL
+"""
+
+    def variable_changes(self) -> str:
+        """One row per namespace change a ``kernel__run`` call made (its ToolResult's payload)."""
+        t = self.text
+        return f"""
+CREATE OR REPLACE VIEW variable_changes AS
+SELECT e.session_id, e.sender AS agent, e.run_id, e.tool_call_id,
+       {t('c.value', 'name')} AS variable,
+       {t('c.value', 'change')} AS change,
+       {t('c.value', 'type')} AS type,
+       {t('c.value', 'shape')} AS shape,
+       {t('c.value', 'fingerprint')} AS fingerprint,
+       e.created_at, e.id AS result_entry_id
+FROM entries e, {self.each(self.json('e.payload', 'namespace_changes'), 'c')}
+WHERE e.entry_type = 'ToolResult' AND e.tool_name = 'kernel__run'
+"""
 
     def approvals(self) -> str:
         t, j, cast = self.text, self.json, self.try_cast
@@ -299,6 +352,17 @@ class PostgresDialect(Dialect):
 
     def ms_between(self, start: str, end: str) -> str:
         return f"extract(epoch FROM ({end} - {start}))::double precision * 1000.0"
+
+    def text_at(self, obj: str, *keys: str) -> str:
+        return obj + "".join(f"->'{k}'" for k in keys[:-1]) + f"->>'{keys[-1]}'"
+
+    def json_at(self, obj: str, *keys: str) -> str:
+        return obj + "".join(f"->'{k}'" for k in keys)
+
+    def each(self, array: str, alias: str) -> str:
+        # a JSON null or a non-array yields no rows rather than an error
+        return (f"LATERAL json_array_elements(CASE WHEN json_typeof({array}) = 'array' THEN {array} "
+                f"ELSE '[]'::json END) AS {alias}(value)")
 
     def fields(self, obj: str, keys: Sequence[str], alias: str) -> str:
         return f"{obj} AS {alias}"

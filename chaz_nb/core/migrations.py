@@ -183,6 +183,13 @@ def _m_fork_branches(con: duckdb.DuckDBPyConnection) -> None:
     create_audit_views(con)
 
 
+def _m014_kernel_audit_views(con: duckdb.DuckDBPyConnection) -> None:
+    from .audit import create_audit_views
+
+    # data_egress and variable_changes: what the kernel's tools sent, what kernel__run changed
+    create_audit_views(con)
+
+
 MIGRATIONS: list[Migration] = [
     Migration("001_sessions_entries", _m001_sessions_entries),
     Migration("002_session_title_metadata", _m002_session_title_metadata),
@@ -196,6 +203,7 @@ MIGRATIONS: list[Migration] = [
     Migration("011_schedule_id_sequences", _m011_schedule_id_sequences),
     Migration("012_approvals_edited_arguments", _m_approvals_edited),
     Migration("013_fork_branches", _m_fork_branches),
+    Migration("014_kernel_audit_views", _m014_kernel_audit_views),
 ]
 
 

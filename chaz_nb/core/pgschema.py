@@ -135,6 +135,10 @@ def _m_fork_branches(cur: Any) -> None:
     create_audit_views(cur)  # runs/messages.forked_from, branches
 
 
+def _m014(cur: Any) -> None:
+    create_audit_views(cur)  # data_egress, variable_changes (the kernel's tools)
+
+
 #: the same names as chaz_nb.core.migrations.MIGRATIONS (tests check it)
 PG_MIGRATIONS: list[PgMigration] = [
     PgMigration("001_sessions_entries", _m001),
@@ -149,6 +153,7 @@ PG_MIGRATIONS: list[PgMigration] = [
     PgMigration("011_schedule_id_sequences", _m011),
     PgMigration("012_approvals_edited_arguments", _m_approvals_edited),
     PgMigration("013_fork_branches", _m_fork_branches),
+    PgMigration("014_kernel_audit_views", _m014),
 ]
 
 def create_audit_views(cur: Any) -> None:

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from collections.abc import Awaitable, Callable, Sequence
 
 from .backends import DeltaCallback, ModelBackend, ModelReply, ProviderError, ToolCallRequest, Usage, streams
-from .tools import ScopedTools, ToolError, parse_arguments
+from .tools import REPLY_PAYLOAD_KEYS, ScopedTools, ToolError, ToolReply, parse_arguments
 from ..core.redaction import redact
 from ..errors import ModelCallError, ToolCallsNotRecorded
 
@@ -95,6 +95,9 @@ class ScopedToolExecutor:
             return ToolOutcome(f"{name} timed out after {limit:g} s", is_error=True)
         except Exception as exc:  # noqa: BLE001 - the tool's own failure is data for the model
             return ToolOutcome(describe_exception(exc), is_error=True)
+        if isinstance(result, ToolReply):  # text, error state and payload facts of the tool's own
+            return ToolOutcome(safe_text(result.text), result.is_error,
+                               {k: v for k, v in result.payload.items() if k in REPLY_PAYLOAD_KEYS})
         # Turning the value into text runs the tool's own __str__/__repr__ (or a default=
         # hook): a failure there is this tool's error, never the whole step's.
         try:

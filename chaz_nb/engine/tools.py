@@ -64,6 +64,12 @@ class Tool:
     timeout: float | None = None
     #: the MCP server this tool comes from (recorded in its ToolCall entries); None for Python tools
     mcp_server: str | None = None
+    #: an ``approval="always"`` tool that an agent's ``auto_approve`` may waive by naming it
+    #: exactly (every level of the chain); a glob such as ``*`` never waives it
+    waived_by_name: bool = False
+    #: False for an async tool that holds the loop on purpose (``kernel__run`` runs a cell's
+    #: worth of code on the kernel's main thread, as a cell would): its steps are not timed
+    timed_steps: bool = True
 
     def __post_init__(self) -> None:
         if self.approval not in APPROVAL_MODES:
@@ -129,6 +135,8 @@ class Tool:
         """
         kwargs = self.validate(dict(arguments))
         if inspect.iscoroutinefunction(self.fn):
+            if not self.timed_steps:
+                return await self.fn(**kwargs)
             return await self._on_loop(self.fn(**kwargs), hold_limit)
         result = await asyncio.to_thread(self.fn, **kwargs)
         if inspect.iscoroutine(result):  # a sync function that returned a coroutine
@@ -149,6 +157,25 @@ class Tool:
                 )
 
         return await _timed_steps(coro, step)
+
+
+#: the ToolResult payload keys a ``ToolReply`` may fill (never the approval's or the run's own)
+REPLY_PAYLOAD_KEYS = frozenset({"egress", "namespace_changes", "rich_outputs"})
+
+
+@dataclass
+class ToolReply:
+    """What a tool may return instead of a plain value: its text, whether it is an error, and
+    facts recorded in the ToolResult entry's payload (only ``REPLY_PAYLOAD_KEYS``)."""
+
+    text: str
+    is_error: bool = False
+    payload: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.payload) - REPLY_PAYLOAD_KEYS)
+        if unknown:
+            raise ValueError(f"ToolReply payload keys {unknown} are not among {sorted(REPLY_PAYLOAD_KEYS)}")
 
 
 @types.coroutine

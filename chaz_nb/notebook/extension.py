@@ -72,21 +72,21 @@ def held_note(path: str, alt: str) -> str:
 
 def build_server(store: Any, loop: Any, agents: Any = None, tools: Any = None) -> Any:
     """A Server on ``store`` running its agents on ``loop`` (with the default agent)."""
-    from ..server.agents import Agent
+    from ..server.agents import SAFE_DEFAULT_TOOLS, Agent
     from ..server.facade import Server
     from ..engine.tools import ToolRegistry
 
     registry = ToolRegistry()
     if tools is not None:  # carry the user's tools over (config db=...), not the built-ins
         for name in tools.names():
-            if name not in ("spawn_agent", "spawn_worker"):
+            if name not in ("spawn_agent", "spawn_worker") and not name.startswith("kernel__"):
                 registry.register(tools.get(name))
     server = Server(store, tools=registry)
     if agents:
         for agent in agents.values():
             server.define_agent(agent)
     if DEFAULT_AGENT not in server.agents:
-        server.define_agent(Agent(DEFAULT_AGENT, model=default_model()))
+        server.define_agent(Agent(DEFAULT_AGENT, model=default_model(), tools=list(SAFE_DEFAULT_TOOLS)))
     server.attach_loop(loop)
     return server
 
@@ -137,6 +137,7 @@ def load_ipython_extension(ip: Any) -> None:
     except Exception:
         store.close()
         raise
+    _add_kernel(server, ip)
     line = _describe(store, server, note)
     state = ExtensionState(shell=ip, loop=loop, server=server, db_line=line, reopen=reopen)
     magics = ChazMagics(ip, state_getter=current_state)
@@ -150,6 +151,13 @@ def load_ipython_extension(ip: Any) -> None:
     print(line)
     _start_schedules(state)
     _start_litellm_import()
+
+
+def _add_kernel(server: Any, shell: Any) -> None:
+    """The notebook as the ``kernel`` tool server (kernel__variables, ..., kernel__run)."""
+    from .kernel_host import NotebookHost
+
+    server.add_kernel(NotebookHost(shell))
 
 
 def _start_litellm_import() -> None:
@@ -187,6 +195,11 @@ def _disconnect_sidebar(state: ExtensionState) -> None:
 
 def _stop_server(state: ExtensionState) -> None:
     from .kernel_loop import run_sync
+
+    kernel = getattr(state.server, "kernel", None)
+    close = getattr(getattr(kernel, "host", None), "close", None)
+    if close is not None:
+        close()  # its cell events go with the server
 
     for view in state.views:
         # unloading: a view failing to finish must not stop the unload
@@ -228,6 +241,7 @@ def reopen(path: str) -> str:
     with contextlib.suppress(Exception):
         _stop_server(state)
     state.server = build_server(store, state.loop, agents=old.agents, tools=old.tools)
+    _add_kernel(state.server, state.shell)
     state.last_session = None
     state.room = None
     state.db_line = _describe(store, state.server, note)
@@ -251,7 +265,10 @@ async def ask(text: str, *, display: bool = True, directive: bool = False, **kwa
     try:
         if handle is None:
             return None
-        return await handle.wait()
+        from .kernel_loop import waiting
+
+        with waiting():  # the cell only awaits the run: an agent's kernel__run may take its turn
+            return await handle.wait()
     finally:
         if view is not None:
             view.flush(final=True)

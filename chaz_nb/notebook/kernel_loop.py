@@ -27,11 +27,12 @@ agent's run), killing it. While we wait, SIGINT only cancels the wait.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import threading
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 
 T = TypeVar("T")
@@ -42,6 +43,27 @@ POLL_INTERVAL = 0.05
 #: ``wake(callback)`` calls ``callback()`` whenever what a wait checks may have changed, and
 #: returns the function that stops it (``chaz_nb.server.remote.session_writes``)
 WakeSource = Callable[[Callable[[], None]], Callable[[], None]]
+
+
+#: waits in progress that only wait on a run (``wait_run``, ``chaz_nb.ask``): while one is, the
+#: cell running only awaits, and an agent's ``kernel__run`` code may take its turn (kernel_host.py)
+_waits = 0
+
+
+def only_waiting() -> bool:
+    """Whether the running cell is only waiting on a run now."""
+    return _waits > 0
+
+
+@contextlib.contextmanager
+def waiting() -> Iterator[None]:
+    """Mark a wait on a run (see ``only_waiting``)."""
+    global _waits
+    _waits += 1
+    try:
+        yield
+    finally:
+        _waits -= 1
 
 
 def get_loop() -> asyncio.AbstractEventLoop:
@@ -219,7 +241,7 @@ def wait_run(
     task = loop.create_task(watch)
     guard = _SigintGuard(loop, lambda: task.cancel())
     try:
-        with guard:
+        with guard, waiting():
             try:
                 return loop.run_until_complete(task)
             except KeyboardInterrupt:

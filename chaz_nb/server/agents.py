@@ -12,6 +12,19 @@ from ..engine.tree_budget import DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_SPAWNS
 from ..core.redaction import REDACTED, is_credential_field, is_secret_name, redact_data
 from ..errors import AgentError
 
+#: what the kernel's tools may send of the notebook's values (server/kernel/policy.py)
+DATA_POLICIES = ("schema", "sample", "full")
+DEFAULT_DATA_ROWS = 10
+#: seconds an agent's ``kernel__run`` code may run before it is interrupted
+DEFAULT_CODE_TIMEOUT = 60.0
+
+#: what a notebook agent defined without tools gets (issue 26, "safe defaults"): the built-in
+#: tools that act only within chaz_nb's sessions, and the kernel's tools (the read-only ones,
+#: and kernel__run behind its approval); not the user's own tools. ``--tools '*'``: every tool.
+SESSION_TOOLS = ("spawn_agent", "spawn_worker", "send_message", "compact")
+KERNEL_DEFAULT_TOOLS = ("kernel__variables", "kernel__describe", "kernel__query", "kernel__cells", "kernel__run")
+SAFE_DEFAULT_TOOLS = (*SESSION_TOOLS, *KERNEL_DEFAULT_TOOLS)
+
 RESERVED_NAMES = frozenset({"user", "system", "all", "everyone"})
 #: a name, and the variant a fork makes of it with another model or prompt (``analyst@gpt-4o``)
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}(?:@[A-Za-z0-9_.-]{1,64})?")
@@ -55,6 +68,13 @@ class Agent:
     #: the most characters of one tool result the model is sent (the ToolResult entry keeps the
     #: whole output); ``None`` takes ``DEFAULT_MAX_TOOL_OUTPUT`` (50,000)
     max_tool_output: int | None = None
+    #: what the kernel's tools send of the notebook's values: ``schema`` (names, types and
+    #: counts, no values), ``sample`` (plus up to ``data_rows`` rows) or ``full``
+    data: str = "sample"
+    #: rows of a DataFrame or a query result the ``sample`` policy sends
+    data_rows: int = DEFAULT_DATA_ROWS
+    #: seconds ``kernel__run`` code may run before it is interrupted (KeyboardInterrupt)
+    code_timeout: float = DEFAULT_CODE_TIMEOUT
 
     def __repr__(self) -> str:
         # model_options can hold a key given literally (api_key=..., a credential header): a
@@ -91,6 +111,13 @@ class Agent:
             or self.max_tool_output < 1
         ):
             raise AgentError(f"agent {self.name}: max_tool_output must be a positive integer (characters)")
+        if self.data not in DATA_POLICIES:
+            raise AgentError(f"agent {self.name}: data must be one of {', '.join(DATA_POLICIES)}, not {self.data!r}")
+        if isinstance(self.data_rows, bool) or not isinstance(self.data_rows, int) or self.data_rows < 0:
+            raise AgentError(f"agent {self.name}: data_rows must be an integer >= 0 (rows)")
+        if isinstance(self.code_timeout, bool) or not isinstance(self.code_timeout, (int, float)) \
+                or not self.code_timeout > 0:
+            raise AgentError(f"agent {self.name}: code_timeout must be a number of seconds > 0")
         if self.tools is not None:
             if isinstance(self.tools, str):
                 self.tools = [t.strip() for t in self.tools.split(",") if t.strip()]

@@ -87,9 +87,15 @@ def auto_approved(tool_name: str, chain: Sequence[frozenset[str]]) -> bool:
     return all(any(fnmatch.fnmatchcase(tool_name, p) for p in level) for level in chain)
 
 
+def named_in_chain(tool_name: str, chain: Sequence[frozenset[str]]) -> bool:
+    """True when every level of the chain names the tool exactly (no glob)."""
+    return bool(chain) and all(tool_name in level for level in chain)
+
+
 def needs_approval(t: Tool, chain: Sequence[frozenset[str]]) -> bool:
     if t.approval == "always":
-        return True  # cannot be waived
+        # cannot be waived, but for a tool that lets an auto_approve naming it exactly do so
+        return not (t.waived_by_name and named_in_chain(t.name, chain))
     if t.approval == "unless_auto_approved":
         return not auto_approved(t.name, chain)
     return False

@@ -73,6 +73,8 @@ class Server:
         for agent in agents.values() if isinstance(agents, Mapping) else agents:
             self.define_agent(agent)
         self._current: dict[str, int] = {}
+        #: the kernel tool server (``add_kernel``); None until one is added
+        self.kernel: Any = None
         # Parts, in hook order. Approvals first: a decision must be booked before anything
         # reacts to it.
         # (the parts' on_write hooks subscribe after recovery: what recover() writes is not
@@ -346,6 +348,23 @@ class Server:
     async def compact(self, session_id: int, by: str = "system") -> Entry:
         """Summarize the context since the last Summary into a new Summary entry."""
         return await self.compaction.compact(session_id, by=by)
+
+    # --------------------------------------------- the kernel's tools (see kernel/)
+    def add_kernel(self, namespace: Any) -> Any:
+        """Offer a namespace to agents as the ``kernel`` tool server (``kernel__variables``,
+        ``kernel__describe``, ``kernel__query``, ``kernel__cells``, ``kernel__run``).
+
+        ``namespace``: a dict (``globals()``: code runs on the loop's thread), or a
+        ``CodeHost`` (``%load_ext chaz_nb`` passes the notebook's). Returns the ``KernelTools``;
+        a second call replaces the first's tools."""
+        from .kernel import KernelTools, PlainHost
+
+        host = namespace if hasattr(namespace, "execute") and hasattr(namespace, "namespace") else PlainHost(namespace)
+        if self.kernel is not None:
+            self.kernel.uninstall(self.tools)
+        self.kernel = KernelTools(host)
+        self.kernel.install(self.tools)
+        return self.kernel
 
     # ------------------------------------------------------ MCP servers (see mcp.py)
     def add_mcp_server(self, name: str, command: list[str] | None = None, url: str | None = None,

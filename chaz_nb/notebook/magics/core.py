@@ -43,10 +43,13 @@ CELL_USAGE = (
 _HELP = """\
 %chaz @NAME text            send a Message to NAME's current session and wait for the reply
 %chaz --no-wait @NAME text  send and return at once (the run goes on; see %chaz wait)
+%chaz @NAME --with a,b text attach the variables' descriptions (under NAME's data policy) to the Message
 %chaz directive @NAME text  write a Directive (a task) instead of a Message
 %%chaz @NAME                the cell body is the message
 {agent}
-                            without --tools the agent gets every registered tool (the line it prints says how many)
+                            without --tools: the built-in session tools and the kernel's (kernel__*, kernel__run
+                            asks first), not your own tools; --tools '*' gives every tool
+                            --data schema|sample|full, --data-rows N: what the kernel's tools send of your data
 %%chaz agent NAME           the same fields as a TOML body (model = "...", tools = ["a", "b"], ...)
 %chaz agents                the agents of this kernel
 %chaz sessions              the sessions in the database
@@ -124,6 +127,12 @@ def _agent_parser() -> CommandParser:
                    help="token budget of a run's context, newest first from the latest Summary (default 32000)")
     p.add_argument("--max-tool-output", type=int, dest="max_tool_output", metavar="N",
                    help="characters of one tool result the model is sent; the log keeps it whole (default 50000)")
+    p.add_argument("--data", choices=("schema", "sample", "full"),
+                   help="what the kernel's tools send of the notebook's values (default sample)")
+    p.add_argument("--data-rows", type=int, dest="data_rows", metavar="N",
+                   help="rows the sample policy sends of a frame or query result (default 10)")
+    p.add_argument("--code-timeout", type=float, dest="code_timeout", metavar="S",
+                   help="seconds kernel__run code may run before it is interrupted (default 60)")
     p.add_argument("--script", metavar="JSON", help="JSON list of steps for the chaz/script model")
     p.add_argument("--api-base", dest="api_base", metavar="URL",
                    help="the model server's URL (keys come from the environment)")
@@ -229,6 +238,35 @@ def parse_message_line(line: str, where: str = "%chaz") -> tuple[str, str, bool]
     return name, rest.strip(), wait
 
 
+def take_with(line: str, where: str = "%chaz") -> tuple[str, list[str] | None]:
+    """``--with a,b`` among the options before the text -> (the line without it, the names).
+
+    Only the leading options are read: ``--with`` inside the message text stays text."""
+    rest = line.strip()
+    kept: list[str] = []
+    names: list[str] | None = None
+    while rest:
+        m = re.match(r"(\S+)(\s+|$)", rest)
+        assert m is not None
+        token = m.group(1)
+        if token == "--with":
+            rest = rest[m.end():]
+            value = re.match(r"(\S+)(\s+|$)", rest)
+            if value is None:
+                raise UsageError(f"{where}: --with needs variable names, e.g. --with sales,orders")
+            names = [n.strip() for n in value.group(1).split(",") if n.strip()]
+            bad = [n for n in names if not n.isidentifier()]
+            if bad or not names:
+                raise UsageError(f"{where}: --with takes variable names separated by commas, not {value.group(1)!r}")
+            rest = rest[value.end():]
+            continue
+        if not (token.startswith("--") or (token.startswith("@") and not any(k.startswith("@") for k in kept))):
+            break
+        kept.append(token)
+        rest = rest[m.end():]
+    return " ".join([*kept, rest]).strip(), names
+
+
 def parse_address(text: str, server: Server | None = None) -> tuple[str, str]:
     """``"@NAME text"`` -> (NAME, text), checked against the server's agents."""
     name, body, _ = parse_message_line(text, where="chaz_nb.ask")
@@ -316,13 +354,15 @@ def resolve_tools(names: list[str] | str | None, shell: Any, server: Server, whe
 
 
 def define_agent(state: ExtensionState, name: str, spec: dict[str, Any], where: str) -> Any:
-    from ...server.agents import Agent, AgentError
+    from ...server.agents import SAFE_DEFAULT_TOOLS, Agent, AgentError
 
     spec = dict(spec)
     if isinstance(spec.get("auto_approve"), str):
         spec["auto_approve"] = [n.strip() for n in spec["auto_approve"].split(",") if n.strip()]
     if "tools" in spec:
         spec["tools"] = resolve_tools(spec["tools"], state.shell, state.server, where)
+    else:  # the safe default: never the user's own tools unless named (--tools '*': every tool)
+        spec["tools"] = list(SAFE_DEFAULT_TOOLS)
     spec.setdefault("model", _default_model())
     try:
         agent = Agent(name, **spec)
@@ -343,14 +383,21 @@ def _default_model() -> str:
 def describe_agent(agent: Agent, server: Server) -> str:
     """The confirmation line of an agent definition.
 
-    An agent defined without ``tools`` may use every tool registered on the server, at the
-    time of each run: the line says so, with today's count, so nobody hands out a tool by
-    accident.
+    It names the tools the agent got: the safe default (an agent defined without ``tools``)
+    by its parts, ``*`` as every tool with today's count, so nobody hands out a tool by accident.
     """
-    if agent.tools is None:
+    from ...server.agents import DEFAULT_DATA_ROWS, KERNEL_DEFAULT_TOOLS, SAFE_DEFAULT_TOOLS, SESSION_TOOLS
+
+    if agent.tools is None or "*" in agent.tools:
         tools = f"every registered tool ({len(server.tools)} now, and any registered later)"
+    elif list(agent.tools) == list(SAFE_DEFAULT_TOOLS):
+        tools = ("the default tools: " + ", ".join(SESSION_TOOLS) + "; the kernel's "
+                 + ", ".join(KERNEL_DEFAULT_TOOLS) + " (kernel__run asks you first); not your own tools "
+                 "(name them with --tools, or --tools '*' for every tool)")
     else:
         tools = ", ".join(agent.tools) or "no tools"
+    if agent.data != "sample" or agent.data_rows != DEFAULT_DATA_ROWS:
+        tools += f", data {agent.data}" + (f" ({agent.data_rows} rows)" if agent.data == "sample" else "")
     extra = f", max depth {agent.max_depth}" if agent.max_depth is not None else ""
     if getattr(agent, "auto_approve", None):
         extra += f", auto-approves {', '.join(agent.auto_approve)}"
@@ -414,10 +461,11 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, McpCommands,
         line = line.strip()
         head, _, rest = line.partition(" ")
         if head.startswith("@") or head.startswith("--"):
+            line, attach = take_with(line, where="%%chaz")
             name, extra, wait = parse_message_line(line, where="%%chaz")
             if extra:
                 raise UsageError("%%chaz: the message is the cell body; put only @NAME [--no-wait] on the line")
-            return self._turn(name, cell.rstrip("\n"), wait=wait, directive=False)
+            return self._turn(name, cell.rstrip("\n"), wait=wait, directive=False, attach=attach)
         if head == "directive":
             name, extra, wait = parse_message_line(rest, where="%%chaz directive")
             if extra:
@@ -436,16 +484,17 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, McpCommands,
     # -- messages
     def _message(self, line: str, directive: bool) -> None:
         where = "%chaz directive" if directive else "%chaz"
+        line, attach = take_with(line, where=where)
         name, text, wait = parse_message_line(line, where=where)
         if not text:
             raise UsageError(f"{where}: nothing to send to @{name}; write the text after @{name}")
-        return self._turn(name, text, wait=wait, directive=directive)
+        return self._turn(name, text, wait=wait, directive=directive, attach=attach)
 
-    def _turn(self, name: str, text: str, *, wait: bool, directive: bool) -> None:
+    def _turn(self, name: str, text: str, *, wait: bool, directive: bool, attach: list[str] | None = None) -> None:
         state = self.state
-        if self._room_turn(name, text, wait=wait, directive=directive):
+        if attach is None and self._room_turn(name, text, wait=wait, directive=directive):
             return  # a room is current: NAME speaks there (magics_multi.py)
-        handle, view = send_turn(state, name, text, directive=directive)
+        handle, view = send_turn(state, name, text, directive=directive, attach=attach)
         if wait:
             wait_session(state, view.session_id, handle, view)
         return
@@ -471,7 +520,7 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, McpCommands,
         spec: dict[str, Any] = {} if body is None else parse_toml(body, where)
         for key in ("model", "system", "max_depth", "max_iterations", "approval_timeout", "max_spawns",
                     "max_model_calls", "api_base", "model_timeout", "max_retries", "stream", "context_tokens",
-                    "max_tool_output"):
+                    "max_tool_output", "data", "data_rows", "code_timeout"):
             if getattr(args, key) is not None:
                 spec[key] = getattr(args, key)
         if args.auto_approve is not None:
@@ -486,11 +535,14 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, McpCommands,
     def _cmd_agents(self, rest: str) -> None:
         if rest:
             raise UsageError("%chaz agents takes no arguments")
+        from ...server.agents import SAFE_DEFAULT_TOOLS
+
         server = self.state.server
+        default = list(SAFE_DEFAULT_TOOLS)
         rows = [("agent", "model", "tools", "session")]
         for name in sorted(server.agents):
             a = server.agents[name]
-            tools = "*" if a.tools is None else ",".join(a.tools) or "-"
+            tools = "*" if a.tools is None else "default" if a.tools == default else ",".join(a.tools) or "-"
             session = server.current_session_id(name)
             rows.append((name, a.model, tools, "-" if session is None else str(session)))
         print(table(rows))

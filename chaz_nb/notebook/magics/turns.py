@@ -103,7 +103,8 @@ def open_view(
 
 
 def send_turn(
-    state: ExtensionState, name: str, text: str, *, directive: bool = False, display: bool = True
+    state: ExtensionState, name: str, text: str, *, directive: bool = False, display: bool = True,
+    attach: list[str] | None = None,
 ) -> tuple[Any, Any]:
     """Write the Message (or Directive) from this cell; return (run handle, view or None)."""
     from ...core.entries import EntryType
@@ -120,6 +121,11 @@ def send_turn(
             f"%chaz: no kernel serves session {session} now and @{name} is not defined here; "
             f"define it (%chaz agent {name} --model M) to serve the session from this kernel"
         )
+    payload: dict[str, Any] = {"origin": origin(state.shell)}
+    if attach:
+        block, extra = attachments(server, name, attach)
+        text = f"{text.rstrip()}\n\n{block}"
+        payload.update(extra)
     latest = server.store.latest(session)
     view = None
     if display:
@@ -129,13 +135,29 @@ def send_turn(
         EntryType.DIRECTIVE if directive else EntryType.MESSAGE,
         text,
         sender="user",
-        payload={"origin": origin(state.shell)},
+        payload=payload,
     )
     state.last_session = session
     if view is not None:
         view.flush()  # show the trigger at once (the run's entries follow from the loop)
         view.display()
     return handle, view
+
+
+def attachments(server: Any, name: str, names: list[str]) -> tuple[str, dict[str, Any]]:
+    """``--with a,b``: the variables' descriptions under @name's data policy (kernel tools)."""
+    from ...errors import ToolError
+
+    kernel = getattr(server, "kernel", None)
+    if kernel is None:
+        raise UsageError("%chaz --with: this kernel has no kernel tools (load chaz_nb with %load_ext)")
+    try:
+        block: str
+        extra: dict[str, Any]
+        block, extra = kernel.attach(names, server.agents.get(name))
+        return block, extra
+    except ToolError as exc:
+        raise UsageError(f"%chaz --with: {exc}") from None
 
 
 def wait_session(state: ExtensionState, session: int, handle: Any, view: Any) -> None:

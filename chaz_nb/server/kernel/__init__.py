@@ -1,0 +1,224 @@
+"""The kernel as a tool server named ``kernel``: its variables, frames, SQL over them, the
+cells the person ran, and Python run in it with approval.
+
+``KernelTools(host).install(registry)`` registers ``kernel__variables``, ``kernel__describe``,
+``kernel__query``, ``kernel__cells`` and ``kernel__run``. The host is where code runs and what
+the tools read: ``PlainHost(namespace_dict)`` for a Server built outside IPython
+(``Server.add_kernel(globals())``), the notebook's own for ``%load_ext chaz_nb``.
+
+The read-only tools are sync functions, so they run on a worker thread and never hold the
+kernel loop; each sends only what the calling agent's data policy allows (policy.py) and says
+in its ToolResult payload (``egress``) what it sent, for the ``data_egress`` view.
+``kernel__run`` is the one tool that holds the loop: it runs the code on the kernel's thread
+between cells, as a cell would (run.py), under the agent's ``code_timeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import urlparse
+
+from ...engine.tools import Tool, ToolRegistry, ToolReply, function_tool
+from ...errors import ToolError
+from ..agents import DEFAULT_CODE_TIMEOUT
+from ..ports import current_run
+from .describe import Egress, describe, lookup, safe_repr, variables
+from .interrupts import Interrupter
+from .namespace import changes, snapshot
+from .policy import DataPolicy, clip
+from .query import run_query
+from .run import CellOutput, CodeHost, PlainHost, reply_text
+
+__all__ = ["KERNEL_READ_ONLY", "KERNEL_TOOLS", "CodeHost", "KernelTools", "PlainHost"]
+
+KERNEL_READ_ONLY = ("kernel__variables", "kernel__describe", "kernel__query", "kernel__cells")
+KERNEL_TOOLS = (*KERNEL_READ_ONLY, "kernel__run")
+#: cells ``kernel__cells`` returns at most
+MAX_CELLS = 100
+
+
+def egress_payload(egress: Egress, policy: DataPolicy) -> dict[str, Any]:
+    """The ``egress`` payload: what was sent, under which policy, to which model and host."""
+    ctx = current_run.get()
+    agent = ctx.agent if ctx is not None else None
+    model = agent.model if agent is not None else None
+    host = urlparse(agent.api_base).hostname if agent is not None and agent.api_base else None
+    provider = model.split("/", 1)[0] if model and "/" in model else None
+    return {**egress.to_json(policy), "agent": agent.name if agent else None, "model": model,
+            "provider": provider, "host": host}
+
+
+class KernelTools:
+    """The ``kernel`` tool server over one host (see the module docstring)."""
+
+    def __init__(self, host: CodeHost) -> None:
+        self.host = host
+        self._lock = asyncio.Lock()
+        self._guard: Interrupter | None = None
+        self._guard_lock = threading.Lock()
+        self.tools: list[Tool] = self._build()
+
+    @property
+    def namespace(self) -> Any:
+        return self.host.namespace
+
+    def install(self, registry: ToolRegistry) -> None:
+        for t in self.tools:
+            registry.register(t)
+
+    def uninstall(self, registry: ToolRegistry) -> None:
+        for t in self.tools:
+            if registry.get(t.name) is t:
+                registry.unregister(t.name)
+
+    def stop(self, reason: str = "stopped by user") -> bool:
+        """Stop the agent code running now (KeyboardInterrupt in it), from any thread."""
+        with self._guard_lock:
+            guard = self._guard
+        return guard.stop(reason) if guard is not None else False
+
+    @property
+    def running(self) -> bool:
+        return self._guard is not None
+
+    def attach(self, names: Iterable[str], agent: Any) -> tuple[str, dict[str, Any]]:
+        """``%chaz @NAME --with a,b``: each variable's description under ``agent``'s policy.
+
+        Returns the text appended to the Message (what the model reads) and its payload
+        (``attachments`` and the ``egress`` the ``data_egress`` view reads). An unknown name is
+        a ToolError listing the nearest names."""
+        policy = DataPolicy.of(agent)
+        blocks: list[str] = []
+        attachments: list[dict[str, Any]] = []
+        total = Egress()
+        for name in names:
+            obj = lookup(self.host.namespace, name, self.host.hidden)
+            text, egress = describe(name, obj, policy)
+            blocks.append(f"--- attached: {name} ---\n{text}")
+            attachments.append({"name": name, "chars": len(text), "rows": egress.rows, "columns": egress.columns})
+            total.variables.append(name)
+            total.rows += egress.rows
+            total.columns += egress.columns
+            total.chars += len(text)
+        model = getattr(agent, "model", None)
+        api_base = getattr(agent, "api_base", None)
+        egress_json = {**total.to_json(policy), "agent": getattr(agent, "name", None), "model": model,
+                       "provider": model.split("/", 1)[0] if model and "/" in model else None,
+                       "host": urlparse(api_base).hostname if api_base else None}
+        return "\n\n".join(blocks), {"attachments": attachments, "egress": egress_json}
+
+    # ------------------------------------------------------------ the tools
+    def _build(self) -> list[Tool]:
+        host = self.host
+
+        def kernel__variables() -> ToolReply:
+            """List the notebook's variables: name, type, shape or length, approximate memory (never values)."""
+            policy = DataPolicy.current()
+            text, egress = variables(host.namespace, host.hidden, policy.max_chars)
+            text = clip(text, policy.max_chars)
+            egress.chars = len(text)
+            return ToolReply(text, payload={"egress": egress_payload(egress, policy)})
+
+        def kernel__describe(name: str) -> ToolReply:
+            """Describe one notebook variable: a DataFrame's rows, columns, dtypes, nulls,
+            summaries and first rows; an array's shape and summary; anything else, its type and repr.
+
+            Args:
+                name: the variable's name, as kernel__variables lists it
+            """
+            policy = DataPolicy.current()
+            obj = lookup(host.namespace, name, host.hidden)
+            text, egress = describe(name, obj, policy)
+            return ToolReply(text, payload={"egress": egress_payload(egress, policy)})
+
+        def kernel__query(sql: str) -> ToolReply:
+            """Run read-only DuckDB SQL over the notebook's DataFrames, arrow tables and numpy
+            arrays, named by their variable names (SELECT region, sum(amount) FROM sales GROUP BY 1).
+
+            Args:
+                sql: one or more read-only statements (SELECT, EXPLAIN, informational PRAGMA)
+            """
+            policy = DataPolicy.current()
+            text, egress = run_query(sql, host.namespace, policy, host.hidden)
+            return ToolReply(text, payload={"egress": egress_payload(egress, policy)})
+
+        def kernel__cells(last: int = 10) -> ToolReply:
+            """The code of the last cells the person ran in the notebook, and the text of their results.
+
+            Args:
+                last: how many cells, newest last (at most 100)
+            """
+            policy = DataPolicy.current()
+            if not 1 <= last <= MAX_CELLS:
+                raise ToolError(f"kernel__cells: last must be from 1 to {MAX_CELLS}, not {last}")
+            cells = host.history(last)
+            if not cells:
+                return ToolReply("no cells run yet")
+            lines: list[str] = []
+            rows = 0
+            for number, code, value in cells:
+                lines.append(f"[{number}]: {code.rstrip()}")
+                if value is not None and policy.values:
+                    lines.append(f"Out[{number}]: {safe_repr(value, 500)}")
+                    rows += 1
+            text = clip("\n".join(lines), policy.max_chars)
+            egress = Egress(rows=rows, chars=len(text))
+            return ToolReply(text, payload={"egress": egress_payload(egress, policy)})
+
+        async def kernel__run(code: str) -> ToolReply:
+            """Run Python in the notebook's namespace, as a cell would, after the person approves:
+            returns stdout, stderr, the last expression's value, the error and traceback, rich
+            outputs, and the variables it created, changed or deleted.
+
+            Args:
+                code: Python source (IPython syntax in a notebook); its last expression's value is returned
+            """
+            return await self.run(code)
+
+        read_only = [function_tool(f, risk="low") for f in
+                     (kernel__variables, kernel__describe, kernel__query, kernel__cells)]
+        run = function_tool(kernel__run, approval="always", risk="high")
+        # waivable only by an auto_approve that names it; its steps hold the loop on purpose
+        run.waived_by_name = True
+        run.timed_steps = False
+        run.timeout = 7 * 24 * 3600.0  # its own code_timeout stops the code; the wait for a turn has no limit
+        return [*read_only, run]
+
+    async def run(self, code: str) -> ToolReply:
+        """``kernel__run``: one piece of code at a time, between cells, under the agent's timeout."""
+        ctx = current_run.get()
+        policy = DataPolicy.current()
+        timeout = ctx.agent.code_timeout if ctx is not None else DEFAULT_CODE_TIMEOUT
+        async with self._lock:
+            await self.host.wait_turn()
+            before = snapshot(self.host.namespace, self.host.hidden)
+            out = CellOutput()
+            guard = Interrupter(timeout)
+            try:
+                with guard:
+                    with self._guard_lock:
+                        self._guard = guard
+                    try:
+                        out = self.host.execute(code)
+                    finally:
+                        with self._guard_lock:
+                            self._guard = None
+            except KeyboardInterrupt:
+                out.error = "KeyboardInterrupt"
+            if guard.reason is not None:
+                out.stopped = guard.reason
+            after = snapshot(self.host.namespace, self.host.hidden)
+        found = changes(before, after)
+        self.host.show(out)
+        text = reply_text(out, found, policy)
+        egress = Egress(chars=len(text))
+        payload = {"namespace_changes": found, "egress": egress_payload(egress, policy),
+                   "rich_outputs": out.rich}
+        return ToolReply(text, is_error=bool(out.error or out.stopped), payload=payload)
+
+
+def kernel_tool_names(names: Iterable[str]) -> list[str]:
+    return [n for n in names if n.startswith("kernel__")]

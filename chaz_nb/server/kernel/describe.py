@@ -1,0 +1,233 @@
+"""``kernel__variables`` and ``kernel__describe``: what the agent is told about a value.
+
+A DataFrame (pandas; pyarrow and polars tables where installed): rows, columns with dtypes
+and null counts, numeric summaries (min, mean, max: no sort, so a 10M-row frame takes tens of
+milliseconds) and the first rows the data policy allows. A Series or numpy array: shape,
+dtype, summary, first items. Anything else: its type and a clipped repr, computed under a
+deadline (a repr that hangs is stopped, one that raises is named).
+"""
+
+from __future__ import annotations
+
+import difflib
+import reprlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...errors import ToolError
+from .interrupts import Interrupter
+from .namespace import approx_bytes, shape_of, type_name, user_items
+from .policy import REDACTED, DataPolicy, clip, secret_name
+
+#: seconds one repr of a user's object may take
+REPR_DEADLINE = 2.0
+#: characters of a repr kept (before the tool-output clip)
+REPR_CHARS = 2_000
+
+
+class ReprTimeout(Exception):
+    """Raised inside a repr that ran past its deadline."""
+
+
+@dataclass
+class Egress:
+    """What one tool result sends of the notebook's data (the ``data_egress`` view's row)."""
+
+    variables: list[str] = field(default_factory=list)
+    rows: int = 0
+    columns: int = 0
+    chars: int = 0
+
+    def to_json(self, policy: DataPolicy) -> dict[str, Any]:
+        return {"variables": self.variables, "rows": self.rows, "columns": self.columns,
+                "chars": self.chars, "policy": policy.mode, "data_rows": policy.rows}
+
+
+def nearest(name: str, names: list[str]) -> str:
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+    if close:
+        return f"nearest: {', '.join(close)}"
+    return f"variables: {', '.join(names[:20]) or 'none'}{' …' if len(names) > 20 else ''}"
+
+
+def lookup(ns: Mapping[str, Any], name: str, hidden: Any = ()) -> Any:
+    """The user's variable ``name``; a ToolError listing the nearest names otherwise."""
+    items = dict(user_items(ns, hidden))
+    if name not in items:
+        raise ToolError(f"no variable {name!r} in the notebook; {nearest(name, sorted(items))} "
+                        "(kernel__variables lists them)")
+    return items[name]
+
+
+class _ClippedRepr(reprlib.Repr):
+    """reprlib's clipping of containers and strings, with an object's own repr whole (then
+    clipped): reprlib would hide a repr that raises behind ``<X instance at ...>``."""
+
+    def repr_instance(self, x: Any, level: int) -> str:
+        text = repr(x)
+        return text if len(text) <= self.maxother else text[: self.maxother - 1] + "…"
+
+
+def safe_repr(obj: Any, limit: int = REPR_CHARS) -> str:
+    """``repr(obj)`` clipped, under a deadline; a repr that raises or hangs is named instead."""
+    short = _ClippedRepr()
+    short.maxstring = short.maxother = limit
+    try:
+        with Interrupter(REPR_DEADLINE, ReprTimeout, "a repr"):
+            text = short.repr(obj)
+    except ReprTimeout:
+        return f"<{type_name(obj)}: its repr ran over {REPR_DEADLINE:g} s and was stopped>"
+    except Exception as exc:  # noqa: BLE001 - the object's own __repr__ may raise anything
+        return f"<{type_name(obj)}: its repr raised {type(exc).__name__}>"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def variables(ns: Mapping[str, Any], hidden: Any = (), limit: int | None = None) -> tuple[str, Egress]:
+    """One line per user variable: name, type, shape or length, approximate memory.
+
+    Lines stop once ``limit`` characters are written (the rest would be clipped anyway):
+    a namespace of 10,000 names costs the lines sent, plus a count of the others."""
+    lines = []
+    names = []
+    items = user_items(ns, hidden)
+    used = 0
+    for name, obj in items:
+        shape = shape_of(obj)
+        size = approx_bytes(obj)
+        if shape and (len(shape) > 1 or is_frame_like(obj)):
+            shown = "shape " + "x".join(map(str, shape))
+        else:
+            shown = f"len {shape[0]}" if shape else "-"
+        line = " | ".join([name, type_name(obj), shown, _bytes(size) if size is not None else "-"])
+        used += len(line) + 1
+        if limit is not None and used > limit - 200:
+            break
+        lines.append(line)
+        names.append(name)
+    if not lines and not items:
+        return "no variables in the notebook yet", Egress()
+    text = "name | type | shape | memory\n" + "\n".join(lines)
+    if len(names) < len(items):
+        text += f"\n… and {len(items) - len(names):,} more (kernel__describe NAME describes any of them)"
+    return text, Egress(variables=names)
+
+
+def is_frame_like(obj: Any) -> bool:
+    return type(obj).__module__.split(".")[0] in ("pandas", "numpy", "pyarrow", "polars")
+
+
+def _bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def describe(name: str, obj: Any, policy: DataPolicy) -> tuple[str, Egress]:
+    egress = Egress(variables=[name])
+    if secret_name(name):
+        lines = [f"variable {name}, type {type_name(obj)}", f"value {REDACTED} (its name says it holds a secret)"]
+    else:
+        module = type(obj).__module__.split(".")[0]
+        if module == "pandas" and hasattr(obj, "columns"):
+            lines = _pandas_frame(name, obj, policy, egress)
+        elif module == "pandas" and hasattr(obj, "dtype"):
+            lines = _pandas_frame(name, obj.to_frame(name=getattr(obj, "name", None) or name), policy, egress,
+                                  kind="Series")
+        elif module == "numpy" and hasattr(obj, "dtype") and hasattr(obj, "shape"):
+            lines = _numpy(name, obj, policy, egress)
+        elif module in ("pyarrow", "polars") and hasattr(obj, "schema"):
+            lines = _other_table(name, obj, policy, egress)
+        else:
+            shape = shape_of(obj)
+            lines = [f"{name}: {type_name(obj)}" + (f", length {shape[0]}" if shape else "")]
+            if policy.values:
+                text = safe_repr(obj)
+                lines.append(f"repr: {text}")
+                egress.rows = 1
+    text = clip("\n".join(lines), policy.max_chars)
+    egress.chars = len(text)
+    return text, egress
+
+
+def _masked(frame: Any) -> Any:
+    secret = [c for c in frame.columns if secret_name(c)]
+    if not secret:
+        return frame
+    frame = frame.copy()
+    for c in secret:
+        frame[c] = REDACTED
+    return frame
+
+
+def _pandas_frame(name: str, df: Any, policy: DataPolicy, egress: Egress, kind: str = "DataFrame") -> list[str]:
+    rows, cols = df.shape
+    egress.columns = cols
+    lines = [f"{name}: pandas {kind}, {rows:,} rows x {cols} columns"]
+    nulls = df.isna().sum()
+    lines.append("column | dtype | nulls" + (" | min | mean | max" if policy.values else ""))
+    for col in df.columns:
+        series = df[col]
+        parts = [str(col), str(series.dtype), str(int(nulls[col]))]
+        if policy.values:
+            parts += _summary(series) if not secret_name(col) else [REDACTED] * 3
+        lines.append(" | ".join(parts))
+    n = min(policy.row_limit, rows)
+    if n:
+        head = _masked(df.head(n))
+        lines.append(f"first {n} rows:")
+        lines.append(head.to_string(max_colwidth=80))
+        egress.rows = n
+    elif not policy.values:
+        lines.append("(no values: this agent's data policy is schema)")
+    return lines
+
+
+def _summary(series: Any) -> list[str]:
+    import pandas as pd
+
+    kind = series.dtype.kind if hasattr(series.dtype, "kind") else ""
+    if kind in "iufb" and kind and len(series):
+        values = series.to_numpy(dtype=float, na_value=float("nan")) if kind != "b" else series.to_numpy()
+        import numpy as np
+
+        with np.errstate(all="ignore"):
+            return [_num(np.nanmin(values)), _num(np.nanmean(values)), _num(np.nanmax(values))]
+    if pd.api.types.is_datetime64_any_dtype(series.dtype) and len(series):
+        return [str(series.min()), "-", str(series.max())]
+    return ["-", "-", "-"]
+
+
+def _num(value: Any) -> str:
+    return f"{float(value):.6g}"
+
+
+def _numpy(name: str, arr: Any, policy: DataPolicy, egress: Egress) -> list[str]:
+    import numpy as np
+
+    lines = [f"{name}: numpy ndarray, shape {tuple(arr.shape)}, dtype {arr.dtype}, {arr.nbytes:,} bytes"]
+    if policy.values and arr.size and arr.dtype.kind in "iufb":
+        with np.errstate(all="ignore"):
+            lines.append(f"min {_num(np.nanmin(arr))} | mean {_num(np.nanmean(arr))} | max {_num(np.nanmax(arr))}")
+    n = min(policy.row_limit, arr.shape[0] if arr.ndim else 1)
+    if n:
+        lines.append(f"first {n}: " + np.array2string(arr[:n] if arr.ndim else arr, threshold=policy.row_limit * 20))
+        egress.rows = n
+    egress.columns = arr.shape[1] if arr.ndim > 1 else 1
+    return lines
+
+
+def _other_table(name: str, table: Any, policy: DataPolicy, egress: Egress) -> list[str]:
+    shape = shape_of(table) or [0]
+    schema = table.schema
+    lines = [f"{name}: {type_name(table)}, {shape[0]:,} rows", f"schema: {schema}"]
+    egress.columns = len(shape) > 1 and shape[1] or len(getattr(schema, "names", []) or [])
+    n = min(policy.row_limit, shape[0])
+    if n:
+        head = table.slice(0, n) if hasattr(table, "slice") else table.head(n)
+        lines += [f"first {n} rows:", str(head)]
+        egress.rows = n
+    return lines
