@@ -140,13 +140,14 @@ def run_read_only(
     *,
     role: str | None = None,
     max_rows: int | None = None,
-    timeout_ms: int = STATEMENT_TIMEOUT_MS,
+    timeout_ms: int | None = None,
 ) -> ReadRun:
     """Each statement on its own: primed session, READ ONLY transaction, DISCARD ALL after.
 
     ``params`` go with the last statement (already in psycopg's ``%s`` style)."""
     results: list[tuple[list[str], list[tuple], int]] = []
     who, can_write = "", False
+    timeout_ms = STATEMENT_TIMEOUT_MS if timeout_ms is None else timeout_ms
     with connect(url) as con:
         for i, statement in enumerate(statements):
             _prime(con, role, timeout_ms)
