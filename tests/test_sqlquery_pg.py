@@ -105,6 +105,11 @@ ATTACKS = [
     "EXPLAIN ANALYZE SELECT U&\"\\0070g_notify\"('chaz_stop', 'x')",
     "SELECT * FROM ROWS FROM (U&\"\\0070g_ls_dir\"('.'))",
     "SELECT pg_catalog.\"pg_terminate_backend\"({lease_pid})",
+    "SELECT 1 LIMIT U&\"\\0070g_terminate_backend\"({lease_pid})::int",
+    "SELECT * FROM (VALUES (U&\"\\0070g_notify\"('chaz_stop', 'x'))) v",
+    "SELECT count(*) FROM entries GROUP BY GROUPING SETS ((U&\"\\0070g_notify\"('chaz_stop', 'x')::text))",
+    "SELECT sum(seq) OVER (ORDER BY seq ROWS BETWEEN U&\"\\0070g_cancel_backend\"({writer_pid})::int PRECEDING"
+    " AND CURRENT ROW) FROM entries",
 ]
 
 
@@ -145,6 +150,7 @@ def test_writes_in_any_form_are_refused(victim, query):
      [(0, 3)]),
     ("SELECT extract(year FROM now()) > 2000, date_trunc('day', now()) <= now()", [(True, True)]),
     ("SELECT 1; SELECT 2", [(2,)]),
+    ("SELECT $$;DELETE FROM entries;$$", [(";DELETE FROM entries;",)]),  # one statement, one string
 ])
 def test_ordinary_reads_still_run(victim, query, rows):
     assert run_query(query, victim.querying).rows == rows
