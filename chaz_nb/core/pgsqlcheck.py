@@ -22,7 +22,8 @@ and walked node by node. It passes only what it knows:
 
 Operators are not checked: the built-in ones call pure functions, and a new one needs DDL.
 The parser reads strings as a server with ``standard_conforming_strings = on`` does; the
-reader connection (``pgreader``) sets it so for every statement.
+reader connection (``pgreader``) sets it so for every statement. pglast may carry a newer
+grammar than the server's: what only the newer one knows is a node kind not on ``NODES``.
 """
 
 from __future__ import annotations
@@ -30,11 +31,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..errors import SQLFailed, SQLRefused
-
 import pglast  # the postgres extra; sqlquery says how to install it when it is missing
 import pglast.ast
 from pglast import parser as _pg_parser
+
+from ..errors import SQLFailed, SQLRefused
+
 
 def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
