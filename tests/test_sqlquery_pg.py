@@ -161,3 +161,16 @@ def test_a_query_the_grammar_rejects_fails_in_one_line(victim):
     with pytest.raises(SQLFailed, match="syntax error") as info:
         run_query("SELEC 1", victim.querying)
     assert "\n" not in str(info.value)
+
+
+def test_a_function_planted_in_the_stores_schema_is_not_called_for_a_pure_one(victim):
+    """A role that may create in the schema overloads lower(varchar): PostgreSQL would call it
+    (an exact argument type wins over pg_catalog's lower(text)) with the querying role's rights."""
+    with psycopg.connect(victim.url, autocommit=True) as planter:
+        planter.execute(
+            "CREATE FUNCTION public.lower(varchar) RETURNS text LANGUAGE sql AS "
+            f"$$SELECT pg_terminate_backend({victim.lease_pid})::text$$")
+    with pytest.raises(SQLRefused, match=r"public\.lower\(\) is refused .* write pg_catalog\.lower"):
+        run_query("SELECT lower(content::varchar) FROM entries", victim.querying)
+    assert run_query("SELECT pg_catalog.lower('A'::varchar)", victim.querying).rows == [("a",)]
+    victim.assert_untouched()

@@ -26,13 +26,15 @@ administrator revokes them from ``PUBLIC`` (README, "PostgreSQL"); the statement
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from psycopg import sql
 from psycopg.types.string import TextLoader
+
+from ..errors import SQLRefused
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +135,19 @@ def _run_one(con: psycopg.Connection, statement: str, params: Sequence[Any]) -> 
     return [d.name for d in cur.description or []], rows
 
 
+def _refuse_shadowed(con: psycopg.Connection, names: Collection[str]) -> None:
+    row = con.execute(
+        "SELECT n.nspname::text, p.proname::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+        " WHERE p.proname = ANY(%s) AND n.nspname <> 'pg_catalog' AND n.nspname = ANY(current_schemas(false))"
+        " ORDER BY 2 LIMIT 1", [sorted(names)]).fetchone()
+    if row:
+        what = f"{row[0]}.{row[1]}()"
+        exc = SQLRefused(f"%chaz sql is read-only: {what} is refused (the schema defines its own {row[1]}, which "
+                         f"PostgreSQL may call instead of its own); write pg_catalog.{row[1]}(...)")
+        exc.what = what
+        raise exc
+
+
 def run_read_only(
     url: str,
     statements: Sequence[str],
@@ -141,10 +156,13 @@ def run_read_only(
     role: str | None = None,
     max_rows: int | None = None,
     timeout_ms: int | None = None,
+    unqualified: Collection[str] = (),
 ) -> ReadRun:
     """Each statement on its own: primed session, READ ONLY transaction, DISCARD ALL after.
 
-    ``params`` go with the last statement (already in psycopg's ``%s`` style)."""
+    ``params`` go with the last statement (already in psycopg's ``%s`` style). ``unqualified``:
+    functions the statements call by bare name; SQLRefused when a schema on the search path
+    other than ``pg_catalog`` has one of that name (its overload could be called instead)."""
     results: list[tuple[list[str], list[tuple], int]] = []
     who, can_write = "", False
     timeout_ms = STATEMENT_TIMEOUT_MS if timeout_ms is None else timeout_ms
@@ -156,6 +174,8 @@ def run_read_only(
                     "SELECT current_user::text, coalesce(has_table_privilege(to_regclass('entries'),"
                     " 'INSERT, UPDATE, DELETE, TRUNCATE'), false)").fetchone()
                 who, can_write = (str(row[0]), bool(row[1])) if row else ("", False)
+                if unqualified:
+                    _refuse_shadowed(con, unqualified)
             args = list(params or []) if i == len(statements) - 1 else []
             with con.transaction(force_rollback=True):
                 con.execute("SET TRANSACTION READ ONLY")

@@ -144,6 +144,24 @@ def _check_function(node: Any) -> None:
         raise _refused(f"{'.'.join(names)}()", _WHY_FUNCTION)
 
 
+def unqualified_functions(statements: list[str]) -> set[str]:
+    """The functions the (checked) statements call without ``pg_catalog.``: PostgreSQL resolves
+    them along the search path, where a schema's own overload may win (``pgreader`` looks)."""
+    names: set[str] = set()
+    for text in statements:
+        for raw in pglast.parse_sql(text):
+            stack: list[Any] = [raw]
+            while stack:
+                node = stack.pop()
+                if isinstance(node, (list, tuple)):
+                    stack.extend(node)
+                elif isinstance(node, pglast.ast.Node):
+                    if isinstance(node, pglast.ast.FuncCall) and len(node.funcname or ()) == 1:
+                        names.add(_names(node.funcname)[0])
+                    stack.extend(getattr(node, slot) for slot in node.__slots__)  # type: ignore[attr-defined]
+    return names
+
+
 def _check_type(node: Any) -> None:
     names = _names(node.names)
     name = _qualified(names)

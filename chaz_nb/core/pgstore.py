@@ -38,7 +38,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -235,7 +235,8 @@ class PgSessionStore(GroupCommitWriter):
         return self.run_read_only(statements, params=params, max_rows=max_rows).results
 
     def run_read_only(
-        self, statements: Sequence[str], params: Sequence[Any] | None = None, max_rows: int | None = None
+        self, statements: Sequence[str], params: Sequence[Any] | None = None, max_rows: int | None = None,
+        unqualified: Collection[str] = (),
     ) -> ReadRun:
         """Each statement on its own, in a READ ONLY transaction, one per protocol message, as
         the reader role (``chaz_nb.core.pgreader``); ``?`` parameters go with the last one."""
@@ -251,7 +252,7 @@ class PgSessionStore(GroupCommitWriter):
         statements = list(statements)
         if params and statements:
             statements[-1] = to_pg(statements[-1])
-        return run_read_only(url, statements, params, role=role, max_rows=max_rows)
+        return run_read_only(url, statements, params, role=role, max_rows=max_rows, unqualified=unqualified)
 
     # --------------------------------------------------------------- sessions
     def create_session(

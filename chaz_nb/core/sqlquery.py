@@ -279,14 +279,14 @@ def _run_on_postgres(query: str, store: Any, max_rows: int) -> QueryResult:
     from .pgstore import PgResult
 
     try:
-        from .pgsqlcheck import checked_statements
+        from .pgsqlcheck import checked_statements, unqualified_functions
     except ImportError:  # no pglast: nothing runs unchecked
         raise SQLFailed("pglast is not installed, and on PostgreSQL only SQL checked by it runs: "
                         "pip install 'chaz_nb[postgres]'") from None
 
     statements = checked_statements(query)
     try:
-        run = store.run_read_only(statements)
+        run = store.run_read_only(statements, unqualified=unqualified_functions(statements))
     except psycopg.Error as exc:
         raise SQLFailed(one_line(exc)) from None
     columns, rows, total = run.results[-1]
