@@ -95,3 +95,9 @@ def test_a_store_whose_role_cannot_create_roles_runs_as_itself_and_says_so(pg_ur
         result = run_query("SELECT current_user::text, count(*) FROM entries", plain)
         assert result.rows == [(role, 1)]
         assert result.warning.startswith(f"warning: ran as {role}")
+
+
+def test_a_view_created_after_the_reader_role_is_readable_by_it(store):
+    store.run_read_only(["SELECT 1"])  # the role is set up
+    store.execute("CREATE VIEW later AS SELECT count(*) AS n FROM entries")  # as a new migration would
+    assert run_query("SELECT n FROM later", store).rows == [(1,)]

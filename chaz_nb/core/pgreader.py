@@ -107,6 +107,8 @@ def _set_up(con: psycopg.Connection, create: bool) -> None:
     schema = sql.Identifier(row[0] if row and row[0] else "public")
     con.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(schema, role))
     con.execute(sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA {} TO {}").format(schema, role))
+    # tables and views a later migration of this role creates are readable too
+    con.execute(sql.SQL("ALTER DEFAULT PRIVILEGES IN SCHEMA {} GRANT SELECT ON TABLES TO {}").format(schema, role))
     member = con.execute("SELECT pg_has_role(current_user, %s, 'MEMBER')", [READER_ROLE]).fetchone()
     if not (member and member[0]):
         con.execute(sql.SQL("GRANT {} TO CURRENT_USER").format(role))
