@@ -20,9 +20,9 @@ The same API, entries, seq rules, migrations record and audit views as the DuckD
   own: one process serves a session at a time, and the lock frees when that process dies
   (its connection closes), so another kernel takes the session over at its next trigger.
 - **No caches of what others write.** Logs and latest entries are read from the table.
-- **``%chaz sql``** runs each statement in a ``READ ONLY`` transaction on a connection of its
-  own, as the role of ``CHAZ_DB_READER`` (a URL) when set: give that role SELECT only
-  (README, "PostgreSQL").
+- **``%chaz sql``** runs each statement on a connection of its own, one statement per protocol
+  message, in a ``READ ONLY`` transaction, as the role of ``CHAZ_DB_READER`` (a URL) when set,
+  else as the ``chaz_nb_reader`` role the store sets up where it may (``chaz_nb.core.pgreader``).
 
 The store's own SQL (and the server's: schedules, recovery) is written with ``?`` parameters
 and DuckDB's ``INSERT OR REPLACE``; ``execute`` turns them into psycopg's ``%s`` and
@@ -38,7 +38,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -47,6 +47,7 @@ from psycopg.types.string import TextLoader
 
 from .entries import Entry, EntryType
 from .window import ContextWindow, chunk_rows, fill_window, window_types
+from .pgreader import ReadRun, ensure_reader_role, run_read_only
 from .pgschema import PG_MIGRATIONS, apply_pg_migrations
 from .redaction import redact as redact_secrets
 from .redaction import redact_data
@@ -143,6 +144,9 @@ class PgSessionStore(GroupCommitWriter):
         self.path = display_url(self.url)
         self.read_only = read_only
         self.reader_url = reader_url or os.environ.get("CHAZ_DB_READER") or None
+        #: the role %chaz sql runs as without CHAZ_DB_READER (pgreader), once looked up
+        self._reader_role: str | None = None
+        self._reader_set_up = False
         self.redact: Callable[[str], str] = redact or redact_secrets
         self._lock = threading.RLock()
         try:
@@ -229,26 +233,28 @@ class PgSessionStore(GroupCommitWriter):
     def query_read_only(
         self, statements: Sequence[str], params: Sequence[Any] | None = None, max_rows: int | None = None
     ) -> list[tuple[list[str], list[tuple], int]]:
-        """Each statement in a READ ONLY transaction of its own, on the reader connection.
+        """``(columns, rows, total)`` of each statement, run as ``run_read_only`` runs them."""
+        return self.run_read_only(statements, params=params, max_rows=max_rows).results
 
-        Returns ``(columns, rows, total)`` per statement; rows are cut at ``max_rows``.
-        """
+    def run_read_only(
+        self, statements: Sequence[str], params: Sequence[Any] | None = None, max_rows: int | None = None,
+        unqualified: Collection[str] = (),
+    ) -> ReadRun:
+        """Each statement on its own, in a READ ONLY transaction, one per protocol message, as
+        the reader role (``chaz_nb.core.pgreader``); ``?`` parameters go with the last one."""
         self._check_open()
-        results = []
-        with _connect(self.reader_url or self.url) as con:
-            con.execute("SET default_transaction_read_only = on")
-            for i, statement in enumerate(statements):
-                with con.transaction():
-                    con.execute("SET TRANSACTION READ ONLY")
-                    args = list(params or []) if i == len(statements) - 1 else []
-                    cur = con.execute(to_pg(statement) if args else statement, args or None)  # type: ignore[arg-type]
-                    columns = [d.name for d in cur.description or []]
-                    rows = cur.fetchall() if cur.description else []
-                total = len(rows)
-                if max_rows is not None:
-                    rows = rows[:max_rows]
-                results.append((columns, rows, total))
-        return results
+        if self.reader_url:
+            url, role = self.reader_url, None
+        else:
+            url = self.url
+            if not self._reader_set_up:
+                self._reader_role = ensure_reader_role(self.url, create=not self.read_only)
+                self._reader_set_up = True
+            role = self._reader_role
+        statements = list(statements)
+        if params and statements:
+            statements[-1] = to_pg(statements[-1])
+        return run_read_only(url, statements, params, role=role, max_rows=max_rows, unqualified=unqualified)
 
     # --------------------------------------------------------------- sessions
     def create_session(

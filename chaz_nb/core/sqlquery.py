@@ -26,10 +26,10 @@ What the database layer alone would still allow (the parser refuses all of it): 
 catalog no query can write), ``VACUUM``/``ANALYZE`` (statistics) and per-cursor state
 (``SET VARIABLE``, temporary objects) that is gone with the query's cursor.
 
-On a PostgreSQL store the database layer is a ``READ ONLY`` transaction (as ``CHAZ_DB_READER``'s
-role when set), which still runs server functions that act on other connections
-(``pg_terminate_backend``) or read the server's files; ``check_postgres_query`` refuses those
-and the system catalogs, and fails closed on a statement it cannot parse.
+On a PostgreSQL store neither DuckDB's parser nor its engine is involved: the statements are
+checked by PostgreSQL's own grammar (``pgsqlcheck``: SELECTs of pure functions only) and run
+one per protocol message, each in a READ ONLY transaction of its own, as a reader role
+(``pgreader``); the result's ``warning`` says when that role may write the store.
 
 ``--db PATH`` opens another notebook's store read-only (DuckDB refuses it while a kernel holds
 the file: we say so).
@@ -76,6 +76,8 @@ class QueryResult:
     total_rows: int
     relation: Any  # duckdb.DuckDBPyRelation over the same query
     source: str
+    #: said first, above the rows (a PostgreSQL query run as a role that may write)
+    warning: str = ""
 
     @property
     def truncated(self) -> bool:
@@ -234,71 +236,6 @@ def check_read_only(query: str) -> None:
         _check_statement(_statement_kind(st), st.query)
 
 
-#: PostgreSQL functions a READ ONLY transaction still runs although they act on the server:
-#: ``pg_terminate_backend`` ends another kernel's lease connection (its sessions would be taken
-#: over while it runs them), ``pg_advisory_lock`` + ``pg_sleep`` stall every writer,
-#: ``pg_read_file`` reads the server's files, ``query_to_xml`` runs SQL the check never saw.
-#: Every ``pg_``/``lo_``/``dblink`` function is refused but for these harmless ones:
-PG_ALLOWED_FUNCTIONS = {"pg_typeof", "pg_size_pretty", "pg_column_size"}
-PG_REFUSED_FUNCTIONS = {"set_config", "nextval", "setval", "currval", "txid_current",
-                        "query_to_xml", "query_to_xmlschema", "query_to_xml_and_xmlschema",
-                        "cursor_to_xml", "cursor_to_xmlschema", "table_to_xml", "table_to_xmlschema",
-                        "table_to_xml_and_xmlschema", "schema_to_xml", "schema_to_xmlschema",
-                        "schema_to_xml_and_xmlschema", "database_to_xml", "database_to_xmlschema",
-                        "database_to_xml_and_xmlschema"}
-
-
-def _pg_refused_function(name: str) -> bool:
-    name = name.lower()
-    if name in PG_ALLOWED_FUNCTIONS:
-        return False
-    return name in PG_REFUSED_FUNCTIONS or name.startswith(("pg_", "lo_", "dblink"))
-
-
-def _pg_parts(tree: Any) -> tuple[set[str], set[str]]:
-    """(server functions, system catalogs) that a PostgreSQL statement's parse tree names."""
-    functions: set[str] = set()
-    catalogs: set[str] = set()
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            name = node.get("function_name")
-            if isinstance(name, str) and _pg_refused_function(name):
-                functions.add(name.lower())
-            table = node.get("table_name")
-            if isinstance(table, str) and node.get("type") == "BASE_TABLE":
-                schema = str(node.get("schema_name") or "").lower()
-                if table.lower().startswith("pg_") or schema.startswith("pg_"):
-                    catalogs.add(table.lower())
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-    return functions, catalogs
-
-
-def check_postgres_query(query: str) -> None:
-    """On a PostgreSQL store, also refuse what READ ONLY does not stop: server functions and
-    system catalogs (other kernels' connections and queries, the server's files and roles).
-
-    Fails closed: a SELECT that DuckDB's parser cannot read is refused, not passed on."""
-    for st in duckdb.extract_statements(query):
-        kind, text = _statement_kind(st), st.query
-        if kind == "EXPLAIN":
-            check_postgres_query(_explained(text)[1])
-            continue
-        tree = _parse_tree(text)
-        if tree is None:
-            raise _refused("a statement the check cannot read", "on PostgreSQL only checked statements run")
-        functions, catalogs = _pg_parts(tree)
-        if functions:
-            raise _refused(f"{sorted(functions)[0]}()", "server functions act on the database server, "
-                           "not only on the session store")
-        if catalogs:
-            raise _refused(f"the system catalog {sorted(catalogs)[0]}", "it shows other connections and "
-                           "server settings; query tool_calls, runs, approvals or messages")
-
-
 # ------------------------------------------------------------------ the database layer
 def open_read_only(path: str) -> duckdb.DuckDBPyConnection:
     """Another notebook's store, read-only and locked down like this kernel's."""
@@ -327,19 +264,34 @@ def _read_only(con: duckdb.DuckDBPyConnection, run: Callable[[], Any]) -> Any:
         return run()
 
 
+#: the first line of a result run as a role that may write the store (no reader role)
+WRITABLE_ROLE_WARNING = (
+    "warning: ran as {role}, a role that may write the audit trail; only the statement check "
+    "stood in the way: set CHAZ_DB_READER to a read-only role's URL (README, \"PostgreSQL\")"
+)
+
+
 def _run_on_postgres(query: str, store: Any, max_rows: int) -> QueryResult:
-    """On a PostgreSQL store: each statement in a READ ONLY transaction (pgstore.query_read_only),
-    as the read-only role of ``CHAZ_DB_READER`` when set; the statement check ran already."""
+    """On a PostgreSQL store: checked by PostgreSQL's grammar (``pgsqlcheck``), then each
+    statement on its own, read-only, as the reader role (``pgreader``)."""
     import psycopg
 
     from .pgstore import PgResult
 
-    statements = [st.query for st in duckdb.extract_statements(query)]
     try:
-        columns, rows, total = store.query_read_only(statements)[-1]
+        from .pgsqlcheck import checked_statements, unqualified_functions
+    except ImportError:  # no pglast: nothing runs unchecked
+        raise SQLFailed("pglast is not installed, and on PostgreSQL only SQL checked by it runs: "
+                        "pip install 'chaz_nb[postgres]'") from None
+
+    statements = checked_statements(query)
+    try:
+        run = store.run_read_only(statements, unqualified=unqualified_functions(statements))
     except psycopg.Error as exc:
         raise SQLFailed(one_line(exc)) from None
-    return QueryResult(columns, rows[:max_rows], total, PgResult(columns, rows), store.path)
+    columns, rows, total = run.results[-1]
+    warning = WRITABLE_ROLE_WARNING.format(role=run.role) if run.can_write else ""
+    return QueryResult(columns, rows[:max_rows], total, PgResult(columns, rows), store.path, warning)
 
 
 def run_query(
@@ -349,12 +301,11 @@ def run_query(
     max_rows: int = DEFAULT_MAX_ROWS,
 ) -> QueryResult:
     """Run a read-only query on ``store`` or on the file ``db`` (opened read-only)."""
+    if db is None and getattr(store, "dialect", "duckdb") == "postgresql":
+        return _run_on_postgres(query, store, max_rows)  # PostgreSQL's grammar, not DuckDB's
     check_read_only(query)
     if db is not None and store is not None and os.path.abspath(db) == os.path.abspath(store.path):
         db = None  # our own file: DuckDB would refuse a second connection from this process
-    if db is None and getattr(store, "dialect", "duckdb") == "postgresql":
-        check_postgres_query(query)
-        return _run_on_postgres(query, store, max_rows)
     if db is None:
         if store is None:
             raise SQLFailed("no session store: %load_ext chaz_nb first, or give --db PATH")

@@ -45,6 +45,7 @@ _CSS = (
     ".chaz-sql thead th{position:sticky;top:0;background:var(--jp-layout-color1,#fff)}"
     ".chaz-sql .chaz-null{color:var(--jp-ui-font-color3,#999);font-style:italic}"
     ".chaz-sql details pre{margin:2px 0;white-space:pre-wrap}"
+    ".chaz-sql-warning{color:var(--jp-warn-color0,#a15c00);font-size:12px;margin:2px 0}"
     ".chaz-sql-n{color:var(--jp-ui-font-color2,#666);font-size:11px;margin:2px 0 6px}"
     "</style>"
 )
@@ -88,16 +89,19 @@ class SqlTable:
     """A query result as a notebook output: ``text/html`` and ``text/plain`` reprs."""
 
     def __init__(self, columns: list[str], rows: list[tuple], total_rows: int, source: str = "",
-                 note: str = "") -> None:
+                 note: str = "", warning: str = "") -> None:
         self.columns = list(columns)
         self.rows = list(rows)
         self.total_rows = total_rows
         self.source = source
         self.note = note
+        #: the first line, above the rows (a query run as a role that may write the store)
+        self.warning = warning
 
     @classmethod
     def from_result(cls, result: Any, note: str = "") -> SqlTable:
-        return cls(result.columns, result.rows, result.total_rows, result.source, note)
+        return cls(result.columns, result.rows, result.total_rows, result.source, note,
+                   getattr(result, "warning", ""))
 
     @property
     def truncated(self) -> bool:
@@ -114,18 +118,19 @@ class SqlTable:
         body = "".join(
             "<tr>" + "".join(f"<td>{_cell_html(v)}</td>" for v in row) + "</tr>" for row in self.rows
         )
+        warning = f"<div class='chaz-sql-warning'>{_esc(self.warning)}</div>" if self.warning else ""
         return (
-            f"{_CSS}<div class='chaz-sql'><table border='1' class='dataframe'>"
+            f"{_CSS}{warning}<div class='chaz-sql'><table border='1' class='dataframe'>"
             f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
             f"<div class='chaz-sql-n'>{_esc(self.footer())}</div>"
         )
 
     def text(self) -> str:
         grid = [[str(c) for c in self.columns]] + [[_cell_text(v) for v in row] for row in self.rows]
-        lines = []
+        lines = [self.warning] if self.warning else []
         if self.columns:
             widths = [max(len(r[i]) for r in grid) for i in range(len(self.columns))]
-            lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in grid]
+            lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in grid]
         lines.append(f"({self.footer()})")
         return "\n".join(lines)
 
