@@ -164,6 +164,29 @@ def _m011_schedule_id_sequences(con: duckdb.DuckDBPyConnection) -> None:
     del con
 
 
+def _m012_run_budgets(con: duckdb.DuckDBPyConnection) -> None:
+    # Run-tree budgets (chaz_nb/server/budgets.py): one row per budget a person's trigger (or
+    # a person-made schedule's fire) opened; every run that descends from it, in any kernel,
+    # charges its spawns and model calls here.
+    con.execute(
+        """
+        CREATE TABLE run_budgets (
+            id VARCHAR PRIMARY KEY,
+            root_agent VARCHAR NOT NULL,
+            max_spawns BIGINT NOT NULL,
+            max_model_calls BIGINT NOT NULL,
+            spawns BIGINT NOT NULL DEFAULT 0,
+            model_calls BIGINT NOT NULL DEFAULT 0,
+            schedules BIGINT NOT NULL DEFAULT 0,
+            exhausted VARCHAR,
+            created_at TIMESTAMP NOT NULL
+        )
+        """
+    )
+    # The budget of the run tree that made a schedule (None: a person's): its fires draw on it.
+    con.execute("ALTER TABLE schedules ADD COLUMN budget VARCHAR")
+
+
 MIGRATIONS: list[Migration] = [
     Migration("001_sessions_entries", _m001_sessions_entries),
     Migration("002_session_title_metadata", _m002_session_title_metadata),
@@ -175,6 +198,7 @@ MIGRATIONS: list[Migration] = [
     Migration("008_tool_calls_mcp_server", _m008_tool_calls_mcp_server),
     Migration("009_context_window", _m009_context_window),
     Migration("011_schedule_id_sequences", _m011_schedule_id_sequences),
+    Migration("012_run_budgets", _m012_run_budgets),
 ]
 
 

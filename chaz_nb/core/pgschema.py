@@ -124,6 +124,22 @@ def _m011(cur: Any) -> None:
         cur.execute(f"SELECT setval('{table}_id_seq', coalesce((SELECT max(id) FROM {table}), 0) + 1, false)")
 
 
+def _m012(cur: Any) -> None:
+    # Run-tree budgets (chaz_nb/server/budgets.py), charged by every kernel with a conditional
+    # UPDATE; a schedule keeps the budget of the run tree that made it.
+    cur.execute(
+        """
+        CREATE TABLE run_budgets (
+            id VARCHAR PRIMARY KEY, root_agent VARCHAR NOT NULL, max_spawns BIGINT NOT NULL,
+            max_model_calls BIGINT NOT NULL, spawns BIGINT NOT NULL DEFAULT 0,
+            model_calls BIGINT NOT NULL DEFAULT 0, schedules BIGINT NOT NULL DEFAULT 0, exhausted VARCHAR,
+            created_at TIMESTAMP NOT NULL
+        );
+        ALTER TABLE schedules ADD COLUMN budget VARCHAR;
+        """
+    )
+
+
 #: the same names as chaz_nb.core.migrations.MIGRATIONS (tests check it)
 PG_MIGRATIONS: list[PgMigration] = [
     PgMigration("001_sessions_entries", _m001),
@@ -136,6 +152,7 @@ PG_MIGRATIONS: list[PgMigration] = [
     PgMigration("008_tool_calls_mcp_server", _m008),
     PgMigration("009_context_window", _m009),
     PgMigration("011_schedule_id_sequences", _m011),
+    PgMigration("012_run_budgets", _m012),
 ]
 
 def create_audit_views(cur: Any) -> None:

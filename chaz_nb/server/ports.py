@@ -201,6 +201,8 @@ class RunContext:
     tree: TreeBudget | None = None
     #: the cap above this run (before its agent's own tools and auto-approve list)
     ceiling: Ceiling | None = None
+    #: its reply is a trigger (a room's members it mentions): it carries the run's authority
+    reply_triggers: bool = False
     #: waits until the run's ToolCall/ToolResult events are committed
     flush_events: Callable[[], Awaitable[None]] | None = None
 
