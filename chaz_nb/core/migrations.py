@@ -190,6 +190,29 @@ def _m014_kernel_audit_views(con: duckdb.DuckDBPyConnection) -> None:
     create_audit_views(con)
 
 
+def _m015_run_budgets(con: duckdb.DuckDBPyConnection) -> None:
+    # Run-tree budgets (chaz_nb/server/budgets.py): one row per budget a person's trigger (or
+    # a person-made schedule's fire) opened; every run that descends from it, in any kernel,
+    # charges its spawns and model calls here.
+    con.execute(
+        """
+        CREATE TABLE run_budgets (
+            id VARCHAR PRIMARY KEY,
+            root_agent VARCHAR NOT NULL,
+            max_spawns BIGINT NOT NULL,
+            max_model_calls BIGINT NOT NULL,
+            spawns BIGINT NOT NULL DEFAULT 0,
+            model_calls BIGINT NOT NULL DEFAULT 0,
+            schedules BIGINT NOT NULL DEFAULT 0,
+            exhausted VARCHAR,
+            created_at TIMESTAMP NOT NULL
+        )
+        """
+    )
+    # The budget of the run tree that made a schedule (None: a person's): its fires draw on it.
+    con.execute("ALTER TABLE schedules ADD COLUMN budget VARCHAR")
+
+
 MIGRATIONS: list[Migration] = [
     Migration("001_sessions_entries", _m001_sessions_entries),
     Migration("002_session_title_metadata", _m002_session_title_metadata),
@@ -204,6 +227,7 @@ MIGRATIONS: list[Migration] = [
     Migration("012_approvals_edited_arguments", _m_approvals_edited),
     Migration("013_fork_branches", _m_fork_branches),
     Migration("014_kernel_audit_views", _m014_kernel_audit_views),
+    Migration("015_run_budgets", _m015_run_budgets),
 ]
 
 

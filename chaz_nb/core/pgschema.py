@@ -139,6 +139,22 @@ def _m014(cur: Any) -> None:
     create_audit_views(cur)  # data_egress, variable_changes (the kernel's tools)
 
 
+def _m015(cur: Any) -> None:
+    # Run-tree budgets (chaz_nb/server/budgets.py), charged by every kernel with a conditional
+    # UPDATE; a schedule keeps the budget of the run tree that made it.
+    cur.execute(
+        """
+        CREATE TABLE run_budgets (
+            id VARCHAR PRIMARY KEY, root_agent VARCHAR NOT NULL, max_spawns BIGINT NOT NULL,
+            max_model_calls BIGINT NOT NULL, spawns BIGINT NOT NULL DEFAULT 0,
+            model_calls BIGINT NOT NULL DEFAULT 0, schedules BIGINT NOT NULL DEFAULT 0, exhausted VARCHAR,
+            created_at TIMESTAMP NOT NULL
+        );
+        ALTER TABLE schedules ADD COLUMN budget VARCHAR;
+        """
+    )
+
+
 #: the same names as chaz_nb.core.migrations.MIGRATIONS (tests check it)
 PG_MIGRATIONS: list[PgMigration] = [
     PgMigration("001_sessions_entries", _m001),
@@ -154,6 +170,7 @@ PG_MIGRATIONS: list[PgMigration] = [
     PgMigration("012_approvals_edited_arguments", _m_approvals_edited),
     PgMigration("013_fork_branches", _m_fork_branches),
     PgMigration("014_kernel_audit_views", _m014),
+    PgMigration("015_run_budgets", _m015),
 ]
 
 def create_audit_views(cur: Any) -> None:

@@ -48,6 +48,7 @@ class RunFacts(Protocol):
     auto_approve: Chain
     call_depth: int
     max_call_depth: int
+    tree: Any  # the run's TreeBudget (a StoredBudget has the ``id`` its triggers name)
 
 
 @dataclass(frozen=True)
@@ -111,15 +112,16 @@ class Ceiling:
         return agent_limit if self.max_call_depth is None else min(agent_limit, self.max_call_depth)
 
     # ------------------------------------------------------------ storage
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tools": None if self.levels is None else [sorted(level) for level in self.levels],
+            "auto_approve": [sorted(level) for level in self.auto_approve],
+            "call_depth": self.call_depth,
+            "max_call_depth": self.max_call_depth,
+        }
+
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "tools": None if self.levels is None else [sorted(level) for level in self.levels],
-                "auto_approve": [sorted(level) for level in self.auto_approve],
-                "call_depth": self.call_depth,
-                "max_call_depth": self.max_call_depth,
-            }
-        )
+        return json.dumps(self.to_dict())
 
     @classmethod
     def from_json(cls, raw: str | dict[str, Any] | None) -> Ceiling | None:
@@ -158,3 +160,63 @@ def _join(a: Sequence[frozenset[str]], b: Sequence[frozenset[str]]) -> Chain:
         if level not in out:
             out.append(level)
     return tuple(out)
+
+
+#: the payload key of a trigger a run wrote: its writer's authority (``Authority.to_payload``)
+AUTHORITY_KEY = "authority"
+
+
+@dataclass(frozen=True)
+class Authority:
+    """What a run hands on with every trigger it writes: its ceiling and the budget it draws on.
+
+    It is written in the entry itself (``payload["authority"]``), so whichever kernel reads
+    the entry, and whenever, caps the run it starts by it; the budget is a row of
+    ``run_budgets`` (budgets.py), counted in the store.
+    """
+
+    ceiling: Ceiling
+    #: the id of the run-tree budget (``run_budgets.id``); None: the run starts a fresh one
+    budget: str | None = None
+
+    @classmethod
+    def of_run(cls, ctx: RunFacts) -> Authority:
+        """What a run hands on: its own ceiling and its tree's budget."""
+        return cls(Ceiling.of_run(ctx), getattr(ctx.tree, "id", None))
+
+    def to_payload(self) -> dict[str, Any]:
+        return {AUTHORITY_KEY: {"ceiling": self.ceiling.to_dict(), "budget": self.budget}}
+
+    def meet(self, other: Authority | None) -> Authority:
+        """The narrower ceiling of both; the budget of the first that names one."""
+        if other is None:
+            return self
+        return Authority(self.ceiling.meet(other.ceiling), self.budget or other.budget)
+
+    @classmethod
+    def of_entry(cls, payload: dict[str, Any]) -> Authority | None:
+        """The authority a trigger was written with (None: a person's entry); CeilingError
+        when it is unreadable (the run must not run open)."""
+        raw = payload.get(AUTHORITY_KEY)
+        if raw is None:
+            return None
+        if not isinstance(raw, dict) or not isinstance(raw.get("ceiling"), dict):
+            raise CeilingError("the trigger's authority is unreadable (no ceiling)")
+        ceiling = Ceiling.from_json(raw["ceiling"]) or Ceiling()
+        budget = raw.get("budget")
+        return cls(ceiling, None if budget is None else str(budget))
+
+    @classmethod
+    def of_entries(cls, payloads: Iterable[dict[str, Any]]) -> Authority | None:
+        """The meet of the authorities of every trigger a run answers (None: none has one)."""
+        found: Authority | None = None
+        for payload in payloads:
+            one = cls.of_entry(payload)
+            if one is not None:
+                found = one if found is None else found.meet(one)
+        return found
+
+
+def written_by_run(payload: dict[str, Any]) -> bool:
+    """Whether an entry was written by a run (it carries its writer's authority)."""
+    return AUTHORITY_KEY in payload

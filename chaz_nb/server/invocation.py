@@ -27,3 +27,5 @@ class Invocation:
     unattended: bool = False
     #: a cap on the run (a schedule that a capped run created), see ceiling.py
     ceiling: Ceiling | None = None
+    #: the run-tree budget it draws on (a schedule a run made: that run's); None opens one
+    budget: str | None = None

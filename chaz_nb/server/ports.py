@@ -201,6 +201,8 @@ class RunContext:
     tree: TreeBudget | None = None
     #: the cap above this run (before its agent's own tools and auto-approve list)
     ceiling: Ceiling | None = None
+    #: its reply is a trigger (a room's members it mentions): it carries the run's authority
+    reply_triggers: bool = False
 
 
 current_run: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(

@@ -55,6 +55,7 @@ from .invocation import Invocation
 from ..core.store import StoreError
 from ..engine.tools import ToolError, ToolRegistry, tool
 from ..errors import ServerError
+from .ceiling import written_by_run
 from .ports import Part, current_run
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -347,14 +348,16 @@ class Rooms(Part):
                 f"{'it' if len(unknown) == 1 else 'them'}",
                 {"note": "unknown_mention", "names": unknown, "entry_id": entry.id},
             )
-        if from_agent and targets:
+        # an agent's Directive (send_message) is an agent's wake too: it counts, it resets nothing
+        by_agent = from_agent or written_by_run(entry.payload)
+        if by_agent and targets:
             targets = self._within_budget(room, entry, targets)
         if not targets:
             return
         loop = self.port.loop()
         futures = [self._enqueue(room, name, entry, loop) for name in targets]
-        if not from_agent:
-            # a person's Message or a Directive starts a new burst: the turns queued after it
+        if not by_agent:
+            # a person's Message or Directive starts a new burst: the turns queued after it
             self._burst_turns[room.id] = len(self._turns.get(room.id, ()))
         combined = futures[0] if len(futures) == 1 else _all_done(loop, futures)
         self.port.track(entry, combined)
@@ -404,10 +407,11 @@ class Rooms(Part):
         return woken
 
     def _burst(self, room_id: int) -> int:
-        """Trailing agent Messages in the log (a person's Message or a Directive ends the count)."""
+        """Trailing agent Messages and Directives in the log (a person's entry ends the count)."""
         count = 0
         for e in reversed(self.port.store.entries(room_id, types=(EntryType.MESSAGE, EntryType.DIRECTIVE))):
-            if e.entry_type is EntryType.DIRECTIVE or e.sender not in self.port.agents:
+            by_agent = written_by_run(e.payload) or (e.entry_type is EntryType.MESSAGE and e.sender in self.port.agents)
+            if not by_agent:
                 break
             count += 1
         return count

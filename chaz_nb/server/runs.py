@@ -48,11 +48,12 @@ from ..engine.runtime import (
     one_line_reason,
 )
 from ..engine.tools import ToolRegistry
-from ..engine.tree_budget import BudgetedBackend, TreeBudget, TreeBudgetExceeded
+from ..engine.tree_budget import BudgetedBackend, TreeBudgetExceeded
 from ..errors import CeilingError, ServerError
 from . import events as event_writer
 from .agents import Agent
-from .ceiling import Ceiling
+from .budgets import Budgets, StoredBudget
+from .ceiling import Authority, Ceiling
 from .invocation import Invocation
 from .handle import RunHandle
 from .remote import RemoteRun
@@ -122,20 +123,6 @@ class SessionState:
     dropped: list[int] = field(default_factory=list)  # queued trigger ids a stop dropped
 
 
-@dataclass(frozen=True)
-class Origin:
-    """The run that wrote a trigger: its authority caps the run the trigger starts."""
-
-    ceiling: Ceiling
-    tree: TreeBudget | None
-
-    def merge(self, other: Origin | None) -> Origin:
-        # One follow-up run answers several queued triggers: it gets the narrowest authority.
-        if other is None:
-            return self
-        return Origin(self.ceiling.meet(other.ceiling), self.tree or other.tree)
-
-
 class AfterAck:
     """A run's tool executor whose calls start once the run's Ack has landed.
 
@@ -190,7 +177,8 @@ class RunEngine:
         self._handles: dict[int, RunHandle] = {}  # trigger entry id -> handle, while in flight
         self._spawn: dict[int, SpawnContext] = {}
         self._completions: dict[int, asyncio.Future] = {}
-        self._origins: dict[int, Origin] = {}  # trigger entry id -> the run that wrote it
+        #: run-tree budgets, counted in the store (budgets.py)
+        self.budgets = Budgets(store)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped = False
         #: reply text while it is written (transient, not entries; see streams.py)
@@ -252,8 +240,17 @@ class RunEngine:
         if EntryType(entry_type) in (EntryType.MESSAGE, EntryType.DIRECTIVE):
             self.loop()  # refuse before writing rather than write a trigger nobody runs
             self.serve_here(session_id)
+            payload = self._with_authority(sender, payload)
         entry = self.store.append(session_id, entry_type, sender, content, payload=payload)
         return self.handle_for(entry)
+
+    def _with_authority(self, sender: str, payload: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A trigger written by one of this server's runs (``send_message``) carries the run's
+        authority in the entry, for whichever kernel serves it (ceiling.py)."""
+        run = current_run.get()
+        if run is None or run.port is not self or sender != run.agent.name:
+            return payload
+        return {**(payload or {}), **Authority.of_run(run).to_payload()}
 
     def serve_here(self, session_id: int) -> None:
         """Before this server writes a trigger: on a shared store, take the session's lease when
@@ -339,14 +336,9 @@ class RunEngine:
         loop = self.loop()
         future: asyncio.Future = loop.create_future()
         self._handles[entry.id] = RunHandle(entry, future)
-        origin = self._origin_of(entry)
-        if origin is not None:
-            self._origins[entry.id] = origin
         state = self._states.get(entry.session_id)
         if state is not None:
             # Busy: one more run after this one, on the updated context, answers it.
-            if state.queued is not None and state.queued.id in self._origins:
-                self._origins[entry.id] = self._origins.pop(state.queued.id).merge(origin)
             state.queued = entry
             state.queued_futures.append(future)
             state.queued_triggers.append(entry)
@@ -356,19 +348,6 @@ class RunEngine:
         state.task = loop.create_task(
             self._session_loop(entry.session_id, entry), name=f"chaz-session-{entry.session_id}"
         )
-
-    def _origin_of(self, entry: Entry) -> Origin | None:
-        """The run of this server that wrote ``entry``, if a run did.
-
-        Agents write triggers (a spawn's Directive, ``send_message``) with a synchronous
-        append from inside their run, so on_write sees the writer's context. The sender check
-        keeps a person's entry that shares a group commit with a run's write from being
-        taken for the run's.
-        """
-        run = current_run.get()
-        if run is None or run.port is not self or entry.sender != run.agent.name:
-            return None
-        return Origin(Ceiling.of_run(run), run.tree)
 
     def start_run(self, session_id: int, invocation: Invocation) -> asyncio.Future[Entry | None] | None:
         """Run with no trigger entry (a schedule fire); None when the session is busy or stopped."""
@@ -502,17 +481,18 @@ class RunEngine:
                 f"unknown agent {agent_name!r}; define it before writing to its session",
             )
         spawn = self._spawn.get(session_id)
-        origin = self._origins.pop(trigger.id, None) if trigger is not None else None
         try:
-            # The session's own ceiling (kept since its spawn) and the writer's, if a run wrote
-            # the trigger: whoever triggers the run, it can do no more than both allow.
+            # The session's own ceiling (kept since its spawn), the schedule's, and the
+            # authority each trigger a run wrote carries (in the entry, so also a trigger another
+            # kernel wrote): whoever triggers the run, it can do no more than all of them allow.
+            origin = Authority.of_entries(e.payload for e in answers)
             ceiling = (Ceiling.from_json(session.ceiling) or Ceiling()).meet(origin.ceiling if origin else None)
             ceiling = ceiling.meet(invocation.ceiling if invocation else None)
         except CeilingError as exc:
             return self.store.append(
                 session_id, EntryType.ERROR, "system", f"{exc}; the session does not run (start a new one)"
             )
-        tree = (origin.tree if origin else None) or (spawn.tree if spawn else None) or TreeBudget.for_agent(agent)
+        tree = self._budget_of(agent, trigger, origin, invocation)
         ack_write = asyncio.ensure_future(_only(self.store.write_behind([NewEntry(
             session_id,
             EntryType.ACK,
@@ -520,6 +500,7 @@ class RunEngine:
             f"{agent.name} is working",
             payload={"trigger_id": trigger.id if trigger else None,
                      "trigger_type": trigger.entry_type.value if trigger else None, "model": agent.model,
+                     "budget": tree.id,
                      "parent_run": spawn.parent_run if spawn else None,
                      "answers": [e.id for e in answers], "answers_count": len(answers),
                      **(invocation.ack if invocation else {})},
@@ -544,6 +525,7 @@ class RunEngine:
             unattended=bool(invocation and invocation.unattended),
             tree=tree,
             ceiling=ceiling,
+            reply_triggers=session.kind == "room",
         )
         ack_write.add_done_callback(lambda f: self._ack_landed(session_id, ctx, f))
         token = current_run.set(ctx)
@@ -560,6 +542,18 @@ class RunEngine:
             return outcome
         finally:
             current_run.reset(token)
+
+    def _budget_of(
+        self, agent: Agent, trigger: Entry | None, origin: Authority | None, invocation: Invocation | None
+    ) -> StoredBudget:
+        """The run-tree budget a run draws on: the one its trigger's writer drew on (or the
+        schedule's maker), else a fresh one for the person's trigger or schedule fire."""
+        inherited = (origin.budget if origin else None) or (invocation.budget if invocation else None)
+        if inherited is not None:
+            return self.budgets.open(inherited, agent)
+        fire = invocation.ack.get("fire_id") if invocation else None
+        root = f"entry:{trigger.id}" if trigger is not None else f"fire:{fire}" if fire is not None else None
+        return self.budgets.open(root, agent)
 
     def _ack_landed(self, session_id: int, ctx: RunContext, ack_write: asyncio.Future) -> None:
         """The run's Ack is committed: its id is the run id (the first callback of the Ack)."""
@@ -683,6 +677,8 @@ class RunEngine:
                 payload={**finished, "status": "silent"},
             )
             return None
+        if ctx.reply_triggers:  # a reply in a room wakes the members it mentions: it hands on the run's authority
+            finished.update(Authority.of_run(ctx).to_payload())
         try:
             return await self.store.write_one(session_id, EntryType.MESSAGE, agent.name, result.content,
                                               payload=finished)
@@ -891,8 +887,6 @@ class RunEngine:
             state.stop_by = by
             # the queued follow-up is dropped: it would answer a request the person withdrew
             state.dropped = [e.id for e in state.queued_triggers]
-            for e in state.queued_triggers:
-                self._origins.pop(e.id, None)
             self._resolve(state.queued_futures, None)
             state.queued, state.queued_futures, state.queued_triggers = None, [], []
             state.task.cancel()
@@ -980,6 +974,5 @@ class RunEngine:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        self._origins.clear()
         for part in self.parts:
             await part.stop()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Generic, TypeVar
 
+from .ceiling import Authority
 from .ports import SpawnContext, current_run
 from .stopping import CANCELLED
 from ..core.entries import EntryType
@@ -151,7 +152,8 @@ async def _run_child(server, ctx, agent: str, kind: str, spawn: SpawnContext, di
         EntryType.DIRECTIVE,
         ctx.agent.name,
         directive,
-        payload={"parent_session": ctx.session_id, "parent_run": ctx.run_id},
+        # the run's authority travels with the Directive (ceiling.py): its budget, its cap
+        payload={"parent_session": ctx.session_id, "parent_run": ctx.run_id, **Authority.of_run(ctx).to_payload()},
     )
     if async_:
         return f"started {agent} in session {session_id}; it runs in the background"

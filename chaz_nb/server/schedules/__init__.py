@@ -12,6 +12,12 @@ wakes early when schedules change. A fire whose session is busy is skipped and r
 missed cron and interval ticks are not back-filled; a one-shot that came due while the
 kernel was down fires when the scheduler starts, and is removed after it fires.
 
+A schedule an agent makes (``schedule_create``) keeps the authority of the run that made it:
+its ceiling and its run-tree budget, which every fire draws on. Such schedules are limited:
+at most ``max_per_origin`` live ones per run tree (per person's trigger they descend from),
+none firing more often than every ``min_interval`` seconds; a capped run cancels only the
+schedules its own tree made.
+
 Schedule state lives in its own tables, not in the session log, so a store ``on_write``
 callback does not see a fire being counted or a schedule being disabled or removed (those
 happen after the run's last entry). ``Schedules.subscribe`` is that hook: callbacks get the
@@ -22,7 +28,7 @@ from __future__ import annotations
 
 import builtins
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 from collections.abc import Callable
 
@@ -30,7 +36,8 @@ from ...core.store import utcnow
 from ...engine.tools import ToolError, ToolRegistry, tool
 from ...engine.tree_budget import TreeBudgetExceeded
 from ...errors import ScheduleError, TriggerError
-from ..ceiling import Ceiling
+from ..budgets import take_schedule
+from ..ceiling import Authority, Ceiling
 from ..ports import Part, current_run
 from .cron import TRIGGER_FORMS, CronSpec, Trigger, parse_cron, parse_duration, parse_trigger, to_utc_naive
 from .loop import ONE_SHOT_RETRY, Scheduler
@@ -45,12 +52,24 @@ __all__ = [
 ]
 
 
+#: live schedules one run tree (one person's trigger) may have made
+DEFAULT_MAX_PER_ORIGIN = 10
+#: seconds: the most often an agent's schedule may fire (a one-shot: the least delay)
+DEFAULT_MIN_INTERVAL = 60.0
+
+
 class Schedules(Part):
     """The server's schedules: Python API (for magics), the table, the fire loop."""
 
     name = "schedules"
 
-    def __init__(self, port: ServerPort) -> None:
+    def __init__(
+        self, port: ServerPort, *, max_per_origin: int = DEFAULT_MAX_PER_ORIGIN,
+        min_interval: float = DEFAULT_MIN_INTERVAL,
+    ) -> None:
+        #: limits on the schedules agents make (a person's own are not limited)
+        self.max_per_origin = max_per_origin
+        self.min_interval = min_interval
         self.port = port
         self.store = port.store
         self.table = ScheduleTable(port.store)
@@ -73,6 +92,7 @@ class Schedules(Part):
         max_fires: int | None = None,
         created_by: str = "user",
         ceiling: str | None = None,
+        budget: str | None = None,
     ) -> Schedule:
         """Create a schedule for ``agent``.
 
@@ -84,6 +104,8 @@ class Schedules(Part):
             raise ScheduleError("a schedule needs a wake prompt (the text the agent is woken with)")
         now = utcnow()
         parsed = parse_trigger(trigger, now)
+        if budget is not None:  # made by a run: the limits on agents' schedules
+            self._check_agent_schedule(parsed, budget, now)
         if max_failures < 1:
             raise ScheduleError("max_failures must be at least 1")
         if max_fires is not None and max_fires < 1:
@@ -117,11 +139,33 @@ class Schedules(Part):
             id=schedule_id, agent=agent, trigger=parsed.text, kind=parsed.kind, prompt=prompt,
             session_id=session_id, max_failures=max_failures, expires_at=expires,
             max_fires=max_fires, next_fire_at=parsed.first_fire(now), created_by=created_by,
-            created_at=now, ceiling=ceiling,
+            created_at=now, ceiling=ceiling, budget=budget,
         )
         self.table.save(s)
         self.scheduler.autostart()
         return replace(s)
+
+    def _check_agent_schedule(self, trigger: Trigger, budget: str, now: datetime) -> None:
+        """A ScheduleError past the limits on the schedules a run tree makes (else it counts)."""
+        first = trigger.first_fire(now)
+        gaps = [first - now] if trigger.kind == "once" else []
+        due = first
+        for _ in range(4 if trigger.kind != "once" else 0):  # a cron line's gaps may differ
+            nxt = trigger.next_fire(due, due)
+            if nxt is None:
+                break
+            gaps.append(nxt - due)
+            due = nxt
+        if gaps and min(gaps) < timedelta(seconds=self.min_interval):
+            raise ScheduleError(
+                f"an agent's schedule may fire at most every {self.min_interval:g} s ({trigger.text!r} is more "
+                "often); use a longer interval, or a person raises server.schedules.min_interval"
+            )
+        if not take_schedule(self.store, budget, self.max_per_origin):
+            raise ScheduleError(
+                f"this run tree already made {self.max_per_origin} schedules (the most one person's trigger "
+                "may lead to); a person raises server.schedules.max_per_origin"
+            )
 
     def list(self, agent: str | None = None) -> list[Schedule]:
         return [replace(s) for s in self.table.all().values() if agent is None or s.agent == agent]
@@ -194,10 +238,10 @@ def install(registry: ToolRegistry) -> None:
         if session not in ("this", "fresh"):
             raise ToolError('session must be "this" or "fresh"')
         target: int | str = "fresh" if session == "fresh" else ctx.session_id
-        # A capped run (a spawned child, a run another run triggered) cannot schedule itself
-        # out of its cap: every fire runs under the ceiling it had. A schedule is also a run
+        # A schedule keeps the authority of the run that made it (ceiling.py): every fire runs
+        # under the ceiling it had and draws on its tree's budget. A schedule is also a run
         # the tree starts later, so it counts as a spawn of the tree.
-        capped = ctx.ceiling is not None and ctx.ceiling != Ceiling()
+        authority = Authority.of_run(ctx)
         if ctx.tree is not None:
             try:
                 ctx.tree.take_spawn()
@@ -205,8 +249,9 @@ def install(registry: ToolRegistry) -> None:
                 raise ToolError(str(exc)) from None
         try:
             s = ctx.port.part("schedules").add(ctx.agent.name, trigger, prompt, target, max_fires=max_fires,
-                                         created_by=ctx.agent.name,
-                                         ceiling=ctx.ceiling.to_json() if capped else None)
+                                               created_by=ctx.agent.name,
+                                               ceiling=_ceiling_of(ctx, authority),
+                                               budget=authority.budget or f"run:{ctx.run_id}")
         except ValueError as exc:
             raise ToolError(str(exc)) from None
         return f"created {s.one_line()}"
@@ -230,12 +275,26 @@ def install(registry: ToolRegistry) -> None:
         s = schedules.table.all().get(schedule_id)
         if s is None or s.agent != ctx.agent.name:
             raise ToolError(f"you have no schedule #{schedule_id}; schedule_list shows yours")
+        if _capped(ctx) and (s.budget is None or s.budget != getattr(ctx.tree, "id", None)):
+            raise ToolError(f"a capped run cancels only the schedules its own run tree made; schedule "
+                            f"#{schedule_id} was not (a person can cancel it)")
         schedules.remove(schedule_id)
         return f"cancelled schedule #{schedule_id}"
 
     for t in (schedule_create, schedule_list, schedule_cancel):
         if t.name not in registry:
             registry.register(t)
+
+
+def _capped(ctx) -> bool:
+    """A run under a ceiling (a spawned child, a run another run or a run's schedule triggered)."""
+    return ctx.ceiling is not None and ctx.ceiling != Ceiling()
+
+
+def _ceiling_of(ctx, authority: Authority) -> str | None:
+    """What a schedule stores of its maker's ceiling: the whole of it for a capped run; for a
+    person's own run nothing, as before (its fires keep its agent's own tools)."""
+    return authority.ceiling.to_json() if _capped(ctx) else None
 
 
 def _ctx(tool_name: str):

@@ -187,6 +187,7 @@ class Scheduler:
         self.store.execute("UPDATE schedule_fires SET session_id = ? WHERE id = ?", [session_id, fire_id])
         invocation = Invocation(
             ceiling=Ceiling.from_json(s.ceiling),
+            budget=s.budget,  # a schedule a run made: its fires draw on that run's tree budget
             agent=s.agent,
             input=s.prompt,
             ack={"trigger_type": "schedule", "schedule_id": s.id, "fire_id": fire_id, "wake_prompt": s.prompt},

@@ -55,6 +55,9 @@ class Schedule:
     created_at: datetime | None = None
     #: JSON ceiling of the capped run that created it (ceiling.py); every fire stays under it
     ceiling: str | None = None
+    #: the run-tree budget of the run that made it (budgets.py); None: a person's schedule,
+    #: each of whose fires opens a budget of its own
+    budget: str | None = None
 
     @property
     def target(self) -> str:
@@ -106,7 +109,9 @@ class ScheduleTable:
         self.shared = store.shares_sessions
         self._cache: dict[int, Schedule] | None = None
         # A read-only file of an older schema has no ceiling column.
-        self._columns = _COLUMNS + (", ceiling" if self.store.has_column("schedules", "ceiling") else "")
+        self._columns = _COLUMNS + "".join(
+            f", {column}" for column in ("ceiling", "budget") if self.store.has_column("schedules", column)
+        )
         self._listeners: list[Callable[[int], None]] = []
         #: called after each change (the fire loop sets it: a change may move the next fire)
         self.wake: Callable[[], None] = lambda: None
