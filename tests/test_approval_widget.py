@@ -91,7 +91,7 @@ async def test_approve_all_button_records_a_session_grant(store):
     assert ran == [("search", "q")] * 2  # the second call did not ask
     [decision] = store.find_entries(T.APPROVAL_DECISION, "true")
     assert decision.payload["decision"] == "approve_all" and decision.payload["scope"] == "session"
-    assert server.approvals.session_grant(sid, "search")
+    assert server.approvals.session_grant(sid, "ops", "search")
     assert "all calls to this tool in this session" in w.outcome()
 
 
@@ -328,7 +328,7 @@ def test_approve_all_calls_grants_the_session(chaz, capsys):
     ip.run_cell("%chaz approve last --all-calls\n%chaz wait").raise_error()
     sid = chaz.current_session("viewer")
     assert chaz.store.latest(sid).content == "saw b"
-    assert chaz.approvals.session_grant(sid, "look")
+    assert chaz.approvals.session_grant(sid, "viewer", "look")
 
 
 def test_bad_input_is_one_line(chaz, capsys):

@@ -386,3 +386,28 @@ async def test_sensitive_arguments_are_masked_in_the_log_but_reach_the_tool(stor
     assert store.sql(
         "SELECT count(*) FROM entries WHERE content LIKE '%s3cret%' OR CAST(payload AS VARCHAR) LIKE '%s3cret%'"
     ).fetchall() == [(0,)]
+
+
+async def test_approve_all_in_a_room_is_granted_to_the_agent_whose_call_it_was(backend_store):
+    store = backend_store
+    script = [{"tool": "search", "args": {"query": "q"}}, "{result}"]
+    server = make(store, deployer("alice", script=script), deployer("bob", script=script))
+    room = server.create_room("lab", ["alice", "bob"])
+    handle = await server.send(room, "@alice search")
+    [req] = await parked(server)
+    assert req["agent"] == "alice"
+    server.decide(req["request_id"], "approve_all")
+    assert (await handle.wait()).content == "hits for q"
+    # bob's call of the same tool in the same room still asks
+    handle = await server.send(room, "@bob search")
+    [req] = await parked(server)
+    assert req["agent"] == "bob" and ran == [("search", "q")]
+    server.decide(req["request_id"], "deny")
+    await handle.wait()
+    # alice's later calls do not ask, also after a restart (the grant is read from the log)
+    await server.stop()
+    restarted = make(store, deployer("alice", script=script), deployer("bob", script=script))
+    assert restarted.approvals.session_grant(room, "alice", "search")
+    assert not restarted.approvals.session_grant(room, "bob", "search")
+    assert (await (await restarted.send(room, "@alice again")).wait()).content == "hits for q"
+    assert ran == [("search", "q")] * 2

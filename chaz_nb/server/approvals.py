@@ -7,6 +7,8 @@ sidebar). No decision within the timeout is a ``timed_out`` decision: fail close
 
 Effective decision of a request: ``timed_out`` if any decision says so, else the first
 decision in entry order. Decisions written by an agent are ignored, with an Error entry.
+"Approve all calls to this tool in this session" (``approve_all``) is granted to the agent
+whose call it was: in a room, the other members' calls of that tool still ask.
 
 The open requests are read from the log (``open_requests``), not from this server's memory:
 on a shared store (PostgreSQL) ``%chaz pending`` in any kernel lists every kernel's requests,
@@ -133,7 +135,8 @@ class ApprovalBook(Part):
         self._open: dict[str, PendingRequest] = {}
         self._waiters: dict[str, asyncio.Future] = {}
         self._decided: dict[str, Entry] = {}
-        self._session_grants: set[tuple[int, str]] = set()
+        #: (session, agent, tool) of each approve_all decision: the agent whose call it was
+        self._session_grants: set[tuple[int, str, str]] = set()
 
     # -------------------------------------------------------------- queries
     def open_requests(self) -> list[Entry]:
@@ -217,6 +220,7 @@ class ApprovalBook(Part):
         if decision == "approve_all":
             payload["scope"] = "session"
             payload["tool_name"] = request.payload.get("tool_name")
+            payload["agent"] = request.payload.get("agent", request.sender)  # the grant is this agent's
         self.port.store.append(
             request.session_id, EntryType.APPROVAL_DECISION, decided_by, _decision_text(payload),
             tool_call_id=request.tool_call_id, tool_name=request.tool_name, payload=payload,
@@ -273,10 +277,7 @@ class ApprovalBook(Part):
             return
         # (effective_decision of two entries is one of them, never None)
         self._decided[request_id] = entry if first is None else effective_decision([first, entry]) or entry
-        if entry.payload.get("decision") == "approve_all" and entry.payload.get("scope") == "session":
-            tool_name = entry.payload.get("tool_name")
-            if tool_name:
-                self._session_grants.add((entry.session_id, tool_name))
+        self._grant(entry)
         pending = self._open.pop(request_id, None)
         if pending is not None:
             self.port.unpark(pending.entry.session_id)
@@ -303,9 +304,7 @@ class ApprovalBook(Part):
         first = self._decided.get(request_id)
         self._decided[request_id] = entry if first is None else effective_decision([first, entry]) or entry
         self._open.pop(request_id, None)
-        p = entry.payload
-        if p.get("decision") == "approve_all" and p.get("scope") == "session" and p.get("tool_name"):
-            self._session_grants.add((entry.session_id, p["tool_name"]))  # for when this kernel takes over
+        self._grant(entry)  # for when this kernel takes over
 
     # ------------------------------------------------------------- the proxy
     async def request(self, ctx: RunContext, t: Tool, call_id: str, arguments: dict[str, Any]) -> Entry:
@@ -359,8 +358,27 @@ class ApprovalBook(Part):
             tool_call_id=pending.entry.tool_call_id, tool_name=pending.entry.tool_name, payload=payload,
         )
 
-    def session_grant(self, session_id: int, tool_name: str) -> bool:
-        return (session_id, tool_name) in self._session_grants
+    def _grant(self, decision: Entry) -> None:
+        """Book a person's ``approve_all`` decision as a grant to the agent whose call it was.
+
+        A decision that names no agent (one written before grants were per agent, or by hand)
+        is granted to the agent of the request it answers; with no such request, to nobody.
+        """
+        p = decision.payload
+        tool_name = p.get("tool_name")
+        if p.get("decision") != "approve_all" or p.get("scope") != "session" or not tool_name:
+            return
+        agent = p.get("agent")
+        if not isinstance(agent, str) or not agent:
+            pending = self._open.get(p.get("request_id") or "")
+            request = pending.entry if pending else self._find_request(str(p.get("request_id") or ""))
+            agent = request.payload.get("agent", request.sender) if request is not None else None
+        if isinstance(agent, str) and agent:
+            self._session_grants.add((decision.session_id, agent, str(tool_name)))
+
+    def session_grant(self, session_id: int, agent: str, tool_name: str) -> bool:
+        """Whether a person approved all of ``agent``'s calls of ``tool_name`` in the session."""
+        return (session_id, agent, tool_name) in self._session_grants
 
     # ------------------------------------------------------------ part hooks
     def recover(self) -> dict[str, int]:
@@ -414,8 +432,8 @@ class ApprovalBook(Part):
         for d in store.find_entries(
             EntryType.APPROVAL_DECISION, "json_extract_string(payload, '$.scope') = 'session'"
         ):
-            if d.sender not in self.port.agents and d.payload.get("tool_name"):
-                self._session_grants.add((d.session_id, d.payload["tool_name"]))
+            if d.sender not in self.port.agents:
+                self._grant(d)
         return len(rows)
 
 
@@ -452,7 +470,7 @@ class ApprovalProxy:
             return await self.inner.call(call_id, name, arguments)  # reports the unknown tool
         if not needs_approval(t, self.ctx.auto_approve):
             return await self.inner.call(call_id, name, arguments)
-        if t.approval != "always" and (self.approve_all or self.book.session_grant(self.ctx.session_id, name)):
+        if t.approval != "always" and (self.approve_all or self.book.session_grant(self.ctx.session_id, self.ctx.agent.name, name)):
             outcome = await self.inner.call(call_id, name, arguments)
             outcome.extra.update({"approval": "approved", "decided_by": "approve_all"})
             return outcome
