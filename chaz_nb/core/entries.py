@@ -118,7 +118,8 @@ def build_context(
             messages.append({"role": "user", "content": SUMMARY_PREFIX + entry.content})
         elif entry.entry_type is EntryType.DIRECTIVE:
             labelled = entry.sender in label_other_agents
-            messages.append({"role": "user", "content": f"[@{entry.sender}] {entry.content}" if labelled else entry.content})
+            text = f"[@{entry.sender}] {entry.content}" if labelled else entry.content
+            messages.append({"role": "user", "content": text})
         elif entry.entry_type is EntryType.MESSAGE:
             if entry.sender == agent_name:
                 messages.append({"role": "assistant", "content": entry.content})

@@ -470,7 +470,8 @@ class ApprovalProxy:
             return await self.inner.call(call_id, name, arguments)  # reports the unknown tool
         if not needs_approval(t, self.ctx.auto_approve):
             return await self.inner.call(call_id, name, arguments)
-        if t.approval != "always" and (self.approve_all or self.book.session_grant(self.ctx.session_id, self.ctx.agent.name, name)):
+        granted = self.book.session_grant(self.ctx.session_id, self.ctx.agent.name, name)
+        if t.approval != "always" and (self.approve_all or granted):
             outcome = await self.inner.call(call_id, name, arguments)
             outcome.extra.update({"approval": "approved", "decided_by": "approve_all"})
             return outcome
