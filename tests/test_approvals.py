@@ -411,3 +411,17 @@ async def test_approve_all_in_a_room_is_granted_to_the_agent_whose_call_it_was(b
     assert not restarted.approvals.session_grant(room, "bob", "search")
     assert (await (await restarted.send(room, "@alice again")).wait()).content == "hits for q"
     assert ran == [("search", "q")] * 2
+
+
+async def test_a_deny_reason_over_the_bound_is_refused_in_one_line_and_the_request_stays_open(backend_store):
+    from chaz_nb.server.approvals import MAX_REASON_CHARS
+
+    server = make(backend_store, deployer())
+    handle = await server.send(server.current_session("ops"), "ship it")
+    [req] = await parked(server)
+    ok, message = server.decide(req["request_id"], "deny", reason="r" * 50_000_000)
+    assert not ok and "\n" not in message
+    assert message.startswith(f"the reason is 50,000,000 characters; a decision keeps at most {MAX_REASON_CHARS:,}")
+    assert not backend_store.find_entries(T.APPROVAL_DECISION, "true")
+    assert server.decide(req["request_id"], "deny", reason="not today")[0]
+    assert "denied by the user: not today" in (await handle.wait()).content

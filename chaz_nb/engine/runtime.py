@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from .backends import DeltaCallback, ModelBackend, ModelReply, ProviderError, ToolCallRequest, Usage, streams
 from .tools import ScopedTools, ToolError, parse_arguments
-from ..core.redaction import redact
+from ..core.redaction import redact_then_cut
 from ..errors import ModelCallError
 
 FORCE_FINAL_NOTE = (
@@ -167,9 +167,7 @@ def one_line_reason(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     name = type(exc).__name__
     reason = text if text.startswith(name) else f"{name}: {text}"
-    if len(reason) > 300:
-        reason = redact(reason)  # before the cut: a secret cut in two no longer matches the store's redaction
-    return reason if len(reason) <= 300 else reason[:299] + "…"
+    return redact_then_cut(reason, 300)
 
 
 # ------------------------------------------------------------------- loop

@@ -24,13 +24,13 @@ import asyncio
 import fnmatch
 import json
 import logging
-import re
 import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from collections.abc import Iterable, Sequence
 
+from ..core.controls import shown_controls
 from ..core.entries import Entry, EntryType
 from ..core.redaction import redact_data
 from ..core.store import served_elsewhere
@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 
 DECISIONS = ("approve", "deny", "approve_all", "timed_out")
 DEFAULT_TIMEOUT = 300.0
+#: the longest reason kept with a decision (the sidebar, the card's box and the magic all bring one)
+MAX_REASON_CHARS = 2_000
 MASK = "••••••"
 SYSTEM = "system"
 
@@ -56,19 +58,12 @@ def mask_arguments(t: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
     return {k: (MASK if k in t.sensitive_params else v) for k, v in arguments.items()}
 
 
-#: Characters that reorder or hide text: bidirectional controls and zero-width characters.
-_HIDDEN = re.compile("[\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
-
-
-def _named(text: str) -> str:
-    return _HIDDEN.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
-
-
 def shown_arguments(t: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
     """Arguments as the person deciding sees them: sensitive ones masked, and each character
-    that reorders or hides text named (``<U+202E>``), so a right-to-left override cannot make
-    ``/srv/\u202etxt.sgol`` read as ``/srv/logs.txt`` in the card; the tool gets them as sent."""
-    return redact_data(mask_arguments(t, arguments), _named)
+    that reorders or hides text, or is a control (ANSI), named (``<U+202E>``,
+    core/controls.py), so a right-to-left override cannot make ``/srv/\u202etxt.sgol`` read as
+    ``/srv/logs.txt`` in the card; the tool gets them as sent."""
+    return redact_data(mask_arguments(t, arguments), shown_controls)
 
 
 def auto_approved(tool_name: str, chain: Sequence[frozenset[str]]) -> bool:
@@ -204,6 +199,9 @@ class ApprovalBook(Part):
             return False, f"decision must be approve, deny or approve_all, not {decision!r}"
         if decided_by in self.port.agents:
             return False, f"{decided_by} is an agent; only a person can decide approval requests"
+        if reason is not None and len(reason) > MAX_REASON_CHARS:
+            return False, (f"the reason is {len(reason):,} characters; a decision keeps at most "
+                           f"{MAX_REASON_CHARS:,}: shorten it and decide again")
         try:
             request_id = self.resolve_id(request_id)
         except ApprovalError as exc:
