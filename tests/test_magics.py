@@ -555,3 +555,10 @@ def test_ansi_and_bidi_controls_are_shown_as_text_in_log_pending_and_sql(chaz, c
     ip.run_cell(f"%chaz sql SELECT content FROM entries WHERE session_id = {session} AND entry_type = 'Message' "
                 "AND sender = 'shower'").raise_error()
     assert_shown(capsys.readouterr().out, whole=False)  # (a cell is cut)
+
+
+def test_a_message_over_the_entry_limit_is_a_one_line_error_and_nothing_is_written(chaz, capsys):
+    chaz.store.max_entry_chars = 20_000
+    one_line_error(capsys, "%chaz @assistant " + "x" * 30_000,
+                   "is over the entry limit of 20,000 (CHAZ_MAX_ENTRY_CHARS); nothing was written")
+    assert entries(chaz, "assistant") == []

@@ -32,7 +32,7 @@ from typing import Any
 
 from .entries import Entry, EntryType
 from .redaction import redact_data, redact_then_cut
-from ..errors import StoreError
+from ..errors import EntryTooLarge, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ def storable_fields(
         if size > limit:
             entry_type = EntryType(item.entry_type)
             if entry_type in REFUSED_WHEN_OVER:
-                raise StoreError(
+                raise EntryTooLarge(
                     f"{entry_type.value} of {size:,} characters is over the entry limit of {limit:,} "
                     f"({ENTRY_LIMIT_VAR}); nothing was written: send it in parts, or raise the limit"
                 )

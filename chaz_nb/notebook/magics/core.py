@@ -19,6 +19,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 from ...core.controls import shown_controls, showing_controls
+from ...errors import EntryTooLarge
 from .approvals import APPROVE_USAGE, DENY_USAGE, PENDING_USAGE, ApprovalCommands
 from .args import CommandParser, HelpShown, split_words, table, usage_of
 from .turns import check_agent, open_view, parse_session, send_turn, wait_session
@@ -374,6 +375,8 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, McpCommands,
         with showing_controls():
             try:
                 return self._chaz(line, cell)
+            except EntryTooLarge as exc:  # a person's message over the limit: one line, nothing written
+                raise UsageError(f"%chaz: {exc}") from None
             except UsageError as exc:
                 shown = shown_controls(str(exc))
                 if shown == str(exc):
