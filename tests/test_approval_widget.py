@@ -376,3 +376,15 @@ def test_a_long_argument_cannot_push_the_others_out_of_the_approval_card():
     shown = pretty_arguments({f"k{i}": "v" * 300 for i in range(40)})  # many medium values: all keys, or a count
     assert '"k0"' in shown and ("k39" in shown or "more characters" in shown)
     assert pretty_arguments('{"a": 1}') == '{\n  "a": 1\n}'
+
+
+async def test_a_huge_deny_reason_in_the_card_is_refused_in_one_line_and_the_card_stays_open(store):
+    server, sid, handle = await start(store)
+    w = ApprovalWidget(server, server.pending_approvals()[0])
+    w.reason.value = "r" * 5_000_000
+    w.buttons["deny"].click()
+    assert not w.decided and not store.find_entries(T.APPROVAL_DECISION, "true")
+    assert "a decision keeps at most 2,000" in w._status.value and "rrrrrrrrrr" not in w._status.value
+    w.reason.value = "too long, sorry"
+    w.buttons["deny"].click()
+    assert "denied by the user: too long, sorry" in (await handle.wait()).content
