@@ -159,3 +159,17 @@ async def test_a_run_whose_tool_returns_megabytes_goes_on_and_a_huge_message_is_
         await server.send(s, "y" * (LIMIT + 1))
     assert [e.content for e in store.entries(s) if e.entry_type is T.MESSAGE] == ["go", "got it"]
     await server.stop()
+
+
+async def test_a_models_reply_over_the_entry_limit_is_clipped_and_the_run_closes(store):
+    from chaz_nb.server import Server
+    from chaz_nb.server.agents import Agent
+
+    store.max_entry_chars = LIMIT
+    server = Server(store, [Agent("a", model="chaz/script", script=["y" * (3 * LIMIT)])])
+    s = server.current_session("a")
+    reply = await (await server.send(s, "go")).wait()
+    assert reply.entry_type is T.MESSAGE and reply.content.startswith("yyy")
+    assert "more characters clipped: an entry holds at most 20,000" in reply.content
+    assert server.session_status(s) == "idle"
+    await server.stop()

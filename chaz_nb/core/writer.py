@@ -88,8 +88,9 @@ class StorableFields:
 #: ``CHAZ_MAX_ENTRY_CHARS`` says otherwise: a 50 MB Message held the kernel loop for seconds
 MAX_ENTRY_CHARS = 2_000_000
 ENTRY_LIMIT_VAR = "CHAZ_MAX_ENTRY_CHARS"
-#: entries a person or a model writes, refused whole when over the limit (a run's own records,
-#: a tool's output above all, are clipped instead, saying by how much)
+#: entries refused whole when over the limit, unless a run writes them as its own record (its
+#: payload names the run: its reply, its Summary); every other entry, a tool's output above
+#: all, is clipped instead, saying by how much
 REFUSED_WHEN_OVER = frozenset({EntryType.MESSAGE, EntryType.DIRECTIVE, EntryType.SUMMARY})
 _MIN_PART = 1_000  # a clipped string keeps at least this many characters
 
@@ -135,16 +136,18 @@ def storable_fields(
     unstorable characters replaced (both stores).
 
     Over ``limit`` characters (``entry_size``) a Message, Directive or Summary is refused with a
-    one-line ``StoreError`` (nothing is written); any other entry (a ToolResult holding a
-    tool's output...) has its long strings clipped, each redacted before it is cut, with a
-    note saying how many characters were left out.
+    one-line ``EntryTooLarge`` (nothing is written: a person's message, an agent's
+    ``send_message``, which its model is told); any other entry, and a run's own reply or
+    Summary (its payload has ``run_id``: the run must close, and its reply is not lost), has
+    its long strings clipped, each redacted before it is cut, with a note saying how many
+    characters were left out.
     """
     cap: int | None = None
     if limit is not None:
         size = entry_size(item)
         if size > limit:
             entry_type = EntryType(item.entry_type)
-            if entry_type in REFUSED_WHEN_OVER:
+            if entry_type in REFUSED_WHEN_OVER and "run_id" not in (item.payload or {}):
                 raise EntryTooLarge(
                     f"{entry_type.value} of {size:,} characters is over the entry limit of {limit:,} "
                     f"({ENTRY_LIMIT_VAR}); nothing was written: send it in parts, or raise the limit"
