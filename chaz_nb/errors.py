@@ -25,6 +25,10 @@ class StoreLockedError(StoreError):
     open another file (``%chaz db PATH``)."""
 
 
+class EntryTooLarge(StoreError):
+    """An entry over the store's entry limit (``CHAZ_MAX_ENTRY_CHARS``): nothing was written."""
+
+
 class SQLRefused(ChazError, ValueError):
     """A statement that would change the store (or the connection): only SELECT-like reads run.
 

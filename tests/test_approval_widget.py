@@ -93,7 +93,7 @@ async def test_approve_all_button_records_a_session_grant(store):
     assert ran == [("search", "q")] * 2  # the second call did not ask
     [decision] = store.find_entries(T.APPROVAL_DECISION, "true")
     assert decision.payload["decision"] == "approve_all" and decision.payload["scope"] == "session"
-    assert server.approvals.session_grant(sid, "search")
+    assert server.approvals.session_grant(sid, "ops", "search")
     assert "all calls to this tool in this session" in w.outcome()
 
 
@@ -330,7 +330,7 @@ def test_approve_all_calls_grants_the_session(chaz, capsys):
     ip.run_cell("%chaz approve last --all-calls\n%chaz wait").raise_error()
     sid = chaz.current_session("viewer")
     assert chaz.store.latest(sid).content == "saw b"
-    assert chaz.approvals.session_grant(sid, "look")
+    assert chaz.approvals.session_grant(sid, "viewer", "look")
 
 
 def test_bad_input_is_one_line(chaz, capsys):
@@ -471,3 +471,15 @@ async def test_the_session_view_shows_code_calls_as_code_and_what_the_approver_e
     page = SessionView(store, handle.session_id).html()
     assert "edited by the approver to:" in page and "print(&#x27;kept&#x27;)" in page
     assert ran == [("code", "print('kept')")]
+
+
+async def test_a_huge_deny_reason_in_the_card_is_refused_in_one_line_and_the_card_stays_open(store):
+    server, sid, handle = await start(store)
+    w = ApprovalWidget(server, server.pending_approvals()[0])
+    w.reason.value = "r" * 5_000_000
+    w.buttons["deny"].click()
+    assert not w.decided and not store.find_entries(T.APPROVAL_DECISION, "true")
+    assert "a decision keeps at most 2,000" in w._status.value and "rrrrrrrrrr" not in w._status.value
+    w.reason.value = "too long, sorry"
+    w.buttons["deny"].click()
+    assert "denied by the user: too long, sorry" in (await handle.wait()).content

@@ -401,3 +401,42 @@ async def test_sensitive_arguments_are_masked_in_the_log_but_reach_the_tool(stor
     assert store.sql(
         "SELECT count(*) FROM entries WHERE content LIKE '%s3cret%' OR CAST(payload AS VARCHAR) LIKE '%s3cret%'"
     ).fetchall() == [(0,)]
+
+
+async def test_approve_all_in_a_room_is_granted_to_the_agent_whose_call_it_was(backend_store):
+    store = backend_store
+    script = [{"tool": "search", "args": {"query": "q"}}, "{result}"]
+    server = make(store, deployer("alice", script=script), deployer("bob", script=script))
+    room = server.create_room("lab", ["alice", "bob"])
+    handle = await server.send(room, "@alice search")
+    [req] = await parked(server)
+    assert req["agent"] == "alice"
+    server.decide(req["request_id"], "approve_all")
+    assert (await handle.wait()).content == "hits for q"
+    # bob's call of the same tool in the same room still asks
+    handle = await server.send(room, "@bob search")
+    [req] = await parked(server)
+    assert req["agent"] == "bob" and ran == [("search", "q")]
+    server.decide(req["request_id"], "deny")
+    await handle.wait()
+    # alice's later calls do not ask, also after a restart (the grant is read from the log)
+    await server.stop()
+    restarted = make(store, deployer("alice", script=script), deployer("bob", script=script))
+    assert restarted.approvals.session_grant(room, "alice", "search")
+    assert not restarted.approvals.session_grant(room, "bob", "search")
+    assert (await (await restarted.send(room, "@alice again")).wait()).content == "hits for q"
+    assert ran == [("search", "q")] * 2
+
+
+async def test_a_deny_reason_over_the_bound_is_refused_in_one_line_and_the_request_stays_open(backend_store):
+    from chaz_nb.server.approvals import MAX_REASON_CHARS
+
+    server = make(backend_store, deployer())
+    handle = await server.send(server.current_session("ops"), "ship it")
+    [req] = await parked(server)
+    ok, message = server.decide(req["request_id"], "deny", reason="r" * 50_000_000)
+    assert not ok and "\n" not in message
+    assert message.startswith(f"the reason is 50,000,000 characters; a decision keeps at most {MAX_REASON_CHARS:,}")
+    assert not backend_store.find_entries(T.APPROVAL_DECISION, "true")
+    assert server.decide(req["request_id"], "deny", reason="not today")[0]
+    assert "denied by the user: not today" in (await handle.wait()).content

@@ -676,3 +676,17 @@ async def test_an_approve_with_edited_arguments_from_the_sidebar_runs_the_tool_w
     assert (await handle.wait()).content == "wiped /tmp/cache"
     assert ran == ["/tmp/cache"]
     bridge.close()
+
+
+def test_a_field_over_the_bound_is_refused_whole_and_nothing_decided(env):
+    comm = FakeComm()
+    env.bridge.open(comm, {})
+    comm.sent.clear()
+    comm.receive({"type": "decide", "request_id": "req-1", "decision": "deny", "reason": "x" * 50_000_000})
+    assert env.server.decisions == []  # it never reached the server
+    assert comm.sent[0]["type"] == "decided" and comm.sent[0]["ok"] is False
+    assert comm.sent[0]["message"].startswith("'reason' is over 10,000 characters; the message was ignored")
+    comm.sent.clear()
+    comm.receive({"type": "page", "session_id": 1, "request_id": ["r"] * 100_000})
+    assert comm.sent[0] == {"type": "page", "request_id": "", "ok": False,
+                            "message": comm.sent[0]["message"]} and "'request_id' is over" in comm.sent[0]["message"]

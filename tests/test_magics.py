@@ -540,3 +540,46 @@ def test_with_attaches_a_variables_description_under_the_agents_policy(chaz, cap
     assert "north" not in message.content  # schema: no values
     assert message.payload["egress"]["variables"] == ["sales"] and message.payload["attachments"][0]["name"] == "sales"
     one_line_error(capsys, "%chaz @peek --with sale hi", "nearest: sales")
+
+
+HOSTILE = "\x1b[8mhidden\x1b[0m \x1b]8;;https://evil.example\x1b\\docs\x1b]8;;\x1b\\ /srv/\u202etxt.sgol"
+
+
+def assert_shown(text: str, whole: bool = True) -> None:
+    """ANSI escapes and bidi controls appear by name, none is left for a terminal to obey."""
+    assert "<U+001B>[8mhidden" in text and (not whole or "<U+202E>txt.sgol" in text)
+    assert "\x1b" not in text and "\u202e" not in text
+
+
+def test_ansi_and_bidi_controls_are_shown_as_text_in_log_pending_and_sql(chaz, capsys):
+    from chaz_nb.engine.tools import tool
+    from chaz_nb.server.agents import Agent
+
+    @tool(approval="always")
+    def show(text: str) -> str:
+        """Print a text."""
+        return text
+
+    chaz.tools.register(show)
+    chaz.define_agent(Agent("shower", model="chaz/script", tools=["show"],
+                            script=[{"tool": "show", "args": {"text": HOSTILE}}, "{result}"]))
+    ip.run_line_magic("chaz", "@shower print it")  # parks on its call
+    capsys.readouterr()
+    ip.run_line_magic("chaz", "pending")
+    assert_shown(capsys.readouterr().out, whole=False)  # (the arguments column is cut)
+    ip.run_cell("%chaz approve last\n%chaz wait").raise_error()
+    session = chaz.current_session("shower")
+    assert chaz.store.latest(session).content == HOSTILE  # stored as written
+    capsys.readouterr()
+    ip.run_line_magic("chaz", f"log {session}")
+    assert_shown(capsys.readouterr().out)
+    ip.run_cell(f"%chaz sql SELECT content FROM entries WHERE session_id = {session} AND entry_type = 'Message' "
+                "AND sender = 'shower'").raise_error()
+    assert_shown(capsys.readouterr().out, whole=False)  # (a cell is cut)
+
+
+def test_a_message_over_the_entry_limit_is_a_one_line_error_and_nothing_is_written(chaz, capsys):
+    chaz.store.max_entry_chars = 20_000
+    one_line_error(capsys, "%chaz @assistant " + "x" * 30_000,
+                   "is over the entry limit of 20,000 (CHAZ_MAX_ENTRY_CHARS); nothing was written")
+    assert entries(chaz, "assistant") == []

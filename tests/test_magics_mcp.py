@@ -180,3 +180,14 @@ def test_a_url_server_with_a_header_whose_value_is_never_shown(chaz, capsys, mcp
     entries = chaz.store.entries(sid)
     assert entries[-1].content == "you sent [REDACTED]"
     assert not [e for e in entries if token in e.content or token in str(e.payload)]
+
+
+def test_ansi_and_bidi_controls_in_a_servers_stderr_are_shown_as_text(chaz, capsys, tmp_path):
+    script = tmp_path / "loud.py"
+    script.write_text("import sys\nsys.stderr.write('\\x1b[2J\\x1b[31mfatal\\x1b[0m /srv/\\u202etxt.sgol\\n')\n"
+                      "sys.exit(2)\n")
+    ip.run_line_magic("chaz", f"mcp add loud --wait -- {sys.executable} {script}")
+    ip.run_line_magic("chaz", "mcp list")
+    out = capsys.readouterr().out
+    assert "<U+001B>[31mfatal<U+001B>[0m" in out and "<U+202E>txt.sgol" in out
+    assert "\x1b" not in out and "\u202e" not in out

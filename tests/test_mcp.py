@@ -507,3 +507,41 @@ def test_only_credential_flags_of_a_command_are_masked():
     assert conn.target == ("gh-mcp --token [REDACTED] --author bob-the-dev --repository /srv/repo "
                            "--client-secret=[REDACTED]")
     assert conn.mask("bob-the-dev /srv/repo tok-abcdef") == "bob-the-dev /srv/repo [REDACTED]"
+
+
+STDERR_KEY = "plain-looking-value-0123456789abcdef"
+
+
+async def test_a_key_that_the_stderr_tail_cuts_in_two_is_masked_whole(server, tmp_path):
+    from chaz_nb.server.mcp_stderr import STDERR_TAIL
+
+    script = tmp_path / "leaky.py"
+    # the key ends 20 characters inside the kept tail: its first characters fall before the cut
+    script.write_text(
+        "import os, sys\n"
+        "sys.stderr.write('boot ' + os.environ['SERVICE_API_KEY'] + ' ' + 'e' * "
+        f"{STDERR_TAIL - 20 - 1} + '\\n')\n"
+        "sys.exit(4)\n"
+    )
+    server.add_mcp_server("leaky", command=[sys.executable, str(script)], env={"SERVICE_API_KEY": STDERR_KEY})
+    conn = await server.mcp.wait_settled("leaky", timeout=60)
+    assert conn.state == "failed" and "eeee" in conn.reason
+    shown = [conn.reason, json.dumps(server.mcp_servers())]
+    assert not any(STDERR_KEY[i:i + 8] in text for text in shown for i in range(len(STDERR_KEY) - 7)), conn.reason
+
+
+async def test_a_server_that_floods_stderr_keeps_a_bounded_tail(server, tmp_path):
+    from chaz_nb.server.mcp_stderr import STDERR_KEEP
+
+    script = tmp_path / "flood.py"
+    script.write_text(
+        "import sys\n"
+        "for i in range(20_000):\n"
+        "    sys.stderr.write(f'line {i} ' + 'n' * 1000 + '\\n')\n"  # 20 MB
+        "sys.stderr.write('the last words\\n')\n"
+        "sys.exit(5)\n"
+    )
+    server.add_mcp_server("flood", command=[sys.executable, str(script)])
+    conn = await server.mcp.wait_settled("flood", timeout=60)
+    assert conn.state == "failed" and conn.reason.endswith("the last words")
+    assert conn.errlog.size() <= STDERR_KEEP and conn.errlog.dropped > 19_000_000

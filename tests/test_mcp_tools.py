@@ -82,3 +82,20 @@ async def test_the_server_leaves_a_tool_with_an_absurd_schema_out_and_says_so(se
     assert conn.tools == ["docs__search"] and "docs__bloated" not in server.tools
     [warning] = [r.getMessage() for r in caplog.records if "docs__bloated" in r.getMessage()]
     assert "left out" in warning and "\n" not in warning
+
+
+async def test_a_result_over_the_bound_is_masked_then_clipped_with_a_note():
+    from chaz_nb.engine.mcp_tools import MAX_RESULT_CHARS
+
+    secret = "s3cr3t-credential-abcdef0123456789"
+    body = "r" * (MAX_RESULT_CHARS - 10) + secret + "z" * 50_000_000  # 50 MB, a key across the bound
+
+    async def big(name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        return types.CallToolResult(content=[types.TextContent(type="text", text=body)])
+
+    made = mcp_tool("docs", spec(), big, mask=lambda t: t.replace(secret, "[REDACTED]"))
+    text = await made.fn(q="x")
+    assert len(text) <= MAX_RESULT_CHARS
+    assert text.startswith("rrr") and "more characters of this result clipped: MCP server docs sent over" in text
+    assert "50,0" in text.rsplit("[…", 1)[1]  # says how much was left out
+    assert not any(secret[i:i + 8] in text for i in range(len(secret) - 7))

@@ -452,3 +452,39 @@ async def test_an_edit_decided_in_b_runs_in_a_with_the_edited_arguments_and_a_ba
     assert reply.content == "result: deployed staging" and ran == ["staging"]
     [row] = a.store.execute("SELECT decision, edited, edited_arguments FROM approvals")
     assert row[:2] == ("approve", True) and json.loads(row[2]) == {"target": "staging"}
+
+
+@tool(approval="unless_auto_approved")
+def look(target: str) -> str:
+    """Look at a target."""
+    ran.append(f"look {target}")
+    return f"saw {target}"
+
+
+async def test_approve_all_from_another_kernel_is_granted_to_the_agent_whose_call_it_was(pg_url):
+    ran.clear()
+
+    def member(name: str) -> Agent:
+        return Agent(name, model="chaz/script", script=[{"tool": "look", "args": {"target": name}}, "{result}"])
+
+    a, b = SessionStore.open(pg_url), SessionStore.open(pg_url)
+    try:
+        sa = Server(a, [member("alice"), member("bob")], ToolRegistry([look]))
+        sb = Server(b, [member("alice"), member("bob")], ToolRegistry([look]))
+        room = sa.create_room("lab", ["alice", "bob"])
+        handle = await sa.send(room, "@alice look")  # A serves the room
+        [req] = await until(lambda: sb.pending_approvals(), b.subscribe, what="alice's request, seen from B")
+        assert sb.decide(req["request_id"], "approve_all")[0]
+        assert (await handle.wait()).content == "saw alice"
+        # both kernels book the grant for alice only
+        assert sa.approvals.session_grant(room, "alice", "look") and sb.approvals.session_grant(room, "alice", "look")
+        assert not sa.approvals.session_grant(room, "bob", "look")
+        assert not sb.approvals.session_grant(room, "bob", "look")
+        handle = await sa.send(room, "@bob look")
+        [req] = await until(lambda: sb.pending_approvals(), b.subscribe, what="bob's request, seen from B")
+        assert req["agent"] == "bob" and ran == ["look alice"]
+        assert sb.decide(req["request_id"], "deny")[0]
+        await handle.wait()
+    finally:
+        a.close()
+        b.close()

@@ -167,3 +167,32 @@ async def test_the_servers_log_of_a_failed_run_is_redacted(store, monkeypatch, c
     assert outcome.entry_type is EntryType.ERROR and secret not in outcome.content
     assert "RuntimeError: executor setup failed, token [REDACTED]" in caplog.text
     assert "Traceback" in caplog.text and secret not in caplog.text
+
+
+def pieces(secret: str, width: int = 8) -> list[str]:
+    """Every run of ``width`` characters of ``secret``: none may show anywhere."""
+    return [secret[i:i + width] for i in range(len(secret) - width + 1)]
+
+
+def test_a_key_in_a_spawned_sessions_ceiling_never_reaches_the_store(backend_store):
+    ceiling = json.dumps({"tools": [["add", f"{KEY}*"]], "auto_approve": [], "call_depth": 1, "max_call_depth": 2})
+    session = backend_store.create_session("child", "child", ceiling=ceiling)
+    [[stored]] = backend_store.execute("SELECT ceiling FROM sessions WHERE id = ?", [session])
+    assert KEY not in str(stored) and REDACTED in str(stored)
+    assert KEY not in backend_store.session(session).ceiling
+    assert json.loads(stored)["tools"][0][0] == "add"  # still the ceiling: only the key is masked
+
+
+@pytest.mark.parametrize("keep", ["head", "tail"])
+def test_redact_then_cut_masks_a_key_that_the_cut_splits(keep):
+    from chaz_nb.core.redaction import redact_then_cut
+
+    env_key = "plain-looking-value-0123456789abcdef"
+    text = "a" * 90 + env_key + "b" * 90  # the key is 90 characters from either end
+
+    def masked(t):
+        return redact(t, {"SERVICE_API_KEY": env_key})
+
+    for limit in range(95, 125):  # every cut through the key
+        out = redact_then_cut(text, limit, redact_text=masked, keep=keep)
+        assert len(out) <= limit and not any(p in out for p in pieces(env_key)), (limit, out)

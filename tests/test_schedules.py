@@ -306,3 +306,16 @@ def test_a_key_in_a_wake_prompt_never_reaches_the_database_file(db_path, monkeyp
     store.close()
     data = b"".join(p.read_bytes() for p in Path(db_path).parent.glob(Path(db_path).name + "*"))
     assert key.encode() not in data
+
+
+async def test_a_key_in_a_schedules_ceiling_never_reaches_the_store(backend_store):
+    import json
+
+    key = "sk-test-4f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c"
+    server = make(backend_store)
+    ceiling = json.dumps({"tools": [["add", f"{key}*"]], "auto_approve": [], "call_depth": 1, "max_call_depth": 2})
+    s = server.schedules.add("bot", "every 1h", "wake up", created_by="bot", ceiling=ceiling)
+    [[stored]] = backend_store.execute("SELECT ceiling FROM schedules WHERE id = ?", [s.id])
+    assert key not in str(stored) and "[REDACTED]" in str(stored) and json.loads(stored)["tools"][0][0] == "add"
+    assert key not in server.schedules.get(s.id).ceiling
+    await server.stop()

@@ -11,6 +11,7 @@ import pytest
 
 from chaz_nb.core.entries import EntryType as T
 from chaz_nb.core.store import NewEntry, SessionStore
+from chaz_nb.errors import StoreError
 
 from waiting import until
 
@@ -88,3 +89,87 @@ async def test_closing_the_store_commits_entries_written_behind(tmp_path):
     assert [e.content for e in await behind] == ["ack"]
     with SessionStore(path) as reopened:
         assert [e.content for e in reopened.entries(session)] == ["ack"]
+
+
+# ------------------------------------------------------------------ entry size
+LIMIT = 20_000
+
+
+def test_a_message_over_the_entry_limit_is_refused_in_one_line_and_nothing_is_lost(store):
+    store.max_entry_chars = LIMIT
+    s = store.create_session("assistant")
+    kept = store.append(s, T.MESSAGE, "user", "before")
+    with pytest.raises(StoreError) as refused:
+        store.append(s, T.MESSAGE, "user", "x" * (LIMIT + 1))
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith(
+        f"Message of {LIMIT + 1:,} characters is over the entry limit of {LIMIT:,} (CHAZ_MAX_ENTRY_CHARS)")
+    assert [e.content for e in store.entries(s)] == [kept.content]
+    assert store.append(s, T.MESSAGE, "user", "after").seq == 2  # the store goes on, no gap
+
+
+async def test_a_tool_output_over_the_entry_limit_is_clipped_saying_by_how_much(store):
+    store.max_entry_chars = LIMIT
+    s = store.create_session("assistant")
+    key = "plain-looking-value-0123456789abcdef"
+    output = "o" * (LIMIT // 2 - 10) + key + "p" * 5_000_000  # 5 MB, a key across the clip
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SERVICE_API_KEY", key)
+        [entry] = await store.write([NewEntry(s, T.TOOL_RESULT, "system", output, "c1", "dump",
+                                              {"output": output, "is_error": False})])
+    stored = [entry.content, entry.payload["output"]]
+    for text in stored:
+        assert text.startswith("ooo") and "more characters clipped: an entry holds at most 20,000" in text
+        assert not any(key[i:i + 8] in text for i in range(len(key) - 7))
+    assert sum(len(t) for t in stored) <= LIMIT + 500
+    assert store.entries(s)[0].payload["is_error"] is False
+
+
+def test_the_entry_limit_comes_from_the_environment_or_is_one_line_error(monkeypatch):
+    from chaz_nb.core.writer import MAX_ENTRY_CHARS, max_entry_chars
+
+    assert max_entry_chars({}) == MAX_ENTRY_CHARS
+    assert max_entry_chars({"CHAZ_MAX_ENTRY_CHARS": "50_000"}) == 50_000
+    with pytest.raises(StoreError, match="CHAZ_MAX_ENTRY_CHARS='lots': give the most characters"):
+        max_entry_chars({"CHAZ_MAX_ENTRY_CHARS": "lots"})
+    monkeypatch.setenv("CHAZ_MAX_ENTRY_CHARS", "30000")
+    with SessionStore(":memory:") as opened:
+        assert opened.max_entry_chars == 30_000
+
+
+async def test_a_run_whose_tool_returns_megabytes_goes_on_and_a_huge_message_is_refused(store):
+    from chaz_nb.engine.tools import tool
+    from chaz_nb.server import Server
+    from chaz_nb.server.agents import Agent
+
+    @tool
+    def dump() -> str:
+        """Return a lot."""
+        return "d" * 5_000_000
+
+    store.max_entry_chars = LIMIT
+    agent = Agent("a", model="chaz/script", script=[{"tool": "dump", "args": {}}, "got it"], tools=["dump"])
+    server = Server(store, [agent], [dump])
+    s = server.current_session("a")
+    assert (await (await server.send(s, "go")).wait()).content == "got it"
+    [result] = [e for e in store.entries(s) if e.entry_type is T.TOOL_RESULT]
+    output = result.payload["output"]
+    assert output.startswith("ddd") and "4,99" in output and "more characters clipped" in output
+    with pytest.raises(StoreError, match="over the entry limit"):
+        await server.send(s, "y" * (LIMIT + 1))
+    assert [e.content for e in store.entries(s) if e.entry_type is T.MESSAGE] == ["go", "got it"]
+    await server.stop()
+
+
+async def test_a_models_reply_over_the_entry_limit_is_clipped_and_the_run_closes(store):
+    from chaz_nb.server import Server
+    from chaz_nb.server.agents import Agent
+
+    store.max_entry_chars = LIMIT
+    server = Server(store, [Agent("a", model="chaz/script", script=["y" * (3 * LIMIT)])])
+    s = server.current_session("a")
+    reply = await (await server.send(s, "go")).wait()
+    assert reply.entry_type is T.MESSAGE and reply.content.startswith("yyy")
+    assert "more characters clipped: an entry holds at most 20,000" in reply.content
+    assert server.session_status(s) == "idle"
+    await server.stop()

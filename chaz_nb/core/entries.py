@@ -104,8 +104,9 @@ def build_context(
     As in docs/design.md ("Entry types"): Message and Directive are in context, the session agent's own
     Messages with the assistant role and every other Message or Directive with the user role;
     the context starts at the latest Summary; ToolCall/ToolResult/Ack/Error and the approval
-    control entries are audit only. Messages from senders in ``label_other_agents`` (other
-    agents in a shared session) are prefixed with their sender so the model knows who spoke.
+    control entries are audit only. Messages and Directives from senders in
+    ``label_other_agents`` (other agents in a shared session) are prefixed with their sender so
+    the model knows who spoke: an agent's Directive never reads as the person's.
     With ``context_tokens`` the context is filled newest-first within that budget (see
     ``fit_to_budget``).
     """
@@ -116,7 +117,9 @@ def build_context(
         if entry.entry_type is EntryType.SUMMARY:
             messages.append({"role": "user", "content": SUMMARY_PREFIX + entry.content})
         elif entry.entry_type is EntryType.DIRECTIVE:
-            messages.append({"role": "user", "content": entry.content})
+            labelled = entry.sender in label_other_agents
+            text = f"[@{entry.sender}] {entry.content}" if labelled else entry.content
+            messages.append({"role": "user", "content": text})
         elif entry.entry_type is EntryType.MESSAGE:
             if entry.sender == agent_name:
                 messages.append({"role": "assistant", "content": entry.content})

@@ -20,6 +20,7 @@ import logging
 from typing import Any
 from collections.abc import Callable
 
+from .controls import shown_controls
 from .redaction import redact
 
 #: logger hierarchies whose records are redacted
@@ -28,18 +29,20 @@ _MARK = "_chaz_redacted"
 
 
 def redact_record(record: logging.LogRecord, redact_text: Callable[[str], str] = redact) -> logging.LogRecord:
-    """Redact ``record`` in place (message, traceback, stack) and return it."""
+    """Redact ``record`` in place (message, traceback, stack), controls shown, and return it."""
     if getattr(record, _MARK, False):
         return record
     try:
         message = record.getMessage()
     except Exception:  # noqa: BLE001 - a bad format string or a raising __str__ in args: keep what there is, redacted
         message = f"{record.msg!s} {record.args!r}"
-    record.msg, record.args = redact_text(message), None
+    # (a record may quote a server's stderr: its ANSI and bidi controls are shown as text, since
+    # a kernel's stderr is the cell's output)
+    record.msg, record.args = shown_controls(redact_text(message)), None
     if record.exc_info and not record.exc_text:
         record.exc_text = logging.Formatter().formatException(record.exc_info)
     if record.exc_text:
-        record.exc_text = redact_text(record.exc_text)
+        record.exc_text = shown_controls(redact_text(record.exc_text))
     record.exc_info = None
     if record.stack_info:
         record.stack_info = redact_text(record.stack_info)

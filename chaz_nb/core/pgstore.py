@@ -50,7 +50,7 @@ from .window import ContextWindow, chunk_rows, fill_window, window_types
 from .pgreader import ReadRun, ensure_reader_role, run_read_only
 from .pgschema import PG_MIGRATIONS, apply_pg_migrations
 from .redaction import redact as redact_secrets
-from .redaction import redact_data
+from .redaction import redact_data, redact_json_text
 from .store import ENTRY_COLUMNS as _ENTRY_COLUMNS
 from .store import ForkCopy, NewEntry, SessionInfo, fork_metadata, fork_point, utcnow
 from .store import entry_from_row, run_id_of, session_from_row
@@ -273,6 +273,8 @@ class PgSessionStore(GroupCommitWriter):
         if depth is None:
             depth = 0 if parent_id is None else self.session(parent_id).depth + 1
         meta = json.dumps(redact_data(metadata, self.redact)) if metadata is not None else None
+        if ceiling is not None:  # its tool patterns are the parent's words: a key in them is masked
+            ceiling = redact_json_text(ceiling, self.redact)
         with self._lock, self._con.transaction():
             self._con.execute("SELECT pg_advisory_xact_lock(%s, %s)", _WRITE_LOCK)
             row = self._con.execute(
@@ -328,7 +330,7 @@ class PgSessionStore(GroupCommitWriter):
     def _prepare(self, items: Iterable[NewEntry]) -> list[tuple[Any, ...]]:
         prepared = []
         for item in items:
-            fields = storable_fields(item, self.redact, LONE_SURROGATE_OR_NUL)
+            fields = storable_fields(item, self.redact, LONE_SURROGATE_OR_NUL, self.max_entry_chars)
             payload_json = payload_text(fields.payload)
             prepared.append((int(item.session_id), EntryType(item.entry_type), fields.sender, fields.content,
                              fields.tool_call_id, fields.tool_name, payload_json))

@@ -14,6 +14,7 @@ get the same treatment (``chaz_nb.core.logredact``).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from typing import Any
@@ -134,6 +135,17 @@ def redact_data(value: Any, redact_text: Callable[[str], str] = redact) -> Any:
     return value
 
 
+def redact_json_text(text: str, redact_text: Callable[[str], str] = redact) -> str:
+    """JSON ``text`` with every string in it redacted (``redact_data``); unchanged when nothing
+    is secret. Text that is not JSON is redacted as text."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return redact_text(text)
+    redacted = redact_data(value, redact_text)
+    return text if redacted == value else json.dumps(redacted, ensure_ascii=False)
+
+
 def _unique(key: str, taken: dict[Any, Any]) -> str:
     if key not in taken:
         return key
@@ -141,3 +153,36 @@ def _unique(key: str, taken: dict[Any, Any]) -> str:
     while f"{key}#{n}" in taken:
         n += 1
     return f"{key}#{n}"
+
+
+#: characters past a cut that are redacted with the kept part (the longest secret a cut may split)
+CUT_MARGIN = 4_096
+
+
+def redact_then_cut(
+    text: str,
+    limit: int,
+    *,
+    redact_text: Callable[[str], str] = redact,
+    keep: str = "head",
+    note: Callable[[int], str] | None = None,
+) -> str:
+    """``text`` redacted, then cut to at most ``limit`` characters: the one order that is safe.
+
+    A secret cut in two first no longer matches any redaction, so most of it would leak (a key's
+    first 290 characters in a 300-character reason). ``keep`` is ``"head"`` (the start, a mark at
+    the end) or ``"tail"`` (the end, a mark at the start); ``note(n)`` is the mark, given about
+    how many characters were cut (``…`` by default). Only ``limit + CUT_MARGIN`` characters are
+    redacted, so a 50 MB text costs what a small one does: a secret that the margin's edge
+    splits lies beyond the cut and is dropped with it.
+    """
+    if len(text) <= limit:
+        return redact_text(text)
+    cut = len(text) - limit
+    mark = note(cut) if note is not None else "…"
+    room = max(0, limit - len(mark))
+    if keep == "tail":
+        part = redact_text(text[-(limit + CUT_MARGIN):])
+        return mark + (part[len(part) - room:] if room else "")
+    part = redact_text(text[: limit + CUT_MARGIN])
+    return part[:room] + mark

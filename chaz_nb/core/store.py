@@ -33,7 +33,7 @@ from .entries import Entry, EntryType
 from .window import ContextWindow, chunk_rows, fill_window, window_types
 from .migrations import MIGRATIONS, Migration, apply_migrations
 from .redaction import redact as redact_secrets
-from .redaction import redact_data
+from .redaction import redact_data, redact_json_text
 from .writer import GroupCommitWriter, NewEntry, OnWrite, payload_text, storable_fields
 from ..errors import StoreError, StoreLockedError
 
@@ -298,6 +298,8 @@ class SessionStore(GroupCommitWriter):
             if parent_id is not None:
                 parent = self.session(parent_id)
                 depth = parent.depth + 1
+        if ceiling is not None:  # its tool patterns are the parent's words: a key in them is masked
+            ceiling = redact_json_text(ceiling, self.redact)
         with self._lock:
             session_id = self._next_session_id
             columns = "id, agent, kind, parent_id, depth, created_at, title, metadata"
@@ -394,7 +396,7 @@ class SessionStore(GroupCommitWriter):
             if sid not in next_seq:
                 next_seq[sid] = self._seq_start(sid)
             entry_type = EntryType(item.entry_type)
-            fields = storable_fields(item, self.redact)
+            fields = storable_fields(item, self.redact, limit=self.max_entry_chars)
             content = fields.content
             payload_json = payload_text(fields.payload)
             entry = Entry(

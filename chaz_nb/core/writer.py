@@ -22,16 +22,17 @@ import asyncio
 import json
 import logging
 import math
+import os
 import re
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
 from .entries import Entry, EntryType
-from .redaction import redact_data
-from ..errors import StoreError
+from .redaction import redact_data, redact_then_cut
+from ..errors import EntryTooLarge, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -83,13 +84,82 @@ class StorableFields:
     payload: dict[str, Any]
 
 
+#: the most characters one entry holds (its content and the strings of its payload), unless
+#: ``CHAZ_MAX_ENTRY_CHARS`` says otherwise: a 50 MB Message held the kernel loop for seconds
+MAX_ENTRY_CHARS = 2_000_000
+ENTRY_LIMIT_VAR = "CHAZ_MAX_ENTRY_CHARS"
+#: entries refused whole when over the limit, unless a run writes them as its own record (its
+#: payload names the run: its reply, its Summary); every other entry, a tool's output above
+#: all, is clipped instead, saying by how much
+REFUSED_WHEN_OVER = frozenset({EntryType.MESSAGE, EntryType.DIRECTIVE, EntryType.SUMMARY})
+_MIN_PART = 1_000  # a clipped string keeps at least this many characters
+
+
+def max_entry_chars(environ: Mapping[str, str] | None = None) -> int:
+    """The entry limit: ``CHAZ_MAX_ENTRY_CHARS`` if set (a positive integer), else ``MAX_ENTRY_CHARS``."""
+    raw = (os.environ if environ is None else environ).get(ENTRY_LIMIT_VAR, "").strip()
+    if not raw:
+        return MAX_ENTRY_CHARS
+    try:
+        value = int(raw.replace("_", ""))
+    except ValueError:
+        value = 0
+    if value < 10 * _MIN_PART:
+        raise StoreError(f"{ENTRY_LIMIT_VAR}={raw!r}: give the most characters an entry may hold, "
+                         f"a whole number of at least {10 * _MIN_PART:,} (the default is {MAX_ENTRY_CHARS:,})")
+    return value
+
+
+def _text_size(value: Any) -> int:
+    """Characters of the strings in ``value`` (JSON-like data), keys too."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(_text_size(k) + _text_size(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return sum(_text_size(v) for v in value)
+    return 0
+
+
+def entry_size(item: NewEntry) -> int:
+    """An entry's size as the limit counts it: the characters of its content and payload strings."""
+    return len(as_text(item.content)) + _text_size(item.payload or {})
+
+
 def storable_fields(
-    item: NewEntry, redact: Callable[[str], str], unstorable: re.Pattern[str] = LONE_SURROGATE
+    item: NewEntry,
+    redact: Callable[[str], str],
+    unstorable: re.Pattern[str] = LONE_SURROGATE,
+    limit: int | None = None,
 ) -> StorableFields:
     """``item``'s fields with secrets redacted (all but the sender, whom no model names) and
-    unstorable characters replaced (both stores)."""
+    unstorable characters replaced (both stores).
+
+    Over ``limit`` characters (``entry_size``) a Message, Directive or Summary is refused with a
+    one-line ``EntryTooLarge`` (nothing is written: a person's message, an agent's
+    ``send_message``, which its model is told); any other entry, and a run's own reply or
+    Summary (its payload has ``run_id``: the run must close, and its reply is not lost), has
+    its long strings clipped, each redacted before it is cut, with a note saying how many
+    characters were left out.
+    """
+    cap: int | None = None
+    if limit is not None:
+        size = entry_size(item)
+        if size > limit:
+            entry_type = EntryType(item.entry_type)
+            if entry_type in REFUSED_WHEN_OVER and "run_id" not in (item.payload or {}):
+                raise EntryTooLarge(
+                    f"{entry_type.value} of {size:,} characters is over the entry limit of {limit:,} "
+                    f"({ENTRY_LIMIT_VAR}); nothing was written: send it in parts, or raise the limit"
+                )
+            cap = _clip_cap(item, limit)
 
     def clean(value: Any) -> str:
+        if cap is not None:
+            text = as_text(value)
+            if len(text) > cap:
+                return storable_text(redact_then_cut(text, cap, redact_text=redact, note=_clip_note(limit)),
+                                     unstorable)
         return storable_text(as_text(value), unstorable)
 
     def clean_optional(value: str | None) -> str | None:
@@ -98,11 +168,37 @@ def storable_fields(
 
     return StorableFields(
         sender=clean(item.sender),
-        content=redact(clean(item.content)),
+        content=redact(clean(item.content)),  # (a clipped text was redacted before its cut)
         tool_call_id=clean_optional(item.tool_call_id),
         tool_name=clean_optional(item.tool_name),
         payload=redact_data(item.payload or {}, lambda text: redact(clean(text))),
     )
+
+
+def _clip_cap(item: NewEntry, limit: int) -> int:
+    """The length each string of ``item`` is cut to so that the entry fits in ``limit``."""
+    strings = [len(as_text(item.content)), *_string_lengths(item.payload or {})]
+    cap = limit
+    while cap > _MIN_PART and sum(min(n, cap) for n in strings) > limit:
+        cap //= 2
+    return max(cap, _MIN_PART)
+
+
+def _string_lengths(value: Any) -> list[int]:
+    if isinstance(value, str):
+        return [len(value)]
+    if isinstance(value, dict):
+        return [n for k, v in value.items() for n in (*_string_lengths(k), *_string_lengths(v))]
+    if isinstance(value, (list, tuple)):
+        return [n for v in value for n in _string_lengths(v)]
+    return []
+
+
+def _clip_note(limit: int | None) -> Callable[[int], str]:
+    def note(cut: int) -> str:
+        return f"\n[… {cut:,} more characters clipped: an entry holds at most {limit:,} ({ENTRY_LIMIT_VAR})]"
+
+    return note
 
 
 def payload_text(payload: dict[str, Any]) -> str:
@@ -149,6 +245,8 @@ class GroupCommitWriter:
     _closed: bool
 
     def _init_writer(self) -> None:
+        #: the most characters one entry holds (see ``storable_fields``); settable per store
+        self.max_entry_chars: int = max_entry_chars()
         self._subscribers: list[OnWrite] = []
         self._queue: deque[Entry] = deque()
         self._dispatching = False

@@ -18,7 +18,7 @@ import time
 import urllib.parse
 from typing import Any
 
-from ..core.redaction import redact
+from ..core.redaction import redact_then_cut
 from ..core.window import budget_for_window
 from ..errors import ProviderError
 
@@ -114,10 +114,7 @@ def _detail(exc: BaseException) -> str:
             text = err if isinstance(err, str) else str(err.get("message") or err)
     except ValueError:
         pass
-    if len(text) <= 200:
-        return text
-    text = redact(text)  # before the cut: a secret cut in two no longer matches the store's redaction
-    return text if len(text) <= 200 else text[:199] + "…"
+    return redact_then_cut(text, 200)
 
 
 def _where(api_base: str | None) -> str:

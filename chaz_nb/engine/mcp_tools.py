@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from mcp import types
 
+from ..core.redaction import redact_then_cut
 from ..errors import McpToolRefused, ToolError
 from .tools import ApprovalMode, RiskLevel, Tool
 
@@ -45,6 +46,8 @@ _NAME_OK = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_DESCRIPTION_CHARS = 2_000
 #: an input schema sent to the model, at most, as JSON once its descriptions are cut (~16k tokens)
 MAX_SCHEMA_CHARS = 64_000
+#: a call's result kept, at most (its start, and a note of how much was clipped)
+MAX_RESULT_CHARS = 1_000_000
 #: ends a description that was cut, so the model (and whoever reads the request) can tell
 CLIP_MARK = "…[clipped]"
 #: schema keywords whose values are data, not schemas: a "description" key in them is left alone
@@ -81,11 +84,13 @@ def mcp_tool(
     timeout: float | None = None,
     sensitive_params: Sequence[str] = (),
     mask: Callable[[str], str] = str,
+    max_result_chars: int = MAX_RESULT_CHARS,
 ) -> Tool:
     """The registry tool for ``spec`` (a tool ``server`` listed); calls go through ``call``.
 
     ``mask``: applied to what the server returns (its own credentials, such as the value of an
-    Authorization header it echoes, never reach the model or the log).
+    Authorization header it echoes, never reach the model or the log). A result over
+    ``max_result_chars`` is clipped, with a note saying by how much.
     """
     name = registry_name(server, spec.name)
     parameters = bounded_schema(name, spec.input_schema or {})
@@ -95,7 +100,10 @@ def mcp_tool(
 
     async def call_mcp(**arguments: Any) -> str:
         result = await call(mcp_name, arguments)
-        text = mask(result_text(result))
+        # masked before the cut (a credential split by it would leak), and only the part kept:
+        # a 50 MB result costs what a 1 MB one does
+        note = _result_note(server, max_result_chars)
+        text = redact_then_cut(result_text(result), max_result_chars, redact_text=mask, note=note)
         if result.is_error:
             raise ToolError(text or f"{server} reported an error from {mcp_name} (no text)")
         return text
@@ -182,6 +190,13 @@ def _block_text(block: Any) -> str:
         return f"[resource link {block.uri} ({block.mime_type or 'unknown type'}){size}]"
     kind = getattr(block, "type", type(block).__name__)
     return f"[{kind} content]"
+
+
+def _result_note(server: str, limit: int) -> Callable[[int], str]:
+    def note(cut: int) -> str:
+        return f"\n[… {cut:,} more characters of this result clipped: MCP server {server} sent over {limit:,}]"
+
+    return note
 
 
 def _decoded_size(data: str) -> int:

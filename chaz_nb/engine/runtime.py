@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from .backends import DeltaCallback, ModelBackend, ModelReply, ProviderError, ToolCallRequest, Usage, streams
 from .tools import REPLY_PAYLOAD_KEYS, ScopedTools, ToolError, ToolReply, parse_arguments
-from ..core.redaction import redact
+from ..core.redaction import redact_then_cut
 from ..errors import ModelCallError, ToolCallsNotRecorded
 
 FORCE_FINAL_NOTE = (
@@ -172,9 +172,7 @@ def one_line_reason(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     name = type(exc).__name__
     reason = text if text.startswith(name) else f"{name}: {text}"
-    if len(reason) > 300:
-        reason = redact(reason)  # before the cut: a secret cut in two no longer matches the store's redaction
-    return reason if len(reason) <= 300 else reason[:299] + "…"
+    return redact_then_cut(reason, 300)
 
 
 # ------------------------------------------------------------------- loop

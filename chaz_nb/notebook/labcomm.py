@@ -70,6 +70,9 @@ PAGE_MAX = 500
 #: characters of JSON (at least one); ``first_seq``/``earlier`` say where the next page starts.
 PAGE_TEXT_MAX = JSON_TEXT_MAX
 PAGE_BYTES = 2_000_000
+#: the longest string a frontend message may carry in any field (a deny reason is the longest
+#: one a person writes; the server keeps 2,000 characters of it): a longer one is refused whole
+MAX_FIELD_CHARS = 10_000
 
 log = logging.getLogger("chaz_nb.labcomm")
 log.addHandler(logging.NullHandler())
@@ -105,6 +108,26 @@ def _page_entries(entries: list[Any]) -> list[dict]:
         out.append(item)
         size += cost
     return out[::-1]
+
+
+def _oversized(data: dict) -> str | None:
+    """The name of a field of a frontend message whose text is over ``MAX_FIELD_CHARS``, or None.
+
+    A value that is not text (a list, a number) counts by its ``str``: that is what the
+    handlers make of it (a request id, a reason).
+    """
+    for key, value in data.items():
+        if isinstance(value, (int, float, bool)) or value is None:
+            continue
+        text = value if isinstance(value, str) else None
+        if text is None:
+            try:
+                text = json.dumps(value)[: MAX_FIELD_CHARS + 1]
+            except (TypeError, ValueError):
+                text = str(value)[: MAX_FIELD_CHARS + 1]
+        if len(text) > MAX_FIELD_CHARS or len(str(key)) > 100:
+            return repr(str(key)[:100])
+    return None
 
 
 def _value(x: Any) -> Any:
@@ -367,6 +390,18 @@ class LabBridge:
         if not isinstance(data, dict):
             return
         kind = data.get("type")
+        too_long = _oversized(data)
+        if too_long is not None:
+            message = (f"{too_long} is over {MAX_FIELD_CHARS:,} characters; the message was ignored "
+                       "(a deny reason of at most 2,000 characters is kept)")
+            log.debug("chaz comm message %r refused: %s", kind, message)
+            if kind == "decide":
+                self._decided(comm, "", False, message)
+            elif kind == "stop":
+                self._stopped(comm, None, False, message)
+            elif kind == "page":
+                self._send(comm, {"type": "page", "request_id": "", "ok": False, "message": message})
+            return
         if kind == "refresh":
             self.send_state(comm)
         elif kind == "decide":

@@ -7,6 +7,8 @@ sidebar). No decision within the timeout is a ``timed_out`` decision: fail close
 
 Effective decision of a request: ``timed_out`` if any decision says so, else the first
 decision in entry order. Decisions written by an agent are ignored, with an Error entry.
+"Approve all calls to this tool in this session" (``approve_all``) is granted to the agent
+whose call it was: in a room, the other members' calls of that tool still ask.
 
 The open requests are read from the log (``open_requests``), not from this server's memory:
 on a shared store (PostgreSQL) ``%chaz pending`` in any kernel lists every kernel's requests,
@@ -22,13 +24,13 @@ import asyncio
 import fnmatch
 import json
 import logging
-import re
 import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from collections.abc import Iterable, Sequence
 
+from ..core.controls import shown_controls
 from ..core.entries import Entry, EntryType
 from ..core.redaction import redact_data
 from ..core.store import served_elsewhere
@@ -46,6 +48,8 @@ log = logging.getLogger(__name__)
 #: ``forked``: the request was open where its session was forked; the branch closes it (fork.py)
 DECISIONS = ("approve", "deny", "approve_all", "timed_out", "forked")
 DEFAULT_TIMEOUT = 300.0
+#: the longest reason kept with a decision (the sidebar, the card's box and the magic all bring one)
+MAX_REASON_CHARS = 2_000
 MASK = "••••••"
 SYSTEM = "system"
 
@@ -55,25 +59,18 @@ def mask_arguments(t: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
     return {k: (MASK if k in t.sensitive_params else v) for k, v in arguments.items()}
 
 
-#: Characters that reorder or hide text: bidirectional controls and zero-width characters.
-_HIDDEN = re.compile("[\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
-
-
-def _named(text: str) -> str:
-    return _HIDDEN.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
-
-
 def name_hidden(text: str) -> str:
-    """``text`` with each character that reorders or hides text named (``<U+202E>``), as the
+    """``text`` with each control, bidi and zero-width character named (``<U+202E>``), as the
     approval card shows it (views that show code a tool gets use it too)."""
-    return _named(text)
+    return shown_controls(text)
 
 
 def shown_arguments(t: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
     """Arguments as the person deciding sees them: sensitive ones masked, and each character
-    that reorders or hides text named (``<U+202E>``), so a right-to-left override cannot make
-    ``/srv/\u202etxt.sgol`` read as ``/srv/logs.txt`` in the card; the tool gets them as sent."""
-    return redact_data(mask_arguments(t, arguments), _named)
+    that reorders or hides text, or is a control (ANSI), named (``<U+202E>``,
+    core/controls.py), so a right-to-left override cannot make ``/srv/\u202etxt.sgol`` read as
+    ``/srv/logs.txt`` in the card; the tool gets them as sent."""
+    return redact_data(mask_arguments(t, arguments), shown_controls)
 
 
 def auto_approved(tool_name: str, chain: Sequence[frozenset[str]]) -> bool:
@@ -146,7 +143,8 @@ class ApprovalBook(Part):
         self._open: dict[str, PendingRequest] = {}
         self._waiters: dict[str, asyncio.Future] = {}
         self._decided: dict[str, Entry] = {}
-        self._session_grants: set[tuple[int, str]] = set()
+        #: (session, agent, tool) of each approve_all decision: the agent whose call it was
+        self._session_grants: set[tuple[int, str, str]] = set()
         # Approve with edits (approval_edits.py): the tool and the model's arguments of each
         # request a run of this server waits on, and the edited arguments a decision gave it
         # (the real values: the entry's payload is masked and redacted).
@@ -228,6 +226,9 @@ class ApprovalBook(Part):
             return False, f"edited arguments go with approve (one call), not {decision}"
         if decided_by in self.port.agents:
             return False, f"{decided_by} is an agent; only a person can decide approval requests"
+        if reason is not None and len(reason) > MAX_REASON_CHARS:
+            return False, (f"the reason is {len(reason):,} characters; a decision keeps at most "
+                           f"{MAX_REASON_CHARS:,}: shorten it and decide again")
         try:
             request_id = self.resolve_id(request_id)
         except ApprovalError as exc:
@@ -244,6 +245,7 @@ class ApprovalBook(Part):
         if decision == "approve_all":
             payload["scope"] = "session"
             payload["tool_name"] = request.payload.get("tool_name")
+            payload["agent"] = request.payload.get("agent", request.sender)  # the grant is this agent's
         edited: dict[str, Any] | None = None
         if arguments is not None:
             try:
@@ -350,10 +352,7 @@ class ApprovalBook(Part):
             return
         # (effective_decision of two entries is one of them, never None)
         self._decided[request_id] = entry if first is None else effective_decision([first, entry]) or entry
-        if entry.payload.get("decision") == "approve_all" and entry.payload.get("scope") == "session":
-            tool_name = entry.payload.get("tool_name")
-            if tool_name:
-                self._session_grants.add((entry.session_id, tool_name))
+        self._grant(entry)
         pending = self._open.pop(request_id, None)
         if pending is not None:
             self.port.unpark(pending.entry.session_id)
@@ -412,9 +411,7 @@ class ApprovalBook(Part):
         first = self._decided.get(request_id)
         self._decided[request_id] = entry if first is None else effective_decision([first, entry]) or entry
         self._open.pop(request_id, None)
-        p = entry.payload
-        if p.get("decision") == "approve_all" and p.get("scope") == "session" and p.get("tool_name"):
-            self._session_grants.add((entry.session_id, p["tool_name"]))  # for when this kernel takes over
+        self._grant(entry)  # for when this kernel takes over
 
     # ------------------------------------------------------------- the proxy
     async def request(self, ctx: RunContext, t: Tool, call_id: str, arguments: dict[str, Any]) -> Entry:
@@ -478,8 +475,27 @@ class ApprovalBook(Part):
             tool_call_id=pending.entry.tool_call_id, tool_name=pending.entry.tool_name, payload=payload,
         )
 
-    def session_grant(self, session_id: int, tool_name: str) -> bool:
-        return (session_id, tool_name) in self._session_grants
+    def _grant(self, decision: Entry) -> None:
+        """Book a person's ``approve_all`` decision as a grant to the agent whose call it was.
+
+        A decision that names no agent (one written before grants were per agent, or by hand)
+        is granted to the agent of the request it answers; with no such request, to nobody.
+        """
+        p = decision.payload
+        tool_name = p.get("tool_name")
+        if p.get("decision") != "approve_all" or p.get("scope") != "session" or not tool_name:
+            return
+        agent = p.get("agent")
+        if not isinstance(agent, str) or not agent:
+            pending = self._open.get(p.get("request_id") or "")
+            request = pending.entry if pending else self._find_request(str(p.get("request_id") or ""))
+            agent = request.payload.get("agent", request.sender) if request is not None else None
+        if isinstance(agent, str) and agent:
+            self._session_grants.add((decision.session_id, agent, str(tool_name)))
+
+    def session_grant(self, session_id: int, agent: str, tool_name: str) -> bool:
+        """Whether a person approved all of ``agent``'s calls of ``tool_name`` in the session."""
+        return (session_id, agent, tool_name) in self._session_grants
 
     # ------------------------------------------------------------ part hooks
     def recover(self) -> dict[str, int]:
@@ -533,8 +549,8 @@ class ApprovalBook(Part):
         for d in store.find_entries(
             EntryType.APPROVAL_DECISION, "json_extract_string(payload, '$.scope') = 'session'"
         ):
-            if d.sender not in self.port.agents and d.payload.get("tool_name"):
-                self._session_grants.add((d.session_id, d.payload["tool_name"]))
+            if d.sender not in self.port.agents:
+                self._grant(d)
         return len(rows)
 
 
@@ -580,7 +596,8 @@ class ApprovalProxy:
             return await self.inner.call(call_id, name, arguments)  # reports the unknown tool
         if not needs_approval(t, self.ctx.auto_approve):
             return await self.inner.call(call_id, name, arguments)
-        if t.approval != "always" and (self.approve_all or self.book.session_grant(self.ctx.session_id, name)):
+        granted = self.book.session_grant(self.ctx.session_id, self.ctx.agent.name, name)
+        if t.approval != "always" and (self.approve_all or granted):
             outcome = await self.inner.call(call_id, name, arguments)
             outcome.extra.update({"approval": "approved", "decided_by": "approve_all"})
             return outcome

@@ -201,6 +201,13 @@ def install(registry: ToolRegistry) -> None:
             raise ToolError("compact can only be called by an agent during a run")
         if not summary.strip():
             raise ToolError("compact needs a non-empty summary")
+        room = ctx.port.part("rooms").room(ctx.session_id)
+        if room is not None and not room.may_compact(ctx.agent.name):
+            # the room's Summary is where every member's context starts: not one member's to write
+            raise ToolError(
+                f"compact is refused in room {room.name!r}: only a person compacts a room (%chaz compact)"
+                + ("" if room.host is None else ", or its host when the room is made with host_compacts=True")
+            )
         entry = ctx.port.store.append(
             ctx.session_id,
             EntryType.SUMMARY,

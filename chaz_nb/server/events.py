@@ -21,6 +21,7 @@ from typing import Any
 
 from ..core.entries import Entry, EntryType
 from ..core.redaction import redact as redact_secrets
+from ..core.redaction import redact_then_cut
 from ..core.store import NewEntry, SessionStore
 from ..engine.runtime import ToolCallEvent, ToolResultEvent
 from ..engine.tools import ToolRegistry
@@ -219,8 +220,7 @@ def event_entry(session_id: int, sender: str, run_id: int, event: Any, mcp_serve
         )
     assert isinstance(event, ToolResultEvent)
     output = event.output
-    shown = output if len(output) <= DISPLAY_LIMIT else redact(output)
-    shown = shown if len(shown) <= DISPLAY_LIMIT else shown[: DISPLAY_LIMIT - 1] + "…"
+    shown = output if len(output) <= DISPLAY_LIMIT else redact_then_cut(output, DISPLAY_LIMIT, redact_text=redact)
     return NewEntry(
         session_id,
         EntryType.TOOL_RESULT,

@@ -335,9 +335,13 @@ class Server:
         """Fire a schedule now on the standalone path (its wake prompt is not written)."""
         return await self.schedules.fire(schedule)
 
-    def create_room(self, name: str, agents: Iterable[str], host: str | None = None, burst_budget: int = 6) -> int:
-        """A session shared by several agents; see rooms.py."""
-        return self.rooms.create(name, agents, host=host, burst_budget=burst_budget)
+    def create_room(
+        self, name: str, agents: Iterable[str], host: str | None = None, burst_budget: int = 6,
+        host_compacts: bool = False,
+    ) -> int:
+        """A session shared by several agents; see rooms.py (``host_compacts``: the host's
+        ``compact`` tool may write the room's Summary; else only a person compacts a room)."""
+        return self.rooms.create(name, agents, host=host, burst_budget=burst_budget, host_compacts=host_compacts)
 
     def room_speaker(
         self, room_id: int, text: str, explicit: str | None = None, default: str | None = None

@@ -24,8 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import tempfile
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -44,12 +42,12 @@ from ..engine.mcp_tools import SEPARATOR, check_server_name, mcp_tool
 from ..engine.runtime import ToolExecutor, ToolOutcome
 from ..engine.tools import APPROVAL_MODES, RISK_LEVELS, ApprovalMode, RiskLevel, Tool
 from ..errors import McpToolRefused, ServerError, ToolError
+from .mcp_stderr import STDERR_TAIL, StderrTail
 from .ports import Part, RunContext, ServerPort
 
 log = logging.getLogger(__name__)
 
 State = Literal["starting", "ready", "failed", "stopped"]
-STDERR_TAIL = 800  # characters of a failed server's stderr kept in its reason
 STOP_TIMEOUT = 10.0  # seconds one connection may take to close
 MIN_MASKED = 4  # a credential shorter than this is not searched for in text (it would mask words)
 
@@ -83,7 +81,8 @@ class McpServer:
     settled: asyncio.Event = field(default_factory=asyncio.Event)
     closing: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
-    errlog: Any = None
+    #: the process's stderr: its newest 64 KB (mcp_stderr.py)
+    errlog: StderrTail | None = None
     #: the last HTTP error status a URL server answered (the SDK's error does not say it)
     http_error: str | None = None
     #: called with the server each time it becomes ready or failed (the cell that added it)
@@ -141,16 +140,8 @@ class McpServer:
         return redact(text)
 
     def stderr_tail(self) -> str:
-        """The last ``STDERR_TAIL`` characters the server wrote to stderr."""
-        if self.errlog is None:
-            return ""
-        try:
-            fd = self.errlog.fileno()
-            size = os.fstat(fd).st_size
-            data = os.pread(fd, STDERR_TAIL, max(0, size - STDERR_TAIL))
-        except (OSError, ValueError):
-            return ""
-        return data.decode("utf-8", "replace").strip()
+        """The last ``STDERR_TAIL`` characters the server wrote to stderr, masked before the cut."""
+        return "" if self.errlog is None else self.errlog.text(STDERR_TAIL, self.mask)
 
 
 class McpServers(Part):
@@ -306,13 +297,14 @@ class McpServers(Part):
     async def _serve(self, conn: McpServer, previous: asyncio.Task[None] | None) -> None:
         if previous is not None:
             await asyncio.wait([previous], timeout=STOP_TIMEOUT)
-        # the child's stderr goes to a file we read the tail of (closed in the finally below)
-        conn.errlog = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the connection
+        # the child's stderr goes to a pipe whose newest 64 KB are kept (mcp_stderr.py)
+        conn.errlog = errlog = StderrTail()
         try:
             async with contextlib.AsyncExitStack() as stack:
                 # Entering the transport is only the spawn (or the HTTP client); the timeout
                 # covers the handshake, and must not wrap the transport's own task group.
                 session = await self._connect(conn, stack)
+                errlog.close_writer()  # the process has its own copy: EOF once it (and its children) end
                 try:
                     with anyio.fail_after(conn.start_timeout):
                         await session.initialize()
@@ -343,7 +335,7 @@ class McpServers(Part):
         finally:
             conn.session = None
             conn.settled.set()
-            conn.errlog.close()
+            errlog.close_writer()
             if conn.state == "failed":
                 conn._notify()
 
@@ -352,7 +344,9 @@ class McpServers(Part):
             params = StdioServerParameters(
                 command=conn.command[0], args=conn.command[1:], env=conn.env or None, cwd=conn.cwd
             )
-            read, write = await stack.enter_async_context(stdio_client(params, errlog=conn.errlog))
+            assert conn.errlog is not None
+            errlog: Any = conn.errlog.writer  # (the SDK types it TextIO; the process is given its fd)
+            read, write = await stack.enter_async_context(stdio_client(params, errlog=errlog))
         else:
             assert conn.url is not None
             client = await stack.enter_async_context(create_mcp_http_client(headers=conn.headers or None))

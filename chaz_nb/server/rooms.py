@@ -21,7 +21,10 @@ the session's single agent:
   woken; the count lives in memory and, after a restart, starts from the trailing agent
   Messages of the log;
 - a mention (or an explicit ``to``) of a name that is not a member is shown as an Error
-  entry, not dropped silently.
+  entry, not dropped silently;
+- the room's Summary is every member's context boundary, so only a person compacts a room
+  (``%chaz compact``): a member's ``compact`` tool is refused, unless the room was made with
+  ``host_compacts=True`` and the member is its host.
 
 On a shared store (PostgreSQL, several kernels) a room is served like any session: the
 kernel that holds its lease (``store.claim``) routes its entries and runs its turns; the others
@@ -84,6 +87,8 @@ class Room:
     members: list[str]
     host: str | None = None
     burst_budget: int = DEFAULT_BURST_BUDGET
+    #: whether the host's ``compact`` tool may write the room's Summary (no other member's may)
+    host_compacts: bool = False
 
     def member(self, name: str) -> str | None:
         """The member called ``name`` (case-insensitive), or None."""
@@ -93,7 +98,12 @@ class Room:
         return None
 
     def metadata(self) -> dict[str, Any]:
-        return {"room": self.name, "members": self.members, "host": self.host, "burst_budget": self.burst_budget}
+        return {"room": self.name, "members": self.members, "host": self.host, "burst_budget": self.burst_budget,
+                "host_compacts": self.host_compacts}
+
+    def may_compact(self, agent: str) -> bool:
+        """Whether member ``agent``'s ``compact`` tool may write the room's Summary."""
+        return self.host_compacts and self.host is not None and agent == self.host
 
     def __str__(self) -> str:
         host = f", host @{self.host}" if self.host else ""
@@ -123,7 +133,8 @@ class Rooms(Part):
 
     # ------------------------------------------------------------- rooms
     def create(
-        self, name: str, agents: Iterable[str], host: str | None = None, burst_budget: int = DEFAULT_BURST_BUDGET
+        self, name: str, agents: Iterable[str], host: str | None = None, burst_budget: int = DEFAULT_BURST_BUDGET,
+        host_compacts: bool = False,
     ) -> int:
         """Create a room session shared by ``agents``; return its session id."""
         if not isinstance(name, str) or not name.strip():
@@ -141,7 +152,9 @@ class Rooms(Part):
                 members.insert(0, host)
         if not isinstance(burst_budget, int) or burst_budget < 1:
             raise ServerError("burst_budget must be a positive integer")
-        room = Room(0, name.strip(), members, host, burst_budget)
+        if host_compacts and host is None:
+            raise ServerError("host_compacts needs a host: create_room(name, agents, host=NAME, host_compacts=True)")
+        room = Room(0, name.strip(), members, host, burst_budget, bool(host_compacts))
         room.id = self.port.store.create_session(
             host or members[0], ROOM_KIND, title=room.name, metadata=room.metadata()
         )
@@ -169,6 +182,7 @@ class Rooms(Part):
                 room = Room(
                     info.id, meta.get("room") or info.title or f"room {info.id}", list(meta.get("members") or []),
                     meta.get("host"), int(meta.get("burst_budget") or DEFAULT_BURST_BUDGET),
+                    meta.get("host_compacts") is True,
                 )
             self._cache[session_id] = room
         return self._cache[session_id]

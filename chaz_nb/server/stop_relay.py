@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import Any
 
+from ..core.redaction import redact_then_cut
 from .stopping import StoppedRun
 
 log = logging.getLogger(__name__)
@@ -55,8 +56,8 @@ def plain_label(value: Any) -> str | None:
     """``value`` as a one-line label of printable characters, or None when there is none."""
     if not isinstance(value, str):
         return None
-    text = "".join(ch for ch in value if ch.isprintable()).strip()[:MAX_BY]
-    return text or None
+    text = "".join(ch for ch in value if ch.isprintable()).strip()
+    return redact_then_cut(text, MAX_BY, note=lambda _: "") or None
 
 
 def _whole(value: Any) -> int | None:

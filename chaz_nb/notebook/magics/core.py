@@ -18,6 +18,8 @@ from collections.abc import Callable
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
+from ...core.controls import shown_controls, showing_controls
+from ...errors import EntryTooLarge
 from .approvals import APPROVE_USAGE, DENY_USAGE, PENDING_USAGE, ApprovalCommands
 from .args import CommandParser, HelpShown, split_words, table, usage_of
 from .turns import check_agent, open_view, parse_session, send_turn, wait_session
@@ -428,6 +430,20 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, McpCommands,
     @line_cell_magic
     def chaz(self, line: str, cell: str | None = None) -> Any:
         """Talk to chaz_nb agents. %chaz help for the sub-commands."""
+        # what a sub-command prints quotes agents, tools and MCP servers: their ANSI escapes and
+        # bidi controls are shown as text (core/controls.py), in its one-line errors too
+        with showing_controls():
+            try:
+                return self._chaz(line, cell)
+            except EntryTooLarge as exc:  # a person's message over the limit: one line, nothing written
+                raise UsageError(f"%chaz: {exc}") from None
+            except UsageError as exc:
+                shown = shown_controls(str(exc))
+                if shown == str(exc):
+                    raise
+                raise UsageError(shown) from None
+
+    def _chaz(self, line: str, cell: str | None) -> Any:
         if cell is not None:
             return self._cell(line, cell)
         line = line.strip()

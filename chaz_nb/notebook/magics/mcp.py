@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
+from ...core.controls import shown_controls
 from ...engine.tools import APPROVAL_MODES, RISK_LEVELS
 from ...errors import ServerError
 from .args import CommandParser, split_words, table, usage_of
@@ -201,6 +202,10 @@ def _show_in_this_cell(conn: McpServer) -> None:
 
 
 def _one_line(status: dict[str, Any]) -> str:
+    """One line for a server's state (shown in its cell: its reason quotes the server's stderr,
+    whose ANSI and bidi controls are shown as text)."""
     if status["state"] == "ready":
-        return f"MCP server {status['name']}: ready, {len(status['tools'])} tools: {', '.join(status['tools'])}"
-    return f"MCP server {status['name']}: {status['state']}: {status['reason']}"
+        text = f"MCP server {status['name']}: ready, {len(status['tools'])} tools: {', '.join(status['tools'])}"
+    else:
+        text = f"MCP server {status['name']}: {status['state']}: {status['reason']}"
+    return shown_controls(text)

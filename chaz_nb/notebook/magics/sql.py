@@ -18,6 +18,7 @@ from IPython.core.error import UsageError
 from .args import CommandParser
 from .host import MagicsHost
 
+from ...core.controls import shown_controls
 from ..views.display import esc as _esc
 
 SQL_USAGE = "usage: %chaz sql [-o|--out NAME [--relation]] [--db PATH] [--max-rows N] QUERY"
@@ -76,6 +77,7 @@ def _cell_text(value: Any) -> str:
     if value is None:
         return "NULL"
     text = " ".join(_value_text(value).split()) if "\n" in _value_text(value) else _value_text(value)
+    text = shown_controls(text)  # a tool's ANSI or bidi controls, stored as written, shown as text
     return text if len(text) <= TEXT_CHARS else text[: TEXT_CHARS - 1] + "…"
 
 

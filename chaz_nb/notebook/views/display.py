@@ -25,6 +25,8 @@ import time
 from typing import Any
 from collections.abc import Callable
 
+from ...core.controls import shown_controls
+
 log = logging.getLogger(__name__)
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
@@ -50,8 +52,9 @@ def clip_json(value: Any, limit: int = JSON_TEXT_MAX) -> Any:
 
 
 def esc(value: Any) -> str:
-    """HTML-escape anything an agent, a tool or a user wrote (the HTML widget does not sanitise)."""
-    return html.escape("" if value is None else str(value), quote=True)
+    """HTML-escape anything an agent, a tool or a user wrote (the HTML widget does not sanitise);
+    control and bidi characters are shown by name (core/controls.py)."""
+    return html.escape(shown_controls("" if value is None else str(value)), quote=True)
 
 
 class StaticFallbackView:
@@ -73,7 +76,9 @@ class StaticFallbackView:
         return {}
 
     def bundle(self, widget: bool = True) -> dict[str, Any]:
-        data: dict[str, Any] = {"text/plain": self.text(), "text/html": self.html(), **self.static_data()}
+        # text/plain holds what agents and tools wrote: their ANSI and bidi controls shown as text
+        data: dict[str, Any] = {"text/plain": shown_controls(self.text()), "text/html": self.html(),
+                                **self.static_data()}
         if widget and self._box is not None and getattr(self._box, "model_id", None):
             data[WIDGET_MIME] = {"version_major": 2, "version_minor": 0, "model_id": self._box.model_id}
         return data
@@ -82,7 +87,7 @@ class StaticFallbackView:
         return self.bundle()
 
     def __repr__(self) -> str:
-        return self.text()
+        return shown_controls(self.text())
 
     def display(self) -> Any:
         from IPython.display import display

@@ -23,6 +23,7 @@ from datetime import datetime
 from typing import Any
 from collections.abc import Callable
 
+from ...core.redaction import redact_json_text
 from ...core.store import SessionStore, served_elsewhere, utcnow
 from ...errors import ScheduleError
 
@@ -147,6 +148,8 @@ class ScheduleTable:
         s.prompt = self.store.redact(s.prompt)
         if s.disabled_reason:
             s.disabled_reason = self.store.redact(s.disabled_reason)
+        if s.ceiling:  # the capped run's tool patterns: a key in them is masked, as in sessions.ceiling
+            s.ceiling = redact_json_text(s.ceiling, self.store.redact)
         values = [getattr(s, c.strip()) for c in self._columns.split(",")]
         marks = ", ".join("?" * len(values))
         self.store.execute(f"INSERT OR REPLACE INTO schedules ({self._columns}) VALUES ({marks})", values)
