@@ -16,15 +16,20 @@ Three things give a run a ceiling, and a run gets the narrowest of them (``meet`
   ``send_message``, a person's ``%chaz`` message, a schedule fire, after a restart, after the
   child agent is redefined with more tools. Without it a finished child was a way out of its
   parent's scope.
-* the run that wrote the trigger. A Message or Directive written by a run (``send_message``
-  to one of its own sessions, a spawn's Directive) caps the run it starts by the writer's own
-  authority, so a narrowed child cannot write to its agent's chat session and run there with
-  the agent's full tools. Room turns are peer turns and keep their own agent's authority.
+* the run that wrote the trigger. Every trigger a run writes (``send_message``, a spawn's
+  Directive, its reply in a room, which wakes the members it mentions) carries the writer's
+  authority in the entry itself, ``payload["authority"]`` (``Authority``: the ceiling and the
+  id of the run-tree budget it draws on), so whichever kernel reads the entry applies it: a
+  narrowed child can neither write to its agent's chat session and run there with the agent's
+  full tools, nor wake a room peer (or its own agent, woken back in the room) with more.
+  Authority is never kept in memory between runs: it is read back from the entry.
 * the schedule that fires it. ``schedule_create`` in a capped run stores the run's ceiling
   with the schedule (``schedules.ceiling``); every fire, in this session or a fresh one,
   runs under it.
 
-A ceiling with ``tools=None`` caps nothing (a session a person created).
+A ceiling with ``tools=None`` caps nothing (a session a person created). The budget a run
+draws on (server/budgets.py) follows the same path: a person's own Message opens a fresh one;
+everything it sets off, along every path, draws on that one.
 """
 
 from __future__ import annotations
