@@ -28,7 +28,7 @@ def comparable(store, session_id):
     out = []
     for e in store.entries(session_id):
         payload = {k: v for k, v in (e.payload or {}).items()
-                   if k not in ("run_id", "trigger_id", "answers", "duration_ms")}
+                   if k not in ("run_id", "trigger_id", "answers", "duration_ms", "budget")}
         content = e.content.replace(f"{e.sender} is working", "AGENT is working")  # the Ack names its agent
         out.append((e.entry_type.value, e.sender, content, payload))
     return out
