@@ -41,7 +41,7 @@ from typing import Any
 
 import duckdb
 
-from chaz_nb.core.migrations import MIGRATIONS, apply_migrations
+from chaz_nb.core.store.migrations import MIGRATIONS, apply_duckdb
 from chaz_nb.core.store import LOCKED_DOWN
 
 COLS = "id, session_id, seq, entry_type, sender, content, tool_call_id, tool_name, payload, created_at, run_id"
@@ -79,7 +79,7 @@ class Databases:
 
     def store(self, where: str = "file", **config: Any) -> duckdb.DuckDBPyConnection:
         con = self.connect(where, **config)
-        apply_migrations(con, MIGRATIONS)
+        apply_duckdb(con, MIGRATIONS)
         return con
 
     def entries(self, where: str = "memory", pk: bool = False, unique: bool = False) -> Any:

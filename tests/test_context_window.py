@@ -3,8 +3,9 @@ reaches, on both back ends (chaz_nb/core/window.py, issue 14)."""
 
 import pytest
 
-import chaz_nb.core.pgstore as pgstore_module
-import chaz_nb.core.store as store_module
+import chaz_nb.core.store.postgres as pgstore_module
+import chaz_nb.core.store.duckdb as store_module
+import chaz_nb.core.store.log_cache as log_cache
 from chaz_nb.core.entries import CONTEXT_TYPES, SUMMARY_PREFIX, EntryType as T, build_context
 from chaz_nb.core.store import NewEntry
 from chaz_nb.core.window import DEFAULT_CONTEXT_TOKENS
@@ -100,7 +101,7 @@ def test_a_long_session_is_not_read_whole(backend_store, monkeypatch):
     sid = backend_store.create_session("bot")
     fill(backend_store, sid, 3000)
     built = []
-    for module, name in ((store_module, "_entry_from_row"), (pgstore_module, "_entry")):
+    for module, name in ((store_module, "entry_from_row"), (pgstore_module, "entry_from_row")):
         original = getattr(module, name)
         monkeypatch.setattr(module, name, lambda row, original=original: built.append(row[2]) or original(row))
     if isinstance(backend_store, store_module.SessionStore):
@@ -111,8 +112,8 @@ def test_a_long_session_is_not_read_whole(backend_store, monkeypatch):
 
 
 def test_the_duckdb_cache_holds_a_bounded_window_of_a_long_session(store, monkeypatch):
-    monkeypatch.setattr(store_module, "LOG_CACHE_MAX_ENTRIES", 100)
-    monkeypatch.setattr(store_module, "LOG_CACHE_BYTES", 40_000)
+    monkeypatch.setattr(log_cache, "LOG_CACHE_MAX_ENTRIES", 100)
+    monkeypatch.setattr(log_cache, "LOG_CACHE_BYTES", 40_000)
     sessions = [store.create_session("bot") for _ in range(3)]
     for sid in sessions:
         fill(store, sid, 500)
@@ -120,7 +121,7 @@ def test_the_duckdb_cache_holds_a_bounded_window_of_a_long_session(store, monkey
         fill(store, sid, 20, start=500)
         window = store._logs.get(sid)
         assert window is not None and len(window.entries) <= 100
-    assert store._log_bytes <= 40_000 and len(store._logs) < 3
+    assert store._logs.nbytes <= 40_000 and len(store._logs) < 3
     for sid in sessions:
         # what the cache no longer holds comes from the file, whole and in order
         assert [e.seq for e in store.entries(sid)] == list(range(1, 521))
@@ -174,7 +175,7 @@ def test_context_tokens_from_the_magic_and_toml(chaz):
 
 
 def test_a_summary_older_than_the_cached_window_still_heads_the_context(backend_store, monkeypatch):
-    monkeypatch.setattr(store_module, "LOG_CACHE_MAX_ENTRIES", 10)
+    monkeypatch.setattr(log_cache, "LOG_CACHE_MAX_ENTRIES", 10)
     sid = backend_store.create_session("bot")
     fill(backend_store, sid, 4)
     backend_store.append(sid, T.SUMMARY, "system", "early")
@@ -194,7 +195,7 @@ async def test_a_fire_in_a_long_session_reads_its_window_not_the_session(backend
     backend_store.append_many(NewEntry(sid, T.MESSAGE, "bot", f"note {i}") for i in range(20))
     schedule = server.schedules.add("bot", "every 1h", "wake up", session=sid)
     built = []
-    for module, name in ((store_module, "_entry_from_row"), (pgstore_module, "_entry")):
+    for module, name in ((store_module, "entry_from_row"), (pgstore_module, "entry_from_row")):
         original = getattr(module, name)
         monkeypatch.setattr(module, name, lambda row, original=original: built.append(row[2]) or original(row))
     fire = await server.fire_agent_schedule(schedule)

@@ -106,3 +106,43 @@ def test_no_module_reaches_into_a_private_attribute_of_another_object():
             if isinstance(owner, ast.Attribute) and not owner.attr.startswith("_"):
                 found.append(f"{_where(path, node.lineno)} {ast.unparse(node)}")
     assert found == []
+
+
+def _cycles(modules: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles among ``modules`` (module -> the modules it imports), each once."""
+    found, done = [], set()
+
+    def visit(node: str, path: list[str]) -> None:
+        for nxt in sorted(modules.get(node, ())):
+            if nxt in path:
+                circle = path[path.index(nxt):]
+                if frozenset(circle) not in done:
+                    done.add(frozenset(circle))
+                    found.append(circle)
+            elif len(path) < 12:
+                visit(nxt, [*path, nxt])
+
+    for start in sorted(modules):
+        visit(start, [start])
+    return found
+
+
+def test_the_core_modules_import_each_other_in_no_circle():
+    """The stores above all: the contract (core/store/base.py) is imported, never the other store."""
+    core = {".".join(_dotted(p)): p for p in _modules() if _dotted(p)[:2] == ["chaz_nb", "core"]}
+    graph = {name: {m for _, m, _ in _imports(path) if m in core and m != name and path.name != "__init__.py"}
+             for name, path in core.items()}
+    assert _cycles(graph) == []
+
+
+def test_no_code_asks_a_store_what_it_is_by_getattr():
+    """A shared store's leases and notices are a declared capability (``SharedSessions``): code
+    asks ``isinstance``, never ``getattr(store, ...)`` or a ``shares_sessions`` flag."""
+    found = []
+    for path in _modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            asks = isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id in ("getattr", "hasattr") and bool(node.args) and "store" in ast.unparse(node.args[0])
+            if asks or (isinstance(node, ast.Attribute) and node.attr == "shares_sessions"):
+                found.append(f"{_where(path, node.lineno)} {ast.unparse(node)}")
+    assert found == []

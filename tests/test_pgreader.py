@@ -8,7 +8,7 @@ import pytest
 
 from chaz_nb.core import pgreader
 from chaz_nb.core.entries import EntryType
-from chaz_nb.core.pgstore import PgSessionStore
+from chaz_nb.core.store.postgres import PgSessionStore
 from chaz_nb.core.sqlquery import run_query
 from chaz_nb.core.store import SessionStore
 from chaz_nb.notebook.magics.sql import SqlTable

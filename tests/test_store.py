@@ -5,7 +5,7 @@ import duckdb
 import pytest
 
 from chaz_nb.core.entries import EntryType
-from chaz_nb.core.migrations import MIGRATIONS
+from chaz_nb.core.store.migrations import MIGRATIONS
 from chaz_nb.core.store import NewEntry, SessionStore, StoreError, StoreLockedError
 
 
@@ -230,7 +230,7 @@ def test_redaction_applies_before_the_write(tmp_path):
 
 
 def test_cached_logs_match_the_database(store, monkeypatch):
-    import chaz_nb.core.store as store_module
+    import chaz_nb.core.store.log_cache as store_module
 
     duckdb_only(store)
     monkeypatch.setattr(store_module, "LOG_CACHE_SESSIONS", 3)

@@ -4,7 +4,7 @@ variable_changes), written once for both SQL dialects.
 Each view is a function of a ``Dialect``: the few things DuckDB and PostgreSQL spell
 differently (reading a JSON field, a cast that yields NULL on bad input, milliseconds between
 two timestamps, one JSON parse for several fields) are its methods, and everything else is
-plain SQL both run. ``core/audit.py`` (DuckDB) and ``core/pgschema.py`` (PostgreSQL) create
+plain SQL both run. ``core/audit.py`` (DuckDB) and ``core/store/migrations.py`` (PostgreSQL) create
 ``DUCKDB.views()`` and ``POSTGRES.views()``; a change to a view is made here, once, and ships
 as a new migration in both lists (the record keeps the names).
 
@@ -333,7 +333,7 @@ FROM forks f JOIN branch b ON b.id = f.id JOIN source s ON s.id = f.id
 
 
 class PostgresDialect(Dialect):
-    """PostgreSQL: ``->>``/``->``, the ``chaz_try_*`` functions of core/pgschema.py, epoch
+    """PostgreSQL: ``->>``/``->``, the ``chaz_try_*`` functions of core/store/migrations.py, epoch
     arithmetic; a JSON value is kept whole and read with ``->>`` (no multi-path extract)."""
 
     name = "postgresql"

@@ -14,6 +14,10 @@ from typing import Any
 from collections.abc import Iterable
 
 
+#: a JSON object as stored (an entry's payload, a session's metadata)
+JsonObject = dict[str, Any]
+
+
 class EntryType(str, Enum):
     """The nine entry types, stored by their names (docs/design.md, "Entry types")."""
 

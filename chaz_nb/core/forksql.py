@@ -20,10 +20,13 @@ after the copies in the same transaction (``closing_entries``), never left open.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .entries import EntryType
 from .writer import NewEntry
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .store.base import Store
 
 #: the entry columns a copy writes (the store's columns and the copy marker)
 COPY_COLUMNS = (
@@ -136,7 +139,7 @@ ORDER BY r.id
 FORKED = "forked"
 
 
-def closing_entries(store: Any, session_id: int, at_seq: int) -> list[NewEntry]:
+def closing_entries(store: Store, session_id: int, at_seq: int) -> list[NewEntry]:
     """What closes, in the branch, the requests and runs that were open at the fork point: a
     ``forked`` ApprovalDecision per open request, then a ``forked`` Ack per open run (read
     inside the fork's transaction, so they are written with the copies)."""

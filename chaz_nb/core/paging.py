@@ -8,17 +8,20 @@ PostgreSQL): ``read_page`` is one indexed query on both.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 from collections.abc import Iterable, Iterator
 
 from .entries import Entry, EntryType
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .store.base import Store
 
 #: entries per query when reading backwards
 PAGE = 200
 
 
 def newest_first(
-    store: Any, session_id: int, types: Iterable[EntryType] | None = None, page: int = PAGE
+    store: Store, session_id: int, types: Iterable[EntryType] | None = None, page: int = PAGE
 ) -> Iterator[Entry]:
     """A session's entries from the newest back (of ``types`` when given), read a page at a time."""
     wanted = None if types is None else {EntryType(t) for t in types}

@@ -20,7 +20,7 @@ What the database itself enforces, whatever the statement check (``pgsqlcheck``)
 
 What no role can take away: functions PostgreSQL grants to ``PUBLIC`` (``pg_notify``,
 advisory locks, ``pg_sleep``, ``set_config``) stay callable by every role unless an
-administrator revokes them from ``PUBLIC`` (README, "PostgreSQL"); the statement check refuses them.
+administrator revokes them from ``PUBLIC`` (docs/guide/postgresql.md); the statement check refuses them.
 """
 
 from __future__ import annotations
@@ -130,10 +130,10 @@ def _prime(con: psycopg.Connection, role: str | None, timeout_ms: int) -> None:
 def _run_one(con: psycopg.Connection, statement: str, params: Sequence[Any]) -> tuple[list[str], list[tuple]]:
     cur = con.cursor()
     if params:  # Parse/Bind/Execute with the values bound
-        cur.execute(statement, list(params))  # type: ignore[arg-type]
+        cur.execute(statement, list(params))
         rows = cur.fetchall() if cur.description else []
     else:  # no parameters: stream() still sends Parse/Bind/Execute (execute() would not)
-        rows = list(cur.stream(statement, size=_CHUNK if psycopg.capabilities.has_stream_chunked() else 1))  # type: ignore[arg-type]
+        rows = list(cur.stream(statement, size=_CHUNK if psycopg.capabilities.has_stream_chunked() else 1))
     return [d.name for d in cur.description or []], rows
 
 

@@ -48,7 +48,7 @@ from collections.abc import Callable
 
 import duckdb
 
-from .store import LOCKED_DOWN, SessionStore, read_only_transaction
+from .store import LOCKED_DOWN, SessionStore, Store, read_only_transaction
 from ..errors import SQLFailed, SQLRefused
 
 ALLOWED = {"SELECT", "EXPLAIN"}
@@ -267,16 +267,20 @@ def _read_only(con: duckdb.DuckDBPyConnection, run: Callable[[], Any]) -> Any:
 #: the first line of a result run as a role that may write the store (no reader role)
 WRITABLE_ROLE_WARNING = (
     "warning: ran as {role}, a role that may write the audit trail; only the statement check "
-    "stood in the way: set CHAZ_DB_READER to a read-only role's URL (README, \"PostgreSQL\")"
+    "stood in the way: set CHAZ_DB_READER to a read-only role's URL (docs/guide/postgresql.md)"
 )
 
 
-def _run_on_postgres(query: str, store: Any, max_rows: int) -> QueryResult:
+def _run_on_postgres(query: str, store: Store, max_rows: int) -> QueryResult:
     """On a PostgreSQL store: checked by PostgreSQL's grammar (``pgsqlcheck``), then each
     statement on its own, read-only, as the reader role (``pgreader``)."""
     import psycopg
 
-    from .pgstore import PgResult
+    from .store.pgsql import PgResult
+    from .store.postgres import PgSessionStore
+
+    if not isinstance(store, PgSessionStore):
+        raise SQLFailed(f"{store!r} speaks {store.dialect}, not PostgreSQL")
 
     try:
         from .pgsqlcheck import checked_statements, unqualified_functions
@@ -296,18 +300,18 @@ def _run_on_postgres(query: str, store: Any, max_rows: int) -> QueryResult:
 
 def run_query(
     query: str,
-    store: SessionStore | None = None,
+    store: Store | None = None,
     db: str | None = None,
     max_rows: int = DEFAULT_MAX_ROWS,
 ) -> QueryResult:
     """Run a read-only query on ``store`` or on the file ``db`` (opened read-only)."""
-    if db is None and getattr(store, "dialect", "duckdb") == "postgresql":
+    if db is None and store is not None and store.dialect == "postgresql":
         return _run_on_postgres(query, store, max_rows)  # PostgreSQL's grammar, not DuckDB's
     check_read_only(query)
     if db is not None and store is not None and os.path.abspath(db) == os.path.abspath(store.path):
         db = None  # our own file: DuckDB would refuse a second connection from this process
     if db is None:
-        if store is None:
+        if not isinstance(store, SessionStore):
             raise SQLFailed("no session store: %load_ext chaz_nb first, or give --db PATH")
         con = store.reader()  # a cursor of its own: its transactions are the query's alone
         source = store.path

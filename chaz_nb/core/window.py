@@ -1,6 +1,6 @@
 """The context window of a session: what a run reads of its log, whatever the log's length.
 
-Both stores (``store.py``, ``pgstore.py``) implement ``context_window(session_id, max_tokens)``
+Both stores (``store/duckdb.py``, ``store/postgres.py``) implement ``context_window(session_id, max_tokens)``
 with ``fill_window``: entries are read newest first, in chunks, and reading stops at the latest
 Summary (the boundary, docs/design.md "Entry types") or where the token budget is spent, so a
 turn in a 50,000-entry session reads about what a turn in a short one reads. The rules:

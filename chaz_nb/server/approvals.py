@@ -14,7 +14,7 @@ The open requests are read from the log (``open_requests``), not from this serve
 on a shared store (PostgreSQL) ``%chaz pending`` in any kernel lists every kernel's requests,
 and a decision written in one kernel reaches the kernel whose run is parked through its
 on_write (the cross-process listener), which resumes the run. Only the kernel that serves the
-session (holds its lease, see core/pgstore.py) answers a bad decision with an Error, so two
+session (holds its lease, see core/store/base.py SharedSessions) answers a bad decision with an Error, so two
 kernels never both write it.
 """
 
@@ -33,7 +33,7 @@ from collections.abc import Iterable, Sequence
 from ..core.controls import shown_controls
 from ..core.entries import Entry, EntryType
 from ..core.redaction import redact_data
-from ..core.store import served_elsewhere
+from ..core.store import Store
 from ..engine.runtime import ToolExecutor, ToolOutcome
 from ..engine.tools import Tool, ToolError
 from ..errors import ApprovalError
@@ -394,8 +394,7 @@ class ApprovalBook(Part):
         pending = self._open.get(request_id) if isinstance(request_id, str) else None
         if pending is not None and pending.future is not None:
             return True
-        holds = getattr(self.port.store, "holds", None)
-        return holds is None or bool(holds(session_id)) or self.port.is_busy(session_id)
+        return self.port.serving.holds(session_id) or self.port.is_busy(session_id)
 
     def _note_remote_decision(self, entry: Entry) -> None:
         """Another kernel's session: book a person's valid decision (no Error writing here)."""
@@ -441,7 +440,7 @@ class ApprovalBook(Part):
             self._edit_basis.pop(request_id, None)
 
     async def _wait_decision(
-        self, ctx: RunContext, store: Any, request_id: str, future: asyncio.Future[Entry], text: str, t: Tool,
+        self, ctx: RunContext, store: Store, request_id: str, future: asyncio.Future[Entry], text: str, t: Tool,
         call_id: str, payload: dict[str, Any], timeout: float,
     ) -> Entry:
         try:
@@ -527,7 +526,7 @@ class ApprovalBook(Part):
             [] if session_id is None else [session_id],
         )
         if session_id is None:
-            rows = [row for row in rows if not served_elsewhere(store, row[1])]
+            rows = [row for row in rows if not self.port.serving.elsewhere(row[1])]
         for entry_id, _session_id in rows:
             request = store.entry(entry_id)
             if request is None:  # entry() is None only for an unknown id; the query just found it

@@ -24,7 +24,7 @@ from ..core.store import utcnow
 from ..engine.tree_budget import TreeBudget, TreeBudgetExceeded
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..core.store import SessionStore
+    from ..core.store import Store
     from .agents import Agent
 
 _COUNTS = {"spawns": "max_spawns", "model_calls": "max_model_calls"}
@@ -33,7 +33,7 @@ _COUNTS = {"spawns": "max_spawns", "model_calls": "max_model_calls"}
 class StoredBudget(TreeBudget):
     """A ``TreeBudget`` whose counts are a row of ``run_budgets`` (shared by every kernel)."""
 
-    def __init__(self, store: SessionStore, budget_id: str, root_agent: str, max_spawns: int,
+    def __init__(self, store: Store, budget_id: str, root_agent: str, max_spawns: int,
                  max_model_calls: int) -> None:
         super().__init__(root_agent, max_spawns, max_model_calls)
         self.store = store
@@ -75,7 +75,7 @@ class StoredBudget(TreeBudget):
         return {"budget": self.id, **super().to_json()}
 
 
-def take_schedule(store: SessionStore, budget_id: str, limit: int) -> bool:
+def take_schedule(store: Store, budget_id: str, limit: int) -> bool:
     """Count one schedule made by the tree of ``budget_id``; False when it has made ``limit``."""
     return bool(store.execute(
         "UPDATE run_budgets SET schedules = schedules + 1 WHERE id = ? AND schedules < ? RETURNING schedules",
@@ -86,7 +86,7 @@ def take_schedule(store: SessionStore, budget_id: str, limit: int) -> bool:
 class Budgets:
     """The run-tree budgets of one store: open a root's, find a descendant's."""
 
-    def __init__(self, store: SessionStore) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
 
     def open(self, budget_id: str | None, agent: Agent) -> StoredBudget:

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..core.entries import Entry, EntryType
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..core.store import Store
 
 
 @dataclass
@@ -58,7 +61,7 @@ class Comparison:
     first_difference: int | None
 
 
-def fork_point(store: Any, a: int, b: int) -> int:
+def fork_point(store: Store, a: int, b: int) -> int:
     """The seq after which the two sessions' logs part (0: they share nothing)."""
     ia, ib = store.session(a), store.session(b)
     if ib.forked_from == ia.id:
@@ -76,7 +79,7 @@ def call_text(entry: Entry) -> str:
     return f"{entry.tool_name}({shown})"
 
 
-def side(store: Any, session_id: int, after: int) -> Side:
+def side(store: Store, session_id: int, after: int) -> Side:
     """The runs of ``session_id`` that opened after seq ``after``."""
     entries = store.entries(session_id, after)
     triggers = {e.id: e for e in store.entries(session_id) if e.entry_type in (EntryType.MESSAGE, EntryType.DIRECTIVE)}
@@ -108,7 +111,7 @@ def side(store: Any, session_id: int, after: int) -> Side:
     return Side(session_id, store.session(session_id).agent, list(runs.values()))
 
 
-def compare(store: Any, a: int, b: int) -> Comparison:
+def compare(store: Store, a: int, b: int) -> Comparison:
     """Sessions ``a`` and ``b`` side by side from their fork point (StoreError: unknown one)."""
     point = fork_point(store, a, b)
     left, right = side(store, a, point), side(store, b, point)

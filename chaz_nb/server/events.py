@@ -22,7 +22,7 @@ from typing import Any
 from ..core.entries import Entry, EntryType
 from ..core.redaction import redact as redact_secrets
 from ..core.redaction import redact_then_cut
-from ..core.store import NewEntry, SessionStore
+from ..core.store import NewEntry, Store
 from ..engine.runtime import ToolCallEvent, ToolResultEvent
 from ..engine.tools import ToolRegistry
 from .approvals import mask_arguments
@@ -81,7 +81,7 @@ class EventWriter:
             if isinstance(event, Landed) and not event.future.done():
                 event.future.set_exception(exc)
 
-    async def write(self, store: SessionStore, tools: ToolRegistry, session_id: int, sender: str,
+    async def write(self, store: Store, tools: ToolRegistry, session_id: int, sender: str,
                     run_id: int) -> None:
         """Turn queued events into ToolCall/ToolResult entries until a ``None`` arrives."""
         done = False
@@ -109,7 +109,7 @@ class EventWriter:
         return any(event is None or isinstance(event, Landed) for event in batch)
 
     @staticmethod
-    def _requests(store: SessionStore, tools: ToolRegistry, session_id: int, sender: str, run_id: int,
+    def _requests(store: Store, tools: ToolRegistry, session_id: int, sender: str, run_id: int,
                   batch: list[Any]) -> list[_Request]:
         requests: list[_Request] = []
         for event in batch:
@@ -128,7 +128,7 @@ class EventWriter:
         return requests
 
     @staticmethod
-    async def _commit(store: SessionStore, session_id: int, run_id: int, requests: list[_Request]) -> None:
+    async def _commit(store: Store, session_id: int, run_id: int, requests: list[_Request]) -> None:
         """Write ``requests`` in one group commit (each alone when the batch fails), in order."""
         writes: list[asyncio.Future[list[Entry]]] = []
         for i, request in enumerate(requests):
@@ -159,7 +159,7 @@ class EventWriter:
                 future.set_result(None)
 
 
-async def _note_lost(store: SessionStore, session_id: int, run_id: int, items: list[NewEntry],
+async def _note_lost(store: Store, session_id: int, run_id: int, items: list[NewEntry],
                      exc: BaseException) -> None:
     """An Error entry in place of tool events the store refused (ToolResults: their tools ran),
     so the log shows it rather than a silent gap. It carries no run_id: it does not end the run.

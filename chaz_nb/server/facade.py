@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from collections.abc import Callable, Iterable, Mapping
 
 from ..core.entries import Entry, EntryType
-from ..core.store import SessionInfo, SessionStore
+from ..core.store import SessionInfo, Store
 from ..engine.backends import LiteLLMBackend, ModelBackend
 from ..engine.runtime import ToolExecutor
 from ..engine.tools import ToolsLike, as_registry
@@ -48,7 +48,7 @@ class Server:
 
     def __init__(
         self,
-        store: SessionStore,
+        store: Store,
         agents: Iterable[Agent] | Mapping[str, Agent] = (),
         tools: ToolsLike = None,
         *,

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.entries import Entry, EntryType
-    from ..core.store import SessionStore
+    from ..core.store import Store
     from ..engine.backends import ModelBackend
     from ..engine.runtime import ToolExecutor
     from ..engine.tools import ToolRegistry
@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .ceiling import Ceiling
     from .handle import RunHandle
     from .invocation import Invocation
+    from .serving import Serving
 
 
 class ServerPort(Protocol):
@@ -42,7 +43,11 @@ class ServerPort(Protocol):
 
     # read-only to the parts (properties, so the engine's own mutable attributes satisfy them)
     @property
-    def store(self) -> SessionStore: ...
+    def store(self) -> Store: ...
+
+    @property
+    def serving(self) -> Serving:
+        """Who serves each session (serving.py): here, or the kernel that holds its lease."""
 
     @property
     def tools(self) -> ToolRegistry: ...

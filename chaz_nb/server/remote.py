@@ -1,6 +1,6 @@
 """Runs served by another kernel: a handle that resolves from that kernel's entries.
 
-On a shared store (PostgreSQL, ``core/pgstore.py``) the kernel that holds a session's lease
+On a shared store (PostgreSQL, ``core/store/postgres.py``) the kernel that holds a session's lease
 runs it; a Message written to that session from any other kernel wakes the holder and starts
 no run here. The writer still wants what ``post``/``send`` give for a local run: a handle whose
 ``wait()`` returns the reply. ``RemoteRun`` follows the session's entries as they arrive
@@ -31,11 +31,14 @@ at the next look, within that interval: its run ends after its last entry is dis
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING
 from collections.abc import Callable
 
 from ..core.entries import Entry, EntryType
 from .handle import RunHandle
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..core.store import Store
 
 _CLOSING = (EntryType.MESSAGE, EntryType.ERROR, EntryType.ACK)
 
@@ -44,7 +47,7 @@ _CLOSING = (EntryType.MESSAGE, EntryType.ERROR, EntryType.ACK)
 REMOTE_POLL_INTERVAL = 1.0
 
 
-def session_writes(store: Any, session_id: int) -> Callable[[Callable[[], None]], Callable[[], None]]:
+def session_writes(store: Store, session_id: int) -> Callable[[Callable[[], None]], Callable[[], None]]:
     """A wake source for a wait on ``session_id``: ``wake(callback)`` calls ``callback()`` after
     each entry of the session the store hands its subscribers (another kernel's through the
     listener) and returns the function that stops it."""
@@ -62,7 +65,7 @@ def session_writes(store: Any, session_id: int) -> Callable[[Callable[[], None]]
 class RemoteRun(RunHandle):
     """The handle of a trigger written here for a session another kernel serves."""
 
-    def __init__(self, store: Any, trigger: Entry, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, store: Store, trigger: Entry, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(trigger, loop.create_future())
         self.run_id: int | None = None
         unsubscribe = store.subscribe(self._on_write)

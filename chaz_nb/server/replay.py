@@ -35,6 +35,7 @@ from .approvals import mask_arguments
 from .ports import Part
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..core.store import Store
     from .ports import RunContext, ServerPort
 
 #: the session metadata key of a branch's replay spec
@@ -81,7 +82,7 @@ def arguments_key(arguments: Any, redact: Callable[[str], str]) -> str:
     return json.dumps(redact_data(arguments, redact), sort_keys=True, ensure_ascii=False, default=str)
 
 
-def read_recording(store: Any, source_id: int, after_seq: int, upto_seq: int, branch_id: int | None) -> Recording:
+def read_recording(store: Store, source_id: int, after_seq: int, upto_seq: int, branch_id: int | None) -> Recording:
     """The source's calls with a ToolResult in ``(after_seq, upto_seq]``, and what ``branch_id``
     has used of them already (its ToolResults' ``replayed_from``)."""
     entries = [e for e in store.entries(source_id, after_seq, types=(EntryType.TOOL_CALL, EntryType.TOOL_RESULT))

@@ -55,7 +55,7 @@ from collections.abc import Iterable
 from .agents import Agent
 from ..core.entries import Entry, EntryType
 from .invocation import Invocation
-from ..core.store import StoreError
+from ..core.store import SharedSessions, StoreError
 from ..engine.tools import ToolError, ToolRegistry, tool
 from ..errors import ServerError
 from .ceiling import written_by_run
@@ -169,7 +169,7 @@ class Rooms(Part):
 
     def room(self, session_id: int) -> Room | None:
         """The room of a session, or None when it is not a room."""
-        shared = self.port.store.shares_sessions
+        shared = isinstance(self.port.store, SharedSessions)
         if session_id not in self._cache or (shared and self._cache[session_id] is not None):
             # (on a shared store another kernel may attach or detach members: read them again)
             try:
@@ -334,8 +334,7 @@ class Rooms(Part):
         room = self.room(entry.session_id)
         if room is None:
             return False
-        store: Any = self.port.store
-        if store.shares_sessions and not store.claim(room.id):  # (pgstore.py): one server per room
+        if not self.port.serving.lease(room.id):  # one server per room (serving.py)
             return True  # another kernel serves this room; the write woke it
         self._route(room, entry)
         return True

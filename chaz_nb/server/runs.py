@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable
 
 from ..core.entries import Entry, EntryType, build_context
 from ..core.window import DEFAULT_CONTEXT_TOKENS
-from ..core.store import NewEntry, SessionStore, served_elsewhere
+from ..core.store import NewEntry, Store
 from ..engine.backends import ModelBackend
 from ..engine.runtime import (
     DEFAULT_MAX_TOOL_OUTPUT,
@@ -56,10 +56,10 @@ from .budgets import Budgets, StoredBudget
 from .ceiling import Authority, Ceiling
 from .invocation import Invocation
 from .handle import RunHandle
-from .remote import RemoteRun
 from .ports import Part, RunContext, SpawnContext, current_run
 from .streams import StreamHub
 from .stopping import CANCELLED, StoppedRun
+from .serving import open_run, serving_for
 from .stop_relay import REMOTE_STOP_TIMEOUT, StopRelay
 
 log = logging.getLogger(__name__)
@@ -68,39 +68,6 @@ log = logging.getLogger(__name__)
 PENDING_RUN = 0
 #: entries of a run that supersede the reply text streamed so far (a tool call: that step's text)
 _ENDS_STREAM = frozenset({EntryType.MESSAGE, EntryType.ERROR, EntryType.ACK, EntryType.TOOL_CALL})
-
-
-#: a session's open runs and open approval requests, from the log (session_status elsewhere)
-_REMOTE_STATUS = """
-SELECT
-  (SELECT count(*) FROM entries a
-   WHERE a.session_id = ? AND a.id <= ? AND a.entry_type = 'Ack' AND a.run_id = a.id
-     AND NOT EXISTS (SELECT 1 FROM entries e WHERE e.run_id = a.id AND e.id <> a.id AND e.id <= ?
-                     AND e.entry_type IN ('Message', 'Error', 'Ack'))),
-  (SELECT count(*) FROM entries r
-   WHERE r.session_id = ? AND r.id <= ? AND r.entry_type = 'ApprovalRequest'
-     AND NOT EXISTS (SELECT 1 FROM entries d WHERE d.session_id = r.session_id AND d.id <= ?
-                     AND d.entry_type = 'ApprovalDecision'
-                     AND json_extract_string(d.payload, '$.request_id')
-                         = json_extract_string(r.payload, '$.request_id')))
-"""
-
-#: the newest run of a session with an Ack and no closing entry (in the whole table)
-_OPEN_RUN = """
-SELECT max(a.id) FROM entries a
-WHERE a.session_id = ? AND a.entry_type = 'Ack' AND a.run_id = a.id
-  AND NOT EXISTS (SELECT 1 FROM entries e WHERE e.run_id = a.id AND e.id <> a.id
-                  AND e.entry_type IN ('Message', 'Error', 'Ack'))
-"""
-
-#: the Messages and Directives written since a session's last Ack (triggers not yet answered),
-#: but those of senders that write the session's Acks (its agents)
-_UNANSWERED = """
-SELECT entry_type, sender FROM entries
-WHERE session_id = ? AND id <= ? AND entry_type IN ('Message', 'Directive')
-  AND id > coalesce((SELECT max(id) FROM entries WHERE session_id = ? AND id <= ? AND entry_type = 'Ack'), 0)
-  AND sender NOT IN (SELECT sender FROM entries WHERE session_id = ? AND entry_type = 'Ack')
-"""
 
 
 async def _only(write: Awaitable[list[Entry]]) -> Entry:
@@ -153,7 +120,7 @@ class RunEngine:
 
     def __init__(
         self,
-        store: SessionStore,
+        store: Store,
         agents: dict[str, Agent],
         tools: ToolRegistry,
         backend: ModelBackend,
@@ -183,8 +150,13 @@ class RunEngine:
         self._stopped = False
         #: reply text while it is written (transient, not entries; see streams.py)
         self.streams = StreamHub()
-        #: stop requests to and from the other kernels of a shared store (stop_relay.py)
-        self.relay = StopRelay(store, self._serves, self._stop_here_and_wait)
+        #: who serves each session: here, or (shared store) the kernel that holds its lease
+        self.serving = serving_for(store, agents, self.take_over, self._serves, self._stop_here_and_wait)
+
+    @property
+    def relay(self) -> StopRelay | None:
+        """Stop requests to and from the other kernels of a shared store (stop_relay.py)."""
+        return self.serving.relay
 
     # ------------------------------------------------------------ parts
     def register(self, part: Part) -> None:
@@ -253,27 +225,9 @@ class RunEngine:
         return {**(payload or {}), **Authority.of_run(run).to_payload()}
 
     def serve_here(self, session_id: int) -> None:
-        """Before this server writes a trigger: on a shared store, take the session's lease when
-        nobody holds it and this server defines its agent, so that the kernel that writes
-        serves, not whichever other kernel's listener reads the entry first."""
-        if not self.store.shares_sessions or self.store.holds(session_id):  # type: ignore[attr-defined]
-            return
-        info = self.store.session(session_id)
-        if info.kind != "room" and info.agent in self.agents:  # (rooms route their own turns, rooms.py)
-            self._claim(session_id)
-
-    def _claim(self, session_id: int) -> bool:
-        """Hold the session's lease (shared store): True when this server serves it.
-
-        A server that does not define the session's agent never takes it (one that does takes
-        it at its next trigger); one that takes it closes what the previous holder left open."""
-        store: Any = self.store
-        if store.holds(session_id):
-            return True
-        if store.session(session_id).agent not in self.agents or not store.claim(session_id):
-            return False
-        self.take_over(session_id)
-        return True
+        """Before this server writes a trigger: take the session when nobody serves it and this
+        server defines its agent (serving.py), so that the kernel that writes serves it."""
+        self.serving.serve_here(session_id)
 
     def handle(self, trigger_id: int) -> RunHandle | None:
         """The handle of the run a trigger entry started, while it is in flight."""
@@ -284,8 +238,8 @@ class RunEngine:
         shared store the run of the kernel that serves the session (remote.py)."""
         handle = self._handles.get(entry.id)
         if handle is None and self.triggers_run(entry) and not self._stopped \
-                and not any(p.route(entry) for p in self.parts) and served_elsewhere(self.store, entry.session_id):
-            handle = RemoteRun(self.store, entry, self.loop())
+                and not any(p.route(entry) for p in self.parts):
+            handle = self.serving.remote_handle(entry, self.loop())
         return handle
 
     def track(self, trigger: Entry, future: asyncio.Future[Entry | None]) -> RunHandle:
@@ -330,8 +284,8 @@ class RunEngine:
             self.streams.clear(entry.session_id, entry.run_id)  # the entry replaces the partial text
         if self._stopped or any(p.route(entry) for p in self.parts) or not self.triggers_run(entry):
             return  # (a room routes its own entries: mention-gated turns, see rooms.py)
-        # a shared store (pgstore.py): one server per session, the one that holds its lease
-        if self.store.shares_sessions and not self._claim(entry.session_id):
+        # a shared store: one server per session, the one that holds its lease (serving.py)
+        if not self.serving.claim(entry.session_id):
             return  # another kernel serves this session (the write woke it), or will
         loop = self.loop()
         future: asyncio.Future = loop.create_future()
@@ -353,7 +307,7 @@ class RunEngine:
         """Run with no trigger entry (a schedule fire); None when the session is busy or stopped."""
         if self._stopped or session_id in self._states:
             return None
-        if self.store.shares_sessions and not self._claim(session_id):
+        if not self.serving.claim(session_id):
             return None  # another kernel serves the session (shared store): busy for this fire
         loop = self.loop()
         future: asyncio.Future = loop.create_future()
@@ -774,21 +728,7 @@ class RunEngine:
         state = self._states.get(session_id)
         if state is not None:
             return "parked" if state.parked else "running"
-        if not self.store.shares_sessions:
-            return "idle"  # an embedded store: every run of it is this server's
-        # only the entries this server's subscribers were handed (the views, the handles): a run
-        # that closed in the table but whose end the listener has not brought yet is running here
-        seen = self.store.dispatched_id  # type: ignore[attr-defined]
-        rows = self.store.execute(_REMOTE_STATUS, [session_id, seen, seen, session_id, seen, seen])
-        open_runs, open_requests = rows[0] if rows else (0, 0)
-        if not open_runs:
-            # a trigger written since the last Ack: the serving kernel is about to start its run
-            # (an agent's reply is no trigger, also where that agent is not defined: it wrote Acks)
-            waiting = self.store.execute(_UNANSWERED, [session_id, seen, session_id, seen, session_id])
-            open_runs = any(t == "Directive" or sender not in self.agents for t, sender in waiting)
-        if not open_runs or not served_elsewhere(self.store, session_id):
-            return "idle"  # (a run left open by a dead kernel is closed at the next trigger)
-        return "parked" if open_requests else "running"
+        return self.serving.status(session_id)
 
     def running_sessions(self) -> list[int]:
         return sorted(self._states)
@@ -842,7 +782,7 @@ class RunEngine:
             [] if session_id is None else [session_id],
         )
         if session_id is None:
-            open_runs = [row for row in open_runs if not served_elsewhere(self.store, row[1])]
+            open_runs = [row for row in open_runs if not self.serving.elsewhere(row[1])]
         for run_id, sid, sender in open_runs:
             self.store.append(
                 sid, EntryType.ERROR, sender, "interrupted: kernel stopped",
@@ -863,10 +803,10 @@ class RunEngine:
         stopped = self._stop_here(session_id, by)
         if session_id is None or any(run.session_id == session_id for run in stopped):
             return stopped
-        remote = self._run_elsewhere(session_id)
+        remote = self.serving.run_elsewhere(session_id)
         if remote is None:
             return stopped
-        self.relay.send(session_id, by)
+        self.serving.send_stop(session_id, by)
         return [*stopped, remote]
 
     def _stop_here(self, session_id: int | None, by: str) -> list[StoppedRun]:
@@ -911,12 +851,12 @@ class RunEngine:
         stopped = await self._stop_here_and_wait(session_id, by)
         if session_id is None or any(run.session_id == session_id for run in stopped):
             return stopped
-        remote = self._run_elsewhere(session_id)
+        remote = self.serving.run_elsewhere(session_id)
         if remote is None:
             return stopped
-        answer = await self.relay.ask(session_id, by, REMOTE_STOP_TIMEOUT)
+        answer = await self.serving.ask_stop(session_id, by, REMOTE_STOP_TIMEOUT)
         if answer is None:
-            if remote.run_id is None or self._open_run(session_id) == remote.run_id:
+            if remote.run_id is None or open_run(self.store, session_id) == remote.run_id:
                 raise ServerError(
                     f"asked the kernel that serves session {session_id} to stop its run; no answer in "
                     f"{REMOTE_STOP_TIMEOUT:g} s (is a cell running there?); %chaz log {session_id} shows when it ends"
@@ -934,42 +874,15 @@ class RunEngine:
 
     def _serves(self, session_id: int) -> bool:
         """Whether a stop request for the session is this server's to carry out: it runs the
-        session (or holds its lease, and so would answer that nothing runs)."""
-        store: Any = self.store
+        session (or serves it, and so would answer that nothing runs)."""
         if self._stopped:
             return False
-        return session_id in self._states or bool(store.shares_sessions and store.holds(session_id))
-
-    def _open_run(self, session_id: int) -> int | None:
-        """The session's newest run with no closing entry in the log, or None."""
-        rows = self.store.execute(_OPEN_RUN, [session_id])
-        return rows[0][0] if rows and rows[0][0] is not None else None
-
-    def _run_elsewhere(self, session_id: int) -> StoppedRun | None:
-        """The run another kernel serves in the session (what a stop from here would stop), or
-        None when there is none. A run open in the log whose kernel is gone (nobody holds the
-        lease) is a ServerError saying how it gets closed."""
-        store: Any = self.store
-        if not self.relay.enabled or store.holds(session_id):
-            return None
-        if not served_elsewhere(store, session_id):
-            if self._open_run(session_id) is None:
-                return None
-            agent = store.session(session_id).agent
-            raise ServerError(
-                f"no kernel serves session {session_id}: the kernel that ran it is gone and left its run open; "
-                f"a message to it from a kernel that defines {agent} closes that run and answers"
-            )
-        status = self.session_status(session_id)
-        if status == "idle":
-            return None
-        agent = store.session(session_id).agent
-        return StoppedRun(session_id, agent, self._open_run(session_id), status, elsewhere=True)
+        return session_id in self._states or self.serving.holds(session_id)
 
     async def stop(self) -> None:
         """Cancel every run (each records an Error entry), then stop the parts."""
         self._stopped = True
-        self.relay.close()
+        self.serving.close()
         tasks = [s.task for s in self._states.values() if s.task is not None]
         for task in tasks:
             task.cancel()

@@ -1,4 +1,4 @@
-"""Stopping a run another kernel serves (shared store: PostgreSQL, ``core/pgstore.py``).
+"""Stopping a run another kernel serves (a ``SharedSessions`` store: PostgreSQL).
 
 Only the kernel that holds a session's lease runs it, so only that kernel can cancel its run
 (the task is in its loop). A stop asked for in another kernel (``%chaz stop SESSION``, a Stop
@@ -32,11 +32,12 @@ from dataclasses import asdict
 from typing import Any
 
 from ..core.redaction import redact_then_cut
+from ..core.store import SharedSessions
 from .stopping import StoppedRun
 
 log = logging.getLogger(__name__)
 
-#: the store's notice channel of stop requests and their answers (pgstore.NOTICE_CHANNELS)
+#: the store's notice channel of stop requests and their answers (store/postgres.py NOTICE_CHANNELS)
 STOP_CHANNEL = "chaz_stop"
 #: how long a stop waits for the serving kernel's answer (a kernel running a long cell answers
 #: when the cell ends: its loop, and with it its run, is held meanwhile)
@@ -85,16 +86,15 @@ def parse_runs(value: Any) -> list[StoppedRun] | None:
 class StopRelay:
     """Stop requests between the kernels of one shared store (see the module docstring)."""
 
-    def __init__(self, store: Any, serves: Serves, stop_here: StopHere) -> None:
+    def __init__(self, store: SharedSessions, serves: Serves, stop_here: StopHere) -> None:
         self.store = store
         self._serves = serves
         self._stop_here = stop_here
         self._waiting: dict[str, asyncio.Future[list[StoppedRun]]] = {}
         self._tasks: set[asyncio.Task] = set()  # answers being prepared (kept from the GC)
-        on_notice = getattr(store, "on_notice", None)
         self._unsubscribe: Callable[[], None] | None = None
-        if on_notice is not None and store.shares_sessions and not getattr(store, "read_only", False):
-            self._unsubscribe = on_notice(STOP_CHANNEL, self._heard)
+        if not store.read_only:
+            self._unsubscribe = store.on_notice(STOP_CHANNEL, self._heard)
         #: a shared store this kernel writes: the other kernels may serve its sessions
         self.enabled = self._unsubscribe is not None
 
@@ -117,9 +117,7 @@ class StopRelay:
     async def ask(self, session_id: int, by: str, timeout: float = REMOTE_STOP_TIMEOUT) -> list[StoppedRun] | None:
         """Send the request and wait for the serving kernel's answer: the runs it stopped, or
         None when no answer came within ``timeout`` seconds."""
-        start = getattr(self.store, "start_listener", None)
-        if start is not None:
-            start()  # the answer comes through the listener (running already in a kernel)
+        self.store.start_listener()  # the answer comes through it (running already in a kernel)
         request = uuid.uuid4().hex
         future: asyncio.Future[list[StoppedRun]] = asyncio.get_running_loop().create_future()
         self._waiting[request] = future  # before the request: the answer may come at once

@@ -422,7 +422,7 @@ class AuditView(LiveView):
             self._timer = None
         if self._closed:
             return
-        if getattr(self.store, "closed", False):
+        if self.store.closed:
             self.finish()
             return
         try:

@@ -23,10 +23,10 @@ import asyncio
 import logging
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ...core.entries import EntryType
-from ...core.store import utcnow
+from ...core.store import Store, utcnow
 from ..ceiling import Ceiling
 from ..invocation import Invocation
 from .cron import parse_trigger
@@ -118,8 +118,7 @@ class Scheduler:
             return True
         if s.agent not in self.port.agents:
             return False  # a kernel that defines it fires it
-        store: Any = self.store  # (shared: a PgSessionStore, with leases)
-        return s.session_id is None or bool(store.claim(s.session_id))
+        return s.session_id is None or self.port.serving.lease(s.session_id)
 
     def _dispatch(self, s: Schedule, now: datetime) -> None:
         if s.expires_at is not None and now >= s.expires_at:
@@ -170,9 +169,8 @@ class Scheduler:
         if session_id is not None and self.port.is_busy(session_id):
             fire = Fire(fire_id, s.id, "skipped", session_id, reason=f"session {session_id} is busy")
             return self._finish(s, fire, count=False)
-        store: Any = self.store
-        shared = store.shares_sessions  # one server per session, the lease holder's
-        if session_id is not None and shared and not store.claim(session_id):
+        serving = self.port.serving  # on a shared store one server per session: the lease holder
+        if session_id is not None and not serving.lease(session_id):
             reason = f"session {session_id} is served by another kernel"
             fire = Fire(fire_id, s.id, "skipped", session_id, reason=reason)
             return self._finish(s, fire, count=False)
@@ -181,8 +179,7 @@ class Scheduler:
                 s.agent, "schedule", title=f"schedule #{s.id} fire {fire_id}",
                 metadata={"schedule_id": s.id, "fire_id": fire_id}, ceiling=s.ceiling,
             )
-            if shared:
-                store.claim(session_id)
+            serving.lease(session_id)
         # the fire's session is known while it runs: a kernel starting meanwhile leaves it alone
         self.store.execute("UPDATE schedule_fires SET session_id = ? WHERE id = ?", [session_id, fire_id])
         invocation = Invocation(
@@ -249,7 +246,7 @@ class Scheduler:
         return fire
 
 
-def _run_id_of(store: Any, session_id: int, fire_id: int, after_seq: int = 0) -> int | None:
+def _run_id_of(store: Store, session_id: int, fire_id: int, after_seq: int = 0) -> int | None:
     # only the Acks written since the fire started: a long session is not read whole
     for entry in reversed(store.entries(session_id, after_seq=after_seq, types=[EntryType.ACK])):
         if entry.payload.get("fire_id") == fire_id:

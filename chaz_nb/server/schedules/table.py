@@ -24,7 +24,7 @@ from typing import Any
 from collections.abc import Callable
 
 from ...core.redaction import redact_json_text
-from ...core.store import SessionStore, served_elsewhere, utcnow
+from ...core.store import SharedSessions, Store, served_elsewhere, utcnow
 from ...errors import ScheduleError
 
 log = logging.getLogger(__name__)
@@ -104,10 +104,10 @@ _COLUMNS = (
 class ScheduleTable:
     """The schedules of one store, cached; every change is told to the listeners and ``wake``."""
 
-    def __init__(self, store: SessionStore) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
         #: several kernels write the store (PostgreSQL): read it each time, cache nothing
-        self.shared = store.shares_sessions
+        self.shared = isinstance(store, SharedSessions)
         self._cache: dict[int, Schedule] | None = None
         # A read-only file of an older schema has no ceiling column.
         self._columns = _COLUMNS + "".join(
@@ -119,9 +119,8 @@ class ScheduleTable:
         #: on a shared store, each change is announced to the other kernels (their fire loops
         #: wake, their listeners hear of it); this kernel knows its own notices by this token
         self._token = uuid.uuid4().hex[:12]
-        on_notice = getattr(store, "on_notice", None)
-        if self.shared and on_notice is not None:
-            on_notice(NOTICE_CHANNEL, self._heard)
+        if isinstance(store, SharedSessions):
+            store.on_notice(NOTICE_CHANNEL, self._heard)
         if not self.store.read_only:  # fires a previous process left running never finished
             now = utcnow()
             for fire_id, session_id in self.store.execute(
@@ -182,9 +181,9 @@ class ScheduleTable:
         self._tell(int(schedule_id))
 
     def changed(self, schedule_id: int) -> None:
-        notify = getattr(self.store, "notify", None)
-        if self.shared and notify is not None and not self.store.closed:
-            notify(NOTICE_CHANNEL, f"{self._token}:{schedule_id}")
+        store = self.store
+        if isinstance(store, SharedSessions) and not store.closed:
+            store.notify(NOTICE_CHANNEL, f"{self._token}:{schedule_id}")
         self._tell(schedule_id)
 
     def _tell(self, schedule_id: int) -> None:

@@ -5,166 +5,58 @@ that need to read get their own cursor (``SessionStore.reader()``). Entry ids an
 ``seq`` numbers are allocated in memory: DuckDB admits one read-write process per file, so
 this process is the only writer and the counters cannot race another one.
 
-The DuckDB instance is opened locked down (``LOCKED_DOWN``): no file access besides its own
-database file (no ``COPY ... TO``, ``EXPORT``, ``ATTACH`` of a file, ``read_csv``, extension
-``LOAD``/``INSTALL``) and no configuration change (``SET`` is refused). The store needs none of
-them, and this is what lets ``%chaz sql`` and the audit view run users' SQL on the writer's own
-instance without being able to write anything (see ``chaz_nb.core.sqlquery``): DuckDB cannot open the
-same file a second time in the process, not even read-only. To export data, fetch it
-(``store.sql(...).fetchall()`` / ``.df()``) and write it from Python.
+The DuckDB instance is opened locked down (``lockdown.py``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
-from collections import OrderedDict, deque
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import suppress
 
 import duckdb
 
-from .entries import Entry, EntryType
-from .window import ContextWindow, chunk_rows, fill_window, window_types
-from .migrations import MIGRATIONS, Migration, apply_migrations
-from .redaction import redact as redact_secrets
-from .redaction import redact_data, redact_json_text
-from .writer import GroupCommitWriter, NewEntry, OnWrite, payload_text, storable_fields
-from ..errors import StoreError, StoreLockedError
+from ...errors import StoreError
+from ..entries import Entry, EntryType
+from ..redaction import redact as redact_secrets
+from ..redaction import redact_json_text
+from ..window import ContextWindow, chunk_rows, fill_window, window_types
+from ..writer import NewEntry, payload_text, storable_fields
+from .base import ForkCopy, Row, SessionInfo, Store
+from . import log_cache
+from .lockdown import connect, read_only_transaction
+from .log_cache import LogCache, LogWindow, row_bytes
+from .migrations import MIGRATIONS, Migration, apply_duckdb
+from .rows import (ENTRY_COLUMNS, entry_from_row, fork_metadata, fork_point, metadata_text,
+                   run_id_of, session_from_row, utcnow, Value)
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ForkCopy", "NewEntry", "OnWrite", "SessionInfo", "SessionStore"]
-
-#: sessions whose newest entries are kept in memory (least recently used dropped first)
-LOG_CACHE_SESSIONS = 128
-#: the cache keeps a window of each session's newest entries, at most this many ...
-LOG_CACHE_MAX_ENTRIES = 1000
-#: ... and at most this many bytes (about: content + payload) ...
-LOG_CACHE_SESSION_BYTES = 1 << 20
-#: ... and all sessions' windows together at most this many bytes
-LOG_CACHE_BYTES = 16 << 20
-
-_ENTRY_COLUMNS = (
-    "id, session_id, seq, entry_type, sender, content, tool_call_id, tool_name, payload, created_at"
-)
+__all__ = ["SessionStore"]
 
 
-@dataclass(frozen=True)
-class SessionInfo:
-    id: int
-    agent: str
-    kind: str
-    parent_id: int | None
-    depth: int
-    created_at: datetime | None
-    title: str | None = None
-    metadata: dict[str, Any] | None = None
-    #: a spawned session's authority ceiling as stored (JSON text; see chaz_nb/ceiling.py)
-    ceiling: str | None = None
-    #: a fork's source session and the seq it was forked at (server/fork.py)
-    forked_from: int | None = None
-    forked_at_seq: int | None = None
+class SessionStore(Store):
+    """Session log over DuckDB: ``":memory:"`` or a file path (``chaz_nb.core.store.base.Store``).
 
-
-@dataclass(frozen=True)
-class ForkCopy:
-    """What ``fork_session`` wrote: the new session, how many entries it copies, and the
-    entries that close what was open at the fork point (written after the copies)."""
-
-    session_id: int
-    at_seq: int
-    copied: int
-    closing: list[Entry]
-
-
-def fork_metadata(
-    source: dict[str, Any] | None, extra: dict[str, Any] | None, redact: Callable[[str], str]
-) -> str | None:
-    """A fork's session metadata as stored: the source's (a room's members), and ``extra``."""
-    if source is None and extra is None:
-        return None
-    return json.dumps(redact_data({**(source or {}), **(extra or {})}, redact))
-
-
-def fork_point(at_seq: Any, end: int, source_id: int) -> int:
-    """``at_seq`` checked against the source's committed end (None: the end); StoreError else."""
-    if at_seq is None:
-        return end
-    if isinstance(at_seq, bool) or not isinstance(at_seq, int) or not 0 <= at_seq <= end:
-        raise StoreError(
-            f"cannot fork session {source_id} at {at_seq!r}: its entries are #1-#{end}; "
-            f"give a seq from 0 (nothing copied) to {end}, or leave it out for its end"
-        )
-    return at_seq
-
-
-def utcnow() -> datetime:
-    """Naive UTC: DuckDB's TIMESTAMP has no zone and needs no pytz to come back."""
-    return datetime.now(timezone.utc).replace(tzinfo=None)
-
-
-#: DuckDB settings of every store instance (and of ``%chaz sql --db``'s read-only one):
-#: queries cannot touch the file system, load extensions or change any setting afterwards.
-LOCKED_DOWN: dict[str, Any] = {"enable_external_access": False, "lock_configuration": True}
-
-
-@contextmanager
-def read_only_transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
-    """Run the block in ``BEGIN TRANSACTION READ ONLY`` on ``con``, rolled back afterwards.
-
-    DuckDB refuses any write to any attached database inside it when the statement is bound
-    (before a row is touched), however the write is spelled: a DELETE inside a WITH,
-    ``EXPLAIN ANALYZE UPDATE``, ``nextval()``, ``MERGE``. Use a cursor of its own: a statement
-    that ends the transaction (``COMMIT``) makes the ROLLBACK fail, which is ignored.
+    A DuckDB file has one writing process, so every session in it is this process's: it is not
+    a ``SharedSessions`` store, and it keeps what it wrote in memory (``log_cache``).
     """
-    con.execute("BEGIN TRANSACTION READ ONLY")
-    try:
-        yield con
-    finally:
-        # nothing to undo: ends the snapshot; TransactionException: the block ended it itself
-        with suppress(duckdb.TransactionException):
-            con.execute("ROLLBACK")
 
-
-def _connect(path: str, read_only: bool) -> duckdb.DuckDBPyConnection:
-    if path != ":memory:":
-        parent = os.path.dirname(os.path.abspath(path))
-        if not read_only:
-            os.makedirs(parent, exist_ok=True)
-    try:
-        return duckdb.connect(path, read_only=read_only, config=dict(LOCKED_DOWN))
-    except duckdb.IOException as exc:
-        text = str(exc)
-        if "lock" in text.lower():
-            raise StoreLockedError(
-                f"{path} is in use by another process (another kernel?); "
-                "close that kernel or choose another file with CHAZ_DB"
-            ) from None
-        raise StoreError(f"cannot open {path}: {text.splitlines()[0]}") from None
-
-
-class SessionStore(GroupCommitWriter):
-    """Session log over DuckDB: ``":memory:"`` or a file path."""
-
-    #: Whether other processes serve this store's sessions too (PostgreSQL): a session is then
-    #: served by the process that holds its lease (``claim``/``holds``/``held_elsewhere``). A
-    #: DuckDB file has one writing process, so every session in it is this process's.
-    shares_sessions = False
+    dialect = "duckdb"
 
     @classmethod
-    def open(cls, path: str = ":memory:", **options: Any) -> Any:
-        """The store for ``path``: PostgreSQL (``PgSessionStore``) for a ``postgresql://`` URL, else DuckDB."""
+    def open(
+        cls, path: str = ":memory:", *, read_only: bool = False, redact: Callable[[str], str] | None = None
+    ) -> Store:
+        """The store for ``path``: PostgreSQL (``postgres.PgSessionStore``) for a
+        ``postgresql://`` URL, else DuckDB."""
         if str(path).startswith(("postgresql://", "postgres://")):
-            from .pgstore import PgSessionStore  # psycopg only where PostgreSQL is used
+            from .postgres import PgSessionStore  # psycopg only where PostgreSQL is used
 
-            return PgSessionStore(str(path), **options)
-        return cls(path, **options)
+            return PgSessionStore(str(path), read_only=read_only, redact=redact)
+        return cls(path, read_only=read_only, redact=redact)
 
     def __init__(
         self,
@@ -176,7 +68,7 @@ class SessionStore(GroupCommitWriter):
     ) -> None:
         self.path = str(path)
         self.read_only = read_only
-        self._con = _connect(self.path, read_only)
+        self._con = connect(self.path, read_only)
         self._lock = threading.RLock()
         self._init_writer()
         self._closed = False
@@ -186,7 +78,7 @@ class SessionStore(GroupCommitWriter):
             self.schema_version = self._read_schema_version()
         else:
             try:
-                self.schema_version = apply_migrations(self._con, migrations)
+                self.schema_version = apply_duckdb(self._con, migrations)
             except Exception:
                 self._con.close()
                 raise
@@ -195,8 +87,7 @@ class SessionStore(GroupCommitWriter):
         self._next_seq: dict[int, int] = {}
         self._latest: dict[int, Entry] = {}
         self._sessions: dict[int, SessionInfo] = {}
-        self._logs: OrderedDict[int, _LogWindow] = OrderedDict()
-        self._log_bytes = 0  # the cached windows' bytes together
+        self._logs = LogCache()
         self._has_run_id = self.has_column("entries", "run_id")
         # A read-only file of an older schema has no ceiling or fork columns: read them as NULL.
         self._session_columns = (
@@ -206,19 +97,7 @@ class SessionStore(GroupCommitWriter):
         )
 
     # ----------------------------------------------------------------- basics
-    def __repr__(self) -> str:
-        return f"SessionStore({self.path!r}, schema_version={self.schema_version})"
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise StoreError(f"the session store {self.path} is closed; load the extension again")
-
-    def _check_writable(self) -> None:
-        self._check_open()
-        if self.read_only:
-            raise StoreError(f"{self.path} is opened read-only; it cannot be written")
-
-    def _scalar(self, query: str, params: Sequence[Any] | None = None) -> Any:
+    def _scalar(self, query: str, params: Sequence[object] | None = None) -> Value:
         with self._lock:
             rows = self._con.execute(query, params or []).fetchall()
         return rows[0][0] if rows else None
@@ -238,10 +117,6 @@ class SessionStore(GroupCommitWriter):
         except duckdb.Error:
             return 0
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
     def close(self) -> None:
         """Close the connection (DuckDB checkpoints the WAL into the file)."""
         self._flush_queued()  # entries queued for a group commit are written first
@@ -250,18 +125,12 @@ class SessionStore(GroupCommitWriter):
                 self._closed = True
                 self._con.close()
 
-    def __enter__(self) -> SessionStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def reader(self) -> duckdb.DuckDBPyConnection:
         """A cursor for reading from another thread (DuckDB connections are not shared)."""
         self._check_open()
         return self._con.cursor()
 
-    def read(self, query: str, params: Sequence[Any] | None = None) -> list[tuple]:
+    def read(self, query: str, params: Sequence[object] | None = None) -> list[Row]:
         """Fetch all rows of ``query`` where DuckDB refuses writes (a read-only transaction).
 
         For SQL the store did not write itself (the audit view's, ``%chaz sql``): nothing it
@@ -284,7 +153,7 @@ class SessionStore(GroupCommitWriter):
         depth: int | None = None,
         *,
         title: str | None = None,
-        metadata: dict[str, Any] | None = None,
+        metadata: Mapping[str, object] | None = None,
         ceiling: str | None = None,
     ) -> int:
         """Create a session owned by ``agent``; a child's depth defaults to its parent's + 1.
@@ -303,7 +172,7 @@ class SessionStore(GroupCommitWriter):
         with self._lock:
             session_id = self._next_session_id
             columns = "id, agent, kind, parent_id, depth, created_at, title, metadata"
-            meta = json.dumps(redact_data(metadata, self.redact)) if metadata is not None else None
+            meta = metadata_text(metadata, self.redact)
             values = [
                 session_id,
                 agent,
@@ -324,18 +193,17 @@ class SessionStore(GroupCommitWriter):
             self._next_seq[session_id] = 1
             # Sole writer: the new session's row and its (empty) log are known without a query,
             # so its first turn reads nothing back.
-            self._sessions[session_id] = _session_from_row([*values[:7], meta, ceiling])
-            self._logs[session_id] = _LogWindow(first_seq=1)
-            self._evict()
+            self._sessions[session_id] = session_from_row([*values[:7], meta, ceiling])
+            self._logs.put(session_id, first_seq=1)
         return session_id
 
-    def update_session_metadata(self, session_id: int, metadata: dict[str, Any]) -> None:
+    def update_session_metadata(self, session_id: int, metadata: Mapping[str, object]) -> None:
         self._check_writable()
         self.session(session_id)
         with self._lock:
             self._con.execute(
                 "UPDATE sessions SET metadata = ? WHERE id = ?",
-                [json.dumps(redact_data(metadata, self.redact)), session_id],
+                [metadata_text(metadata, self.redact), session_id],
             )
             self._sessions.pop(int(session_id), None)
 
@@ -353,7 +221,7 @@ class SessionStore(GroupCommitWriter):
             row = rows[0] if rows else None
         if row is None:
             raise StoreError(f"no session {session_id} in {self.path}; `%chaz sessions` lists them")
-        info = _session_from_row(row)
+        info = session_from_row(row)
         if not self.read_only:
             self._sessions[info.id] = info  # sole writer: the cache cannot go stale
         return info
@@ -362,7 +230,7 @@ class SessionStore(GroupCommitWriter):
         self._check_open()
         with self._lock:
             rows = self._con.execute(f"SELECT {self._session_columns} FROM sessions ORDER BY id").fetchall()
-        return [_session_from_row(row) for row in rows]
+        return [session_from_row(row) for row in rows]
 
     # ---------------------------------------------------------------- entries
     def append_many(self, items: Iterable[NewEntry]) -> list[Entry]:
@@ -384,12 +252,12 @@ class SessionStore(GroupCommitWriter):
         self._dispatch(entries)
         return entries
 
-    def _prepare(self, items: list[NewEntry], next_id: int) -> tuple[list[Entry], str, list[Any], dict[int, int]]:
+    def _prepare(self, items: list[NewEntry], next_id: int) -> tuple[list[Entry], str, list[object], dict[int, int]]:
         """The entries ``items`` become from id ``next_id`` on, their INSERT, its values, and
         each session's next seq after them (an unknown session is a StoreError)."""
         now = utcnow()
         next_seq: dict[int, int] = {}
-        rows: list[list[Any]] = []
+        rows: list[list[object]] = []
         entries: list[Entry] = []
         for item in items:
             sid = int(item.session_id)
@@ -411,7 +279,7 @@ class SessionStore(GroupCommitWriter):
                 payload=json.loads(payload_json),
                 created_at=now,
             )
-            row = [
+            row: list[object] = [
                 entry.id,
                 sid,
                 entry.seq,
@@ -424,7 +292,7 @@ class SessionStore(GroupCommitWriter):
                 now,
             ]
             if self._has_run_id:
-                row.append(_run_id_of(entry))
+                row.append(run_id_of(entry))
             rows.append(row)
             entries.append(entry)
             next_id += 1
@@ -433,7 +301,7 @@ class SessionStore(GroupCommitWriter):
         # (bench/bench_commit.py: parsing ~0.1 ms, WAL write + fdatasync ~0.35 ms, the
         # rest DuckDB's transaction, ~35 us a column); BEGIN + INSERT + COMMIT costs 30 %
         # more, and a reused cursor, PREPARE/EXECUTE or the Appender no less.
-        columns = _ENTRY_COLUMNS + (", run_id" if self._has_run_id else "")
+        columns = ENTRY_COLUMNS + (", run_id" if self._has_run_id else "")
         one_row = "(" + ", ".join("?" * len(rows[0])) + ")"
         statement = f"INSERT INTO entries ({columns}) VALUES {', '.join([one_row] * len(rows))}"
         return entries, statement, [value for row in rows for value in row], next_seq
@@ -445,23 +313,15 @@ class SessionStore(GroupCommitWriter):
         self._next_seq.update(next_seq)
         for entry in entries:
             self._latest[entry.session_id] = entry
-        self._cache_committed(entries)
+        self._logs.committed(entries)
 
     # ------------------------------------------------------------------ forks
     def fork_session(
         self, source_id: int, at_seq: int | None = None, *, agent: str | None = None, into: int | None = None,
-        metadata: dict[str, Any] | None = None,
+        metadata: Mapping[str, object] | None = None,
     ) -> ForkCopy:
-        """A new session whose log starts with ``source_id``'s entries up to ``at_seq`` (None:
-        its committed end; 0: none), in one transaction, with what was open there closed.
-
-        The session row copies the source's kind, parent, depth, title, metadata (a room's
-        members) and ceiling, and records ``forked_from``/``forked_at_seq``; ``agent`` is its
-        agent (default: the source's). ``into``: the new session's id (default: the next one);
-        one that exists is a StoreError and nothing is written. The copies are not handed to
-        the on_write callbacks (they are no news: nothing runs for them); the closing entries are.
-        """
-        from .forksql import closing_entries, copy_entries_sql
+        """``Store.fork_session``: the copies keep their seqs, so the branch goes on from ``at_seq``."""
+        from ..forksql import closing_entries, copy_entries_sql
 
         self._check_writable()
         source = self.session(source_id)
@@ -540,15 +400,15 @@ class SessionStore(GroupCommitWriter):
         if window is not None and window.covers(after_seq):
             wanted = None if types is None else {EntryType(t) for t in types}
             return [e for e in window.entries if e.seq > after_seq and (wanted is None or e.entry_type in wanted)]
-        query = f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE session_id = ? AND seq > ?"
-        params: list[Any] = [int(session_id), int(after_seq)]
+        query = f"SELECT {ENTRY_COLUMNS} FROM entries WHERE session_id = ? AND seq > ?"
+        params: list[object] = [int(session_id), int(after_seq)]
         if types is not None:
             names = [EntryType(t).value for t in types]
             query += f" AND entry_type IN ({', '.join('?' for _ in names)})"
             params += names
         with self._lock:
             rows = self._con.execute(query + " ORDER BY seq", params).fetchall()
-        return [_entry_from_row(row) for row in rows]
+        return [entry_from_row(row) for row in rows]
 
     def read_page(self, session_id: int, before_seq: int | None = None, limit: int = 50) -> list[Entry]:
         """The newest ``limit`` entries of a session before ``before_seq`` (all when None), in
@@ -572,15 +432,15 @@ class SessionStore(GroupCommitWriter):
             hi = top + 1 if before_seq is None else min(int(before_seq), top + 1)
             lo = max(1, hi - limit)
             rows = self._con.execute(
-                f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE session_id = ? AND seq >= ? AND seq < ? ORDER BY seq",
+                f"SELECT {ENTRY_COLUMNS} FROM entries WHERE session_id = ? AND seq >= ? AND seq < ? ORDER BY seq",
                 [sid, lo, hi],
             ).fetchall()
             if len(rows) < hi - lo:  # a gap in the seqs (not written by this store): the plain query
                 rows = self._con.execute(
-                    f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE session_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?",
+                    f"SELECT {ENTRY_COLUMNS} FROM entries WHERE session_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?",
                     [sid, hi, min(limit, 2**63 - 1)],
                 ).fetchall()[::-1]
-        return [_entry_from_row(row) for row in rows]
+        return [entry_from_row(row) for row in rows]
 
     # ------------------------------------------------------ context window
     def context_window(
@@ -615,19 +475,19 @@ class SessionStore(GroupCommitWriter):
                 lo = max(1, hi - size + 1)
                 with self._lock:
                     rows = self._con.execute(
-                        f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE session_id = ? AND seq BETWEEN ? AND ?"
+                        f"SELECT {ENTRY_COLUMNS} FROM entries WHERE session_id = ? AND seq BETWEEN ? AND ?"
                         f" AND entry_type IN ({marks}) ORDER BY seq DESC",
                         [session_id, lo, hi, *names],
                     ).fetchall()
-                yield [_entry_from_row(row) for row in rows]
+                yield [entry_from_row(row) for row in rows]
                 hi, size = lo - 1, size * 2
 
         def latest_summary() -> Entry | None:
-            if window is not None and window.summary is not _UNKNOWN:
-                return window.summary  # type: ignore[return-value]
+            if window is not None and window.summary_known:
+                return window.summary
             summary = self._latest_summary(session_id)
             if window is not None:
-                window.summary = summary
+                window.know_summary(summary)
             return summary
 
         return fill_window(chunks(), max_tokens, latest_summary)
@@ -646,55 +506,26 @@ class SessionStore(GroupCommitWriter):
             if seq is None:
                 return None
             rows = self._con.execute(
-                f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE session_id = ? AND seq = ?", [session_id, seq]
+                f"SELECT {ENTRY_COLUMNS} FROM entries WHERE session_id = ? AND seq = ?", [session_id, seq]
             ).fetchall()
-        return _entry_from_row(rows[0]) if rows else None
+        return entry_from_row(rows[0]) if rows else None
 
     # ------------------------------------------------------------ log cache
-    def _cached_window(self, session_id: int) -> _LogWindow | None:
-        """The session's cached window of newest entries (read on first use; None read-only).
-
-        Every run reads its session's newest entries; a DuckDB read costs ~1-5 ms here. This
-        process is the only writer, so a window is kept current by appending each committed
-        entry to it (``_cache_committed``); its oldest entries fall out past the bounds.
-        """
+    def _cached_window(self, session_id: int) -> LogWindow | None:
+        """The session's cached window of newest entries (read on first use; None read-only)."""
         if self.read_only:
             return None
         window = self._logs.get(session_id)
         if window is not None:
-            self._logs.move_to_end(session_id)
             return window
         latest = self._latest_seq(session_id)
         with self._lock:
             rows = self._con.execute(
-                f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE session_id = ? AND seq > ? ORDER BY seq",
-                [session_id, latest - LOG_CACHE_MAX_ENTRIES],
+                f"SELECT {ENTRY_COLUMNS} FROM entries WHERE session_id = ? AND seq > ? ORDER BY seq",
+                [session_id, latest - log_cache.LOG_CACHE_MAX_ENTRIES],
             ).fetchall()
-        window = _LogWindow(first_seq=latest + 1 - len(rows) if rows else 1)
-        for row in rows:
-            window.add(_entry_from_row(row), _row_bytes(row))
-        window.trim()
-        self._logs[session_id] = window
-        self._log_bytes += window.nbytes
-        self._evict()
-        return window
-
-    def _cache_committed(self, entries: list[Entry]) -> None:
-        """Append committed entries to their sessions' cached windows (within the bounds)."""
-        for entry in entries:
-            window = self._logs.get(entry.session_id)
-            if window is None:
-                continue
-            before = window.nbytes
-            window.add(entry, _entry_bytes(entry))
-            window.trim()
-            self._log_bytes += window.nbytes - before
-        self._evict()
-
-    def _evict(self) -> None:
-        while self._logs and (len(self._logs) > LOG_CACHE_SESSIONS or self._log_bytes > LOG_CACHE_BYTES):
-            _, window = self._logs.popitem(last=False)
-            self._log_bytes -= window.nbytes
+        first_seq = latest + 1 - len(rows) if rows else 1
+        return self._logs.put(session_id, first_seq, ((entry_from_row(r), row_bytes(r[5], r[8])) for r in rows))
 
     def latest(self, session_id: int) -> Entry | None:
         """The last entry of a session (from memory once this store has written or read it)."""
@@ -704,11 +535,11 @@ class SessionStore(GroupCommitWriter):
             return cached
         with self._lock:
             rows = self._con.execute(
-                f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE session_id = ? ORDER BY seq DESC LIMIT 1",
+                f"SELECT {ENTRY_COLUMNS} FROM entries WHERE session_id = ? ORDER BY seq DESC LIMIT 1",
                 [int(session_id)],
             ).fetchall()
             row = rows[0] if rows else None
-        entry = _entry_from_row(row) if row else None
+        entry = entry_from_row(row) if row else None
         if entry is not None and not self.read_only:
             # This process is the only writer, so the cache cannot go stale.
             self._latest[entry.session_id] = entry
@@ -718,142 +549,34 @@ class SessionStore(GroupCommitWriter):
         self._check_open()
         with self._lock:
             rows = self._con.execute(
-                f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE id = ?", [int(entry_id)]
+                f"SELECT {ENTRY_COLUMNS} FROM entries WHERE id = ?", [int(entry_id)]
             ).fetchall()
             row = rows[0] if rows else None
-        return _entry_from_row(row) if row else None
+        return entry_from_row(row) if row else None
 
     def find_entries(
-        self, entry_type: EntryType, where: str = "", params: Sequence[Any] = ()
+        self, entry_type: EntryType, where: str = "", params: Sequence[object] = ()
     ) -> list[Entry]:
         """Entries of one type across sessions, with an extra SQL condition, in id order."""
         self._check_open()
-        query = f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE entry_type = ?"
+        query = f"SELECT {ENTRY_COLUMNS} FROM entries WHERE entry_type = ?"
         if where:
             query += f" AND ({where})"
         with self._lock:
             rows = self._con.execute(
                 query + " ORDER BY id", [EntryType(entry_type).value, *params]
             ).fetchall()
-        return [_entry_from_row(row) for row in rows]
+        return [entry_from_row(row) for row in rows]
 
     # -------------------------------------------------------------------- SQL
-    def sql(self, query: str, params: Sequence[Any] | None = None) -> duckdb.DuckDBPyRelation:
+    def sql(self, query: str, params: Sequence[object] | None = None) -> duckdb.DuckDBPyRelation:
         """Run SQL against the store and return DuckDB's relation (``.fetchall()``, ``.df()``)."""
         self._check_open()
         with self._lock:
             return self._con.sql(query, params=list(params) if params else None)
 
-    def execute(self, query: str, params: Sequence[Any] | None = None) -> list[tuple]:
+    def execute(self, query: str, params: Sequence[object] | None = None) -> list[Row]:
         """Run SQL and fetch all rows (used by the server's own tables)."""
         self._check_open()
         with self._lock:
             return self._con.execute(query, list(params or [])).fetchall()
-
-
-_UNKNOWN: Any = object()
-
-
-class _LogWindow:
-    """A session's newest entries in memory: contiguous in seq, bounded in count and bytes."""
-
-    __slots__ = ("entries", "sizes", "first_seq", "nbytes", "summary")
-
-    def __init__(self, first_seq: int) -> None:
-        self.entries: deque[Entry] = deque()
-        self.sizes: deque[int] = deque()
-        #: the seq the window starts at (1: the whole log)
-        self.first_seq = first_seq
-        self.nbytes = 0
-        #: the session's latest Summary (``_UNKNOWN`` until looked up or seen)
-        self.summary: Any = _UNKNOWN
-
-    @property
-    def complete(self) -> bool:
-        return self.first_seq <= 1
-
-    def covers(self, after_seq: int) -> bool:
-        """Whether every entry past ``after_seq`` is in the window."""
-        return after_seq >= self.first_seq - 1
-
-    def add(self, entry: Entry, size: int) -> None:
-        if not self.entries:
-            self.first_seq = entry.seq
-        self.entries.append(entry)
-        self.sizes.append(size)
-        self.nbytes += size
-        if entry.entry_type is EntryType.SUMMARY:
-            self.summary = entry
-
-    def trim(self) -> None:
-        while len(self.entries) > 1 and (
-            len(self.entries) > LOG_CACHE_MAX_ENTRIES or self.nbytes > LOG_CACHE_SESSION_BYTES
-        ):
-            self.entries.popleft()
-            self.nbytes -= self.sizes.popleft()
-            self.first_seq = self.entries[0].seq
-
-
-def _row_bytes(row: Sequence[Any]) -> int:
-    """About what an entry read from ``row`` holds in memory (its texts and a fixed part)."""
-    return 200 + len(row[5] or "") + len(row[8] or "")
-
-
-def _entry_bytes(entry: Entry) -> int:
-    return 200 + len(entry.content) + (len(str(entry.payload)) if entry.payload else 0)
-
-
-def _run_id_of(entry: Entry) -> int | None:
-    """The run an entry belongs to; a run's opening Ack is the run (its id is the run id)."""
-    if entry.entry_type is EntryType.ACK and "trigger_id" in entry.payload:
-        return entry.id
-    run_id = entry.payload.get("run_id")
-    return run_id if isinstance(run_id, int) and not isinstance(run_id, bool) else None
-
-
-def _entry_from_row(row: Sequence[Any]) -> Entry:
-    payload = row[8]
-    return Entry(
-        id=row[0],
-        session_id=row[1],
-        seq=row[2],
-        entry_type=EntryType(row[3]),
-        sender=row[4],
-        content=row[5] or "",
-        tool_call_id=row[6],
-        tool_name=row[7],
-        payload=json.loads(payload) if payload else {},
-        created_at=row[9],
-    )
-
-
-def _session_from_row(row: Sequence[Any]) -> SessionInfo:
-    return SessionInfo(
-        id=row[0],
-        agent=row[1],
-        kind=row[2],
-        parent_id=row[3],
-        depth=row[4],
-        created_at=row[5],
-        title=row[6],
-        metadata=json.loads(row[7]) if row[7] else None,
-        ceiling=row[8] if len(row) > 8 else None,
-        forked_from=row[9] if len(row) > 9 else None,
-        forked_at_seq=row[10] if len(row) > 10 else None,
-    )
-
-
-# The row format both stores share (chaz_nb/core/pgstore.py reads and writes the same rows).
-ENTRY_COLUMNS = _ENTRY_COLUMNS
-entry_from_row = _entry_from_row
-session_from_row = _session_from_row
-run_id_of = _run_id_of
-
-
-def served_elsewhere(store: Any, session_id: int) -> bool:
-    """Whether another live process serves the session: its open runs and requests are its own.
-
-    Only a shared store (PostgreSQL, with leases) can say yes; an embedded DuckDB file has one
-    writing process, so everything open in it was left by a process that is gone.
-    """
-    return bool(getattr(store, "shares_sessions", False) and store.held_elsewhere(session_id))

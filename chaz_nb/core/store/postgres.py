@@ -1,8 +1,9 @@
 """PgSessionStore: the session log on PostgreSQL, shared by every kernel that opens the URL.
 
-The same API, entries, seq rules, migrations record and audit views as the DuckDB store
-(``chaz_nb.core.store``); ``open_store(url)`` / ``SessionStore.open(url)`` picks this one for a
-``postgresql://`` URL. What differs, because several processes write one database:
+The contract of ``base.Store`` and the ``base.SharedSessions`` capability; the same rows
+(``rows.py``), seq rules, migrations (``migrations.py``) and audit views as the DuckDB store
+(``duckdb.py``); ``SessionStore.open(url)`` picks this one for a ``postgresql://`` URL. What
+differs, because several processes write one database:
 
 - **Ids and seq.** Every write transaction takes one advisory transaction lock
   (``pg_advisory_xact_lock``) before it reads ``max(id)`` and the sessions' ``max(seq)``, so
@@ -36,30 +37,27 @@ import contextlib
 import json
 import logging
 import os
-import re
 import threading
-from collections.abc import Callable, Collection, Iterable, Sequence
-from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 import psycopg
-from psycopg.types.string import TextLoader
 
-from .entries import Entry, EntryType
-from .window import ContextWindow, chunk_rows, fill_window, window_types
-from .pgreader import ReadRun, ensure_reader_role, run_read_only
-from .pgschema import PG_MIGRATIONS, apply_pg_migrations
-from .redaction import redact as redact_secrets
-from .redaction import redact_data, redact_json_text
-from .store import ENTRY_COLUMNS as _ENTRY_COLUMNS
-from .store import ForkCopy, NewEntry, SessionInfo, fork_metadata, fork_point, utcnow
-from .store import entry_from_row, run_id_of, session_from_row
-from .writer import LONE_SURROGATE_OR_NUL, GroupCommitWriter, OnWrite, payload_text, storable_fields
-from ..errors import StoreError
+from ...errors import StoreError
+from ..entries import Entry, EntryType
+from ..pgreader import ReadRun, ensure_reader_role, run_read_only
+from ..redaction import redact as redact_secrets
+from ..redaction import redact_json_text
+from ..window import ContextWindow, chunk_rows, fill_window, window_types
+from ..writer import LONE_SURROGATE_OR_NUL, NewEntry, payload_text, storable_fields
+from .base import ForkCopy, Row, SessionInfo, SharedSessions
+from .migrations import MIGRATIONS, Migration, apply_postgres
+from .pgsql import PgResult, bigint, connect, display_url, one_line, to_pg
+from .rows import (ENTRY_COLUMNS, SESSION_COLUMNS, entry_from_row, fork_metadata, fork_point, metadata_text,
+                   run_id_of, session_from_row, utcnow, Value)
 
 log = logging.getLogger(__name__)
 
-__all__ = ["OnWrite", "PgSessionStore"]
+__all__ = ["PgSessionStore"]
 CHANNEL = "chaz_entries"
 #: other channels the listener relays to ``on_notice`` callbacks (schedule changes, stop
 #: requests between kernels: server/stop_relay.py)
@@ -67,70 +65,19 @@ NOTICE_CHANNELS = ("chaz_schedules", "chaz_stop")
 #: advisory lock keys (first int: this project's namespace; second: what is locked)
 _WRITE_LOCK = (7261, 1)
 _LEASE_NS = 7262
-_SESSION_COLUMNS = "id, agent, kind, parent_id, depth, created_at, title, metadata, ceiling, forked_from, forked_at_seq"
 
 
-def is_postgres_url(path: str) -> bool:
-    return str(path).startswith(("postgresql://", "postgres://"))
+#: an entry ready for its INSERT: session, type, sender, content, tool call id, tool, payload JSON
+Prepared = tuple[int, EntryType, str, str, "str | None", "str | None", str]
 
 
-def display_url(url: str) -> str:
-    """The URL without its password (it is shown in notebooks and errors)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = (parts.username or "") + ":***"
-    return urlunsplit(parts._replace(netloc=f"{user}@{netloc[-1]}"))
+class PgSessionStore(SharedSessions):
+    """Session log over PostgreSQL (psycopg 3): ``PgSessionStore("postgresql://...")``.
 
-
-_PLACEHOLDER = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|%|\?")
-_INSERT_OR_REPLACE = re.compile(r"^\s*INSERT\s+OR\s+REPLACE\s+INTO\s+(\w+)\s*\(([^)]*)\)(.*)$", re.I | re.S)
-
-
-def to_pg(query: str) -> str:
-    """DuckDB-style SQL of the store and the server into psycopg's: ``?`` → ``%s``, a literal
-    ``%`` doubled, ``INSERT OR REPLACE INTO t (id, ...)`` → an upsert on ``id``."""
-
-    def swap(m: re.Match[str]) -> str:
-        token = m.group(0)
-        return "%s" if token == "?" else "%%" if token == "%" else token
-
-    query = _PLACEHOLDER.sub(swap, query)
-    upsert = _INSERT_OR_REPLACE.match(query)
-    if upsert:
-        table, columns, rest = upsert.groups()
-        names = [c.strip() for c in columns.split(",")]
-        sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in names if c != "id")
-        query = f"INSERT INTO {table} ({columns}){rest} ON CONFLICT (id) DO UPDATE SET {sets}"
-    return query
-
-
-class PgResult:
-    """What ``sql()`` returns: DuckDB-relation-like (``fetchall``, ``fetchone``, ``columns``, ``df``)."""
-
-    def __init__(self, columns: list[str], rows: list[tuple]) -> None:
-        self.columns = columns
-        self._rows = rows
-
-    def fetchall(self) -> list[tuple]:
-        return list(self._rows)
-
-    def fetchone(self) -> tuple | None:
-        return self._rows[0] if self._rows else None
-
-    def df(self) -> Any:
-        import pandas as pd
-
-        return pd.DataFrame(self._rows, columns=self.columns)
-
-
-class PgSessionStore(GroupCommitWriter):
-    """Session log over PostgreSQL (psycopg 3): ``PgSessionStore("postgresql://...")``."""
+    Several kernels serve this store's sessions, one per session: the lease holder (``claim``).
+    """
 
     dialect = "postgresql"
-    #: several kernels serve this store's sessions, one per session: the lease holder (``claim``)
-    shares_sessions = True
 
     def __init__(
         self,
@@ -139,6 +86,7 @@ class PgSessionStore(GroupCommitWriter):
         read_only: bool = False,
         redact: Callable[[str], str] | None = None,
         reader_url: str | None = None,
+        migrations: Sequence[Migration] = MIGRATIONS,
     ) -> None:
         self.url = str(url)
         self.path = display_url(self.url)
@@ -150,9 +98,9 @@ class PgSessionStore(GroupCommitWriter):
         self.redact: Callable[[str], str] = redact or redact_secrets
         self._lock = threading.RLock()
         try:
-            self._con = _connect(self.url)
+            self._con = connect(self.url)
         except psycopg.Error as exc:
-            raise StoreError(f"cannot open {self.path}: {_one_line(exc)}") from None
+            raise StoreError(f"cannot open {self.path}: {one_line(exc)}") from None
         self._lease_con: psycopg.Connection | None = None
         self._held: set[int] = set()
         self._init_writer()
@@ -162,7 +110,7 @@ class PgSessionStore(GroupCommitWriter):
         try:
             self.schema_version = (
                 self._scalar("SELECT count(*) FROM _chaz_migrations") if read_only
-                else apply_pg_migrations(self._con, PG_MIGRATIONS)
+                else apply_postgres(self._con, migrations)
             )
         except Exception:
             self._con.close()
@@ -175,24 +123,12 @@ class PgSessionStore(GroupCommitWriter):
         self._not_copies = " AND copied_from IS NULL" if self.has_column("entries", "copied_from") else ""
 
     # ----------------------------------------------------------------- basics
-    def __repr__(self) -> str:
-        return f"PgSessionStore({self.path!r}, schema_version={self.schema_version})"
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise StoreError(f"the session store {self.path} is closed; load the extension again")
-
-    def _check_writable(self) -> None:
-        self._check_open()
-        if self.read_only:
-            raise StoreError(f"{self.path} is opened read-only; it cannot be written")
-
-    def _rows(self, query: str, params: Sequence[Any] | None = None) -> list[tuple]:
+    def _rows(self, query: str, params: Sequence[object] | None = None) -> list[Row]:
         with self._lock:
-            cur = self._con.execute(to_pg(query), list(params or []))  # type: ignore[arg-type]
+            cur = self._con.execute(to_pg(query), list(params or []))
             return cur.fetchall() if cur.description else []
 
-    def _scalar(self, query: str, params: Sequence[Any] | None = None) -> Any:
+    def _scalar(self, query: str, params: Sequence[object] | None = None) -> Value:
         rows = self._rows(query, params)
         return rows[0][0] if rows else None
 
@@ -201,10 +137,6 @@ class PgSessionStore(GroupCommitWriter):
             "SELECT count(*) FROM information_schema.columns WHERE table_schema = current_schema()"
             " AND table_name = ? AND column_name = ?", [table, column],
         ))
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
     def close(self) -> None:
         """Close the connections; the leases this store held are freed with them."""
@@ -219,25 +151,19 @@ class PgSessionStore(GroupCommitWriter):
                 if con is not None:
                     con.close()
 
-    def __enter__(self) -> PgSessionStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def read(self, query: str, params: Sequence[Any] | None = None) -> list[tuple]:
+    def read(self, query: str, params: Sequence[object] | None = None) -> list[Row]:
         """Fetch all rows of ``query`` in a READ ONLY transaction (SQL the store did not write)."""
         self._check_open()
         return self.query_read_only([query], params=params)[-1][1]
 
     def query_read_only(
-        self, statements: Sequence[str], params: Sequence[Any] | None = None, max_rows: int | None = None
+        self, statements: Sequence[str], params: Sequence[object] | None = None, max_rows: int | None = None
     ) -> list[tuple[list[str], list[tuple], int]]:
         """``(columns, rows, total)`` of each statement, run as ``run_read_only`` runs them."""
         return self.run_read_only(statements, params=params, max_rows=max_rows).results
 
     def run_read_only(
-        self, statements: Sequence[str], params: Sequence[Any] | None = None, max_rows: int | None = None,
+        self, statements: Sequence[str], params: Sequence[object] | None = None, max_rows: int | None = None,
         unqualified: Collection[str] = (),
     ) -> ReadRun:
         """Each statement on its own, in a READ ONLY transaction, one per protocol message, as
@@ -265,14 +191,14 @@ class PgSessionStore(GroupCommitWriter):
         depth: int | None = None,
         *,
         title: str | None = None,
-        metadata: dict[str, Any] | None = None,
+        metadata: Mapping[str, object] | None = None,
         ceiling: str | None = None,
     ) -> int:
         """Create a session owned by ``agent``; a child's depth defaults to its parent's + 1."""
         self._check_writable()
         if depth is None:
             depth = 0 if parent_id is None else self.session(parent_id).depth + 1
-        meta = json.dumps(redact_data(metadata, self.redact)) if metadata is not None else None
+        meta = metadata_text(metadata, self.redact)
         if ceiling is not None:  # its tool patterns are the parent's words: a key in them is masked
             ceiling = redact_json_text(ceiling, self.redact)
         with self._lock, self._con.transaction():
@@ -285,23 +211,23 @@ class PgSessionStore(GroupCommitWriter):
         assert row is not None
         return int(row[0])
 
-    def update_session_metadata(self, session_id: int, metadata: dict[str, Any]) -> None:
+    def update_session_metadata(self, session_id: int, metadata: Mapping[str, object]) -> None:
         self._check_writable()
         self.session(session_id)
         self._rows("UPDATE sessions SET metadata = ? WHERE id = ?",
-                   [json.dumps(redact_data(metadata, self.redact)), int(session_id)])
+                   [metadata_text(metadata, self.redact), int(session_id)])
 
     def session(self, session_id: int) -> SessionInfo:
         """The session, or a StoreError naming the unknown id."""
         self._check_open()
-        rows = self._rows(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", [int(session_id)])
+        rows = self._rows(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?", [int(session_id)])
         if not rows:
             raise StoreError(f"no session {session_id} in {self.path}; `%chaz sessions` lists them")
-        return _session(rows[0])
+        return session_from_row(rows[0])
 
     def sessions(self) -> list[SessionInfo]:
         self._check_open()
-        return [_session(row) for row in self._rows(f"SELECT {_SESSION_COLUMNS} FROM sessions ORDER BY id")]
+        return [session_from_row(row) for row in self._rows(f"SELECT {SESSION_COLUMNS} FROM sessions ORDER BY id")]
 
     # ---------------------------------------------------------------- entries
     def append_many(self, items: Iterable[NewEntry]) -> list[Entry]:
@@ -322,12 +248,12 @@ class PgSessionStore(GroupCommitWriter):
             except StoreError:
                 raise
             except psycopg.Error as exc:
-                raise StoreError(f"could not write entry: {_one_line(exc)}") from exc
+                raise StoreError(f"could not write entry: {one_line(exc)}") from exc
             self._enqueue(entries)
         self._drain()
         return entries
 
-    def _prepare(self, items: Iterable[NewEntry]) -> list[tuple[Any, ...]]:
+    def _prepare(self, items: Iterable[NewEntry]) -> list[Prepared]:
         prepared = []
         for item in items:
             fields = storable_fields(item, self.redact, LONE_SURROGATE_OR_NUL, self.max_entry_chars)
@@ -336,7 +262,7 @@ class PgSessionStore(GroupCommitWriter):
                              fields.tool_call_id, fields.tool_name, payload_json))
         return prepared
 
-    def _insert(self, prepared: list[tuple[Any, ...]]) -> list[Entry]:
+    def _insert(self, prepared: list[Prepared]) -> list[Entry]:
         """Insert prepared entries inside the caller's transaction, which holds the write lock."""
         now = utcnow()
         con = self._con
@@ -365,7 +291,7 @@ class PgSessionStore(GroupCommitWriter):
             next_seq[sid] += 1
         with con.cursor() as cur:
             cur.executemany(
-                f"INSERT INTO entries ({_ENTRY_COLUMNS}, run_id) VALUES "
+                f"INSERT INTO entries ({ENTRY_COLUMNS}, run_id) VALUES "
                 "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", rows)
         last: dict[int, int] = {}
         for entry in entries:
@@ -377,12 +303,12 @@ class PgSessionStore(GroupCommitWriter):
     # ------------------------------------------------------------------ forks
     def fork_session(
         self, source_id: int, at_seq: int | None = None, *, agent: str | None = None, into: int | None = None,
-        metadata: dict[str, Any] | None = None,
+        metadata: Mapping[str, object] | None = None,
     ) -> ForkCopy:
         """``SessionStore.fork_session`` on PostgreSQL: one transaction under the write lock,
         so the copy ends at an entry every kernel has committed, and no write lands between
         the copy and the entries that close what was open at the fork point."""
-        from .forksql import closing_entries, copy_entries_sql
+        from ..forksql import closing_entries, copy_entries_sql
 
         self._check_writable()
         source = self.session(source_id)
@@ -415,7 +341,7 @@ class PgSessionStore(GroupCommitWriter):
             except StoreError:
                 raise
             except psycopg.Error as exc:
-                raise StoreError(f"could not fork session {source.id}: {_one_line(exc)}") from exc
+                raise StoreError(f"could not fork session {source.id}: {one_line(exc)}") from exc
             self._enqueue(closing)
         self._drain()
         return ForkCopy(new_id, at, copied, closing)
@@ -423,12 +349,12 @@ class PgSessionStore(GroupCommitWriter):
     def entries(self, session_id: int, after_seq: int = 0, types: Iterable[EntryType] | None = None) -> list[Entry]:
         """Entries of a session in seq order (after ``after_seq``, of ``types`` when given)."""
         self._check_open()
-        query = f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE session_id = ? AND seq > ?"
-        params: list[Any] = [int(session_id), int(after_seq)]
+        query = f"SELECT {ENTRY_COLUMNS} FROM entries WHERE session_id = ? AND seq > ?"
+        params: list[object] = [int(session_id), int(after_seq)]
         if types is not None:
             params.append([EntryType(t).value for t in types])
             query += " AND entry_type = ANY(?)"
-        return [_entry(row) for row in self._rows(query + " ORDER BY seq", params)]
+        return [entry_from_row(row) for row in self._rows(query + " ORDER BY seq", params)]
 
     def context_window(
         self, session_id: int, max_tokens: int | None, types: Iterable[EntryType] | None = None
@@ -447,20 +373,20 @@ class PgSessionStore(GroupCommitWriter):
             below, size = None, chunk_rows(max_tokens)
             while True:
                 upto = "" if below is None else " AND seq < ?"
-                params: list[Any] = [sid, names] + ([] if below is None else [below]) + [size]
+                params: list[object] = [sid, names] + ([] if below is None else [below]) + [size]
                 rows = self._rows(
-                    f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE session_id = ? AND entry_type = ANY(?){upto}"
+                    f"SELECT {ENTRY_COLUMNS} FROM entries WHERE session_id = ? AND entry_type = ANY(?){upto}"
                     " ORDER BY seq DESC LIMIT ?", params)
-                yield [_entry(row) for row in rows]
+                yield [entry_from_row(row) for row in rows]
                 if len(rows) < size:
                     return
                 below, size = rows[-1][2], size * 2
 
         def latest_summary() -> Entry | None:
             rows = self._rows(
-                f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE session_id = ? AND entry_type = 'Summary'"
+                f"SELECT {ENTRY_COLUMNS} FROM entries WHERE session_id = ? AND entry_type = 'Summary'"
                 " ORDER BY seq DESC LIMIT 1", [sid])
-            return _entry(rows[0]) if rows else None
+            return entry_from_row(rows[0]) if rows else None
 
         return fill_window(chunks(), max_tokens, latest_summary)
 
@@ -472,32 +398,33 @@ class PgSessionStore(GroupCommitWriter):
             return []
         # any whole number is a page request (a frontend's, %chaz log's): past bigint, PostgreSQL
         # refuses a LIMIT and compares as numeric (no index); no seq or id is that far out
-        query = f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE session_id = ?"
-        params: list[Any] = [_bigint(session_id)]
+        query = f"SELECT {ENTRY_COLUMNS} FROM entries WHERE session_id = ?"
+        params: list[object] = [bigint(session_id)]
         if before_seq is not None:
             query += " AND seq < ?"
-            params.append(_bigint(before_seq))
-        rows = self._rows(query + " ORDER BY seq DESC LIMIT ?", [*params, _bigint(limit)])
-        return [_entry(row) for row in reversed(rows)]
+            params.append(bigint(before_seq))
+        rows = self._rows(query + " ORDER BY seq DESC LIMIT ?", [*params, bigint(limit)])
+        return [entry_from_row(row) for row in reversed(rows)]
 
     def latest(self, session_id: int) -> Entry | None:
         self._check_open()
-        rows = self._rows(f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE session_id = ? ORDER BY seq DESC LIMIT 1",
+        rows = self._rows(f"SELECT {ENTRY_COLUMNS} FROM entries WHERE session_id = ? ORDER BY seq DESC LIMIT 1",
                           [int(session_id)])
-        return _entry(rows[0]) if rows else None
+        return entry_from_row(rows[0]) if rows else None
 
     def entry(self, entry_id: int) -> Entry | None:
         self._check_open()
-        rows = self._rows(f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE id = ?", [int(entry_id)])
-        return _entry(rows[0]) if rows else None
+        rows = self._rows(f"SELECT {ENTRY_COLUMNS} FROM entries WHERE id = ?", [int(entry_id)])
+        return entry_from_row(rows[0]) if rows else None
 
-    def find_entries(self, entry_type: EntryType, where: str = "", params: Sequence[Any] = ()) -> list[Entry]:
+    def find_entries(self, entry_type: EntryType, where: str = "", params: Sequence[object] = ()) -> list[Entry]:
         """Entries of one type across sessions, with an extra SQL condition, in id order."""
         self._check_open()
-        query = f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE entry_type = ?"
+        query = f"SELECT {ENTRY_COLUMNS} FROM entries WHERE entry_type = ?"
         if where:
             query += f" AND ({where})"
-        return [_entry(row) for row in self._rows(query + " ORDER BY id", [EntryType(entry_type).value, *params])]
+        rows = self._rows(query + " ORDER BY id", [EntryType(entry_type).value, *params])
+        return [entry_from_row(row) for row in rows]
 
     # -------------------------------------------------------------- callbacks
     def _writing_on(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -542,8 +469,8 @@ class PgSessionStore(GroupCommitWriter):
             params = [self._seen] if first is None else [self._seen, first]
             top = self._scalar(f"SELECT max(id) FROM entries WHERE id > ?{upto}", params)
             if top is not None:
-                earlier = [_entry(r) for r in self._rows(
-                    f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE id > ? AND id <= ?{self._not_copies}"
+                earlier = [entry_from_row(r) for r in self._rows(
+                    f"SELECT {ENTRY_COLUMNS} FROM entries WHERE id > ? AND id <= ?{self._not_copies}"
                     " ORDER BY id", [self._seen, top])]
                 self._queue.extend(earlier)
                 self._seen = max(self._seen, int(top))
@@ -596,7 +523,7 @@ class PgSessionStore(GroupCommitWriter):
             except Exception as exc:  # noqa: BLE001 - any connection failure: reconnect and catch up
                 if self._closed:
                     return
-                log.warning("PostgreSQL listener lost its connection (%s); reconnecting", _one_line(exc))
+                log.warning("PostgreSQL listener lost its connection (%s); reconnecting", one_line(exc))
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
@@ -646,39 +573,15 @@ class PgSessionStore(GroupCommitWriter):
         return bool(rows[0][0]) if rows else False
 
     # -------------------------------------------------------------------- SQL
-    def sql(self, query: str, params: Sequence[Any] | None = None) -> PgResult:
+    def sql(self, query: str, params: Sequence[object] | None = None) -> PgResult:
         """Run SQL against the store; the result has ``fetchall()``, ``columns`` and ``df()``."""
         self._check_open()
         with self._lock:
-            cur = self._con.execute(to_pg(query) if params else query, list(params) if params else None)  # type: ignore[arg-type]
+            cur = self._con.execute(to_pg(query) if params else query, list(params) if params else None)
             columns = [d.name for d in cur.description or []]
             return PgResult(columns, cur.fetchall() if cur.description else [])
 
-    def execute(self, query: str, params: Sequence[Any] | None = None) -> list[tuple]:
+    def execute(self, query: str, params: Sequence[object] | None = None) -> list[Row]:
         """Run SQL (``?`` parameters) and fetch all rows (used by the server's own tables)."""
         self._check_open()
         return self._rows(query, params)
-
-
-def _connect(url: str) -> psycopg.Connection:
-    """An autocommit connection that reads json as text, as DuckDB gives it (stored text kept)."""
-    con = psycopg.connect(url, autocommit=True)
-    con.adapters.register_loader("json", TextLoader)
-    return con
-
-
-_entry = entry_from_row
-_session = session_from_row
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-_BIGINT = 2**63 - 1
-
-
-def _bigint(n: Any) -> int:
-    """``n`` as a whole number within PostgreSQL's bigint (a larger one means "all of them")."""
-    return max(-_BIGINT, min(int(n), _BIGINT))
