@@ -248,3 +248,51 @@ async def test_cells_lists_the_code_run_and_its_results(kernel, as_agent):
     assert "42" not in reply.text and "[1]: a = 2" in reply.text
     with pytest.raises(ToolError, match="last must be from 1 to 100"):
         await call(kernel, "kernel__cells", last=0)
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """Summaries read columns in chunks (so the kernel's loop gets the GIL between them): make
+    the chunks tiny, so a 1,000-row frame crosses many of them."""
+    monkeypatch.setattr(describe_mod, "CHUNK", 64)
+    monkeypatch.setattr(describe_mod, "NULL_SAMPLE", 300)
+
+
+def _row(text: str, column: str) -> list[str]:
+    line = next(line for line in text.splitlines() if line.startswith(column + " | "))
+    return line.split(" | ")
+
+
+async def test_describe_summaries_read_in_chunks_match_pandas_with_missing_values(small_chunks):
+    rng = np.random.default_rng(3)
+    amount = rng.random(1_000) * 100
+    amount[[5, 500, 999]] = np.nan
+    day = pd.Series(pd.Timestamp("2026-01-01") + pd.to_timedelta(rng.integers(0, 365, 1_000), unit="D"))
+    day.iloc[[0, 700]] = pd.NaT
+    frame = pd.DataFrame({
+        "amount": amount,
+        "units": rng.integers(-50, 50, 1_000),
+        "flag": rng.random(1_000) > 0.5,
+        "maybe": pd.array([None if i % 7 == 0 else i for i in range(1_000)], dtype="Int64"),
+        "day": day,
+    })
+    reply = await call(KernelTools(PlainHost({"frame": frame})), "kernel__describe", name="frame")
+    for column in ("amount", "units", "flag", "maybe"):
+        values = frame[column].astype("float64")
+        expected = [str(int(frame[column].isna().sum())), f"{values.min():.6g}", f"{values.mean():.6g}",
+                    f"{values.max():.6g}"]
+        assert _row(reply.text, column)[2:] == expected, column
+    assert _row(reply.text, "day")[2:] == ["2", str(day.min()), "-", str(day.max())]
+    assert "~" not in reply.text  # no text column: every count is exact
+
+
+async def test_describe_estimates_a_long_text_columns_nulls_from_a_sample_and_says_so(small_chunks):
+    names = pd.Series(["ann", None, "bo", "cy"] * 250, dtype=object)  # 1,000 rows, 250 nulls
+    short = pd.Series(["x", None] * 100, dtype=object)  # under the sample size: counted exactly
+    reply = await call(KernelTools(PlainHost({"people": pd.DataFrame({"name": names}), "few": short})),
+                       "kernel__describe", name="people")
+    nulls = _row(reply.text, "name")[2]
+    assert nulls.startswith("~") and abs(int(nulls[1:]) - 250) <= 60
+    assert "(~: estimated from 300 rows drawn at random)" in reply.text
+    reply = await call(KernelTools(PlainHost({"few": short})), "kernel__describe", name="few")
+    assert _row(reply.text, "few")[2] == "100" and "~" not in reply.text

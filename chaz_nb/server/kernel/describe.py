@@ -1,9 +1,10 @@
 """``kernel__variables`` and ``kernel__describe``: what the agent is told about a value.
 
 A DataFrame (pandas; pyarrow and polars tables where installed): rows, columns with dtypes
-and null counts, numeric summaries (min, mean, max: no sort, so a 10M-row frame takes tens of
-milliseconds) and the first rows the data policy allows. A Series or numpy array: shape,
-dtype, summary, first items. Anything else: its type and a clipped repr, computed under a
+and null counts, numeric summaries (min, mean, max: no sort; computed in chunks so the kernel's
+loop keeps running; a long text column's nulls are estimated from a sample, marked ``~``)
+and the first rows the data policy allows. A Series or numpy array: shape, dtype, summary,
+first items. Anything else: its type and a clipped repr, computed under a
 deadline (a repr that hangs is stopped, one that raises is named).
 """
 
@@ -167,14 +168,18 @@ def _pandas_frame(name: str, df: Any, policy: DataPolicy, egress: Egress, kind: 
     rows, cols = df.shape
     egress.columns = cols
     lines = [f"{name}: pandas {kind}, {rows:,} rows x {cols} columns"]
-    nulls = df.isna().sum()
     lines.append("column | dtype | nulls" + (" | min | mean | max" if policy.values else ""))
+    sampled = False
     for col in df.columns:
         series = df[col]
-        parts = [str(col), str(series.dtype), str(int(nulls[col]))]
+        nulls, estimated = _null_count(series)
+        sampled = sampled or estimated
+        parts = [str(col), str(series.dtype), f"~{nulls}" if estimated else str(nulls)]
         if policy.values:
             parts += _summary(series) if not secret_name(col) else [REDACTED] * 3
         lines.append(" | ".join(parts))
+    if sampled:
+        lines.append(f"(~: estimated from {NULL_SAMPLE:,} rows drawn at random)")
     n = min(policy.row_limit, rows)
     if n:
         head = _masked(df.head(n))
@@ -186,19 +191,88 @@ def _pandas_frame(name: str, df: Any, policy: DataPolicy, egress: Egress, kind: 
     return lines
 
 
+#: rows per numpy/pandas call while summarising a column. One C call holds the GIL for its
+#: whole length, and the tools run on a worker thread beside the kernel's loop: a 10M-row
+#: column in one call stalled the loop for 330 ms (bench_kernel_tools.py, "loop stall").
+CHUNK = 1 << 19
+#: a column of Python objects (object dtype, pandas' python-backed str) longer than this has
+#: its nulls counted on this many rows drawn at random: each value is checked one by one,
+#: 0.4-0.7 s for 10M rows
+NULL_SAMPLE = 250_000
+
+
+def _chunks(n: int) -> range:
+    return range(0, n, CHUNK)
+
+
+def _null_count(series: Any) -> tuple[int, bool]:
+    """(nulls, whether it is an estimate) of one column, in GIL-sized chunks."""
+    n = len(series)
+    python_objects = series.dtype.kind == "O" and getattr(series.dtype, "storage", None) != "pyarrow"
+    if python_objects and n > NULL_SAMPLE:
+        import numpy as np
+        import pandas as pd
+
+        # random rows, not every k-th: a column that repeats with period k would fool a stride
+        rows = np.sort(np.random.default_rng(0).integers(0, n, NULL_SAMPLE))
+        sample = series.to_numpy()[rows]
+        found = sum(int(pd.isna(sample[i:i + CHUNK]).sum()) for i in _chunks(len(sample)))
+        return round(found * n / len(sample)), True
+    return sum(int(series.iloc[i:i + CHUNK].isna().sum()) for i in _chunks(n)), False
+
+
 def _summary(series: Any) -> list[str]:
+    """[min, mean, max] of a numeric or datetime column, read in chunks ("-" where none apply)."""
+    import numpy as np
     import pandas as pd
 
-    kind = series.dtype.kind if hasattr(series.dtype, "kind") else ""
-    if kind in "iufb" and kind and len(series):
-        values = series.to_numpy(dtype=float, na_value=float("nan")) if kind != "b" else series.to_numpy()
-        import numpy as np
-
-        with np.errstate(all="ignore"):
-            return [_num(np.nanmin(values)), _num(np.nanmean(values)), _num(np.nanmax(values))]
-    if pd.api.types.is_datetime64_any_dtype(series.dtype) and len(series):
-        return [str(series.min()), "-", str(series.max())]
-    return ["-", "-", "-"]
+    n = len(series)
+    kind = getattr(series.dtype, "kind", "")
+    if not n or not kind or kind not in "iufbM":
+        return ["-", "-", "-"]
+    if kind == "M":
+        if not isinstance(series.dtype, np.dtype):  # tz-aware: pandas' own reductions
+            low, high = series.min(), series.max()
+            return [str(low), "-", str(high)]
+        ticks = series.to_numpy().view("i8")
+        lows, highs = [], []
+        for i in _chunks(n):
+            part = ticks[i:i + CHUNK]
+            part = part[part != np.iinfo("i8").min]  # NaT
+            if part.size:
+                lows.append(part.min())
+                highs.append(part.max())
+        if not lows:
+            return ["NaT", "-", "NaT"]
+        unit = np.datetime_data(series.dtype)[0]
+        return [str(pd.Timestamp(int(min(lows)), unit=unit)), "-", str(pd.Timestamp(int(max(highs)), unit=unit))]
+    plain = isinstance(series.dtype, np.dtype)  # numpy-backed: no missing-value mask to apply
+    values = series.to_numpy() if plain else None
+    low, high, total, count = np.inf, -np.inf, 0.0, 0
+    with np.errstate(all="ignore"):
+        for i in _chunks(n):
+            if values is not None and kind != "f":
+                part = values[i:i + CHUNK]
+                low, high = min(low, float(part.min())), max(high, float(part.max()))
+                total += float(part.sum(dtype=np.float64))
+                count += part.size
+                continue
+            part = values[i:i + CHUNK] if values is not None else \
+                series.iloc[i:i + CHUNK].to_numpy(dtype=float, na_value=np.nan)
+            missing = np.isnan(part)
+            if not missing.any():  # the common case: plain reductions, no NaN handling
+                low, high = min(low, float(part.min())), max(high, float(part.max()))
+                total += float(part.sum())
+                count += part.size
+                continue
+            seen = part.size - int(np.count_nonzero(missing))
+            if seen:
+                low, high = min(low, float(np.nanmin(part))), max(high, float(np.nanmax(part)))
+                total += float(np.nansum(part))
+                count += seen
+    if not count:
+        return ["nan", "nan", "nan"]
+    return [_num(low), _num(total / count), _num(high)]
 
 
 def _num(value: Any) -> str:
