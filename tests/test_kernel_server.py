@@ -94,3 +94,27 @@ async def test_an_auto_approve_that_names_kernel_run_waives_its_approval(store):
     reply = await (await server.send(s, "go")).wait()
     assert reply.content == "ok" and ns["x"] == 42
     assert server.pending_approvals() == []
+
+
+async def test_over_the_openai_wire_every_byte_of_data_that_left_is_in_the_log(store, model_server, monkeypatch):
+    """The same flow against an OpenAI-compatible HTTP server: what the provider received as
+    tool results is exactly what the log holds, and data_egress names that host and size."""
+    from fakes.openai_server import Call, Reply
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    query = "SELECT region, sum(amount) AS total FROM sales GROUP BY 1 ORDER BY 1"
+    model_server.script(Reply(tool_calls=[Call("kernel__describe", {"name": "sales"})]),
+                        Reply(tool_calls=[Call("kernel__query", {"sql": query})]), Reply("north sold most"))
+    agent = Agent("analyst", model="openai/fake", api_base=model_server.openai_base, data_rows=2,
+                  tools=list(SAFE_DEFAULT_TOOLS))
+    server, _ = make(store, agent)
+    s = server.current_session("analyst")
+    reply = await (await server.send(s, "which region sold most?")).wait()
+    assert reply.content == "north sold most"
+    sent = [m["content"] for r in model_server.chat_requests() for m in r.body["messages"] if m["role"] == "tool"]
+    sent = list(dict.fromkeys(sent))  # each request repeats the earlier tool messages
+    results = [e for e in store.entries(s) if e.entry_type is T.TOOL_RESULT]
+    assert sent == [e.payload["output"] for e in results]
+    assert "first 2 rows:" in sent[0] and "north | 5" in sent[1]
+    rows = store.execute("SELECT via, host, rows_sent, chars_sent FROM data_egress ORDER BY entry_id")
+    assert rows == [("kernel__describe", "127.0.0.1", 2, len(sent[0])), ("kernel__query", "127.0.0.1", 2, len(sent[1]))]
