@@ -1,0 +1,138 @@
+"""End-to-end: the chat of the "Chaz" sidebar in JupyterLab (a real kernel, headless Chromium).
+
+A scripted agent (``chaz/script``, a word delay so its reply streams) has an empty session.
+The test opens the sidebar, clicks the session, types a message (Shift+Enter makes a second
+line, Enter sends), sees the Message in the chat, approves the gated call from the card
+inline in the chat, watches the reply stream in and land, and checks that ``%chaz log`` in
+a cell shows the Message the sidebar wrote. Screenshots of the chat in the light and the dark
+theme go to ``test-artifacts/`` (and, as every e2e shot, ``<tmp_path>/shots``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import pytest
+from waiting import poll
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "test-artifacts"
+
+_wait = functools.partial(poll, timeout=60)
+
+TOOLS = '''%load_ext chaz_nb
+import json, chaz_nb
+
+@chaz_nb.tool(approval="always", risk="high")
+def drop_rows(table: str) -> str:
+    """Drop the empty rows of a table."""
+    with open("dropped.jsonl", "a") as f:
+        f.write(json.dumps(table) + "\\n")
+    return f"3 empty rows of {table} dropped"
+'''
+
+REPLY = ("All tidy now: I looked at every row of the sales table, kept the ones with data, "
+         "and the result was: {result}. Anything else?")
+
+AGENT = f'''%%chaz agent analyst
+model = "chaz/script"
+tools = ["drop_rows"]
+model_options = {{metadata = {{chaz_word_delay = 0.08}}}}
+script = [
+  {{tool = "drop_rows", args = {{table = "sales"}}}},
+  "{REPLY}",
+]
+'''
+
+
+def _code(source: str) -> dict:
+    return {"cell_type": "code", "source": source, "outputs": [], "execution_count": None}
+
+
+def _artifact(lab, name: str) -> None:
+    """A screenshot kept in test-artifacts/ (and in the e2e shots)."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = lab.shot(name)
+    (ARTIFACTS / f"sidebar-chat-{name}.png").write_bytes(path.read_bytes())
+
+
+def test_chat_in_the_sidebar(lab):
+    page = lab.page
+    lab.write_notebook(
+        "chat.ipynb",
+        [_code(TOOLS), _code(AGENT), _code("%chaz new @analyst"), _code("%chaz log @analyst")],
+    )
+    lab.open("chat.ipynb")
+    lab.run_all(timeout=180)
+    assert "a fresh session with @analyst" in page.locator(".jp-Cell").nth(2).inner_text()
+
+    lab.palette("Chaz: show sessions")
+    lab.wait_sidebar_status("connected", timeout=60)
+    session = lab.sidebar.locator(".chaz-session", has=page.locator(".chaz-agent", has_text="analyst"))
+    session.wait_for(timeout=30_000)
+    sid = int(session.get_attribute("data-session-id"))
+    session.click()
+    chat = lab.sidebar.locator(".chaz-chat")
+    chat.wait_for(state="visible", timeout=10_000)
+    _wait(lambda: chat.locator(".chaz-transcript .chaz-title").count() == 1, what="the session's transcript")
+    assert chat.locator(".chaz-chat-title").inner_text() == f"#{sid} @analyst"
+    assert lab.sidebar.locator(".chaz-session-list").is_hidden()  # the chat has the panel
+
+    box = chat.locator(".chaz-chat-input")
+    box.click()
+    box.type("please tidy <b>the</b> table")
+    box.press("Shift+Enter")
+    box.type("\u202eand be quick")
+    assert box.input_value() == "please tidy <b>the</b> table\n\u202eand be quick"  # a new line, not sent
+    page.wait_for_timeout(300)
+    assert chat.locator(".chaz-type-message").count() == 0
+    box.press("Enter")
+    _wait(lambda: chat.locator(".chaz-type-message").count() >= 1, what="the Message in the chat")
+    assert box.input_value() == ""
+    message = chat.locator(".chaz-type-message .chaz-content").first.inner_text()
+    assert message == "please tidy <b>the</b> table\n<U+202E>and be quick"  # text, the bidi control named
+    assert chat.locator(".chaz-type-message b").count() == 0
+
+    # the run parks on drop_rows: its card is in the chat, with Stop
+    card = chat.locator(".chaz-chat-approvals .chaz-card")
+    _wait(lambda: card.count() == 1, what="the approval card inline in the chat")
+    assert card.locator(".chaz-tool-name").inner_text() == "drop_rows"
+    assert chat.locator(".chaz-chat-stop").is_visible()
+    _artifact(lab, "light-approval")
+    card.locator(".chaz-approve").click()
+
+    # the reply streams into the chat, then its entry lands
+    chat.locator(".chaz-partial").wait_for(timeout=60_000)
+    streamed = chat.locator(".chaz-partial .chaz-content").inner_text()
+    final = REPLY.replace("{result}", "3 empty rows of sales dropped")
+    assert streamed.strip() and final.startswith(streamed.rstrip()), streamed  # a part of the reply
+    _wait(lambda: final in chat.locator(".chaz-entries").inner_text(), what="the whole reply")
+    _wait(lambda: chat.locator(".chaz-partial").count() == 0, what="the streamed block to go")
+    _wait(lambda: chat.locator(".chaz-transcript .chaz-status").inner_text() == "idle", what="an idle session")
+    assert not chat.locator(".chaz-chat-stop").is_visible()
+    assert json.loads((lab.server.root / "dropped.jsonl").read_text()) == "sales"
+    _artifact(lab, "light")
+
+    # the Message is an entry like any other: %chaz log in a cell shows it
+    page.evaluate("() => { window.jupyterapp.shell.currentWidget.content.activeCellIndex = 3; }")
+    lab.command("notebook:run-cell")
+    page.wait_for_timeout(300)
+    lab.wait_kernel_idle(60)
+    log_cell = page.locator(".jp-Cell").nth(3)
+    _wait(lambda: "please tidy <b>the</b> table" in log_cell.inner_text(), what="the Message in %chaz log")
+    assert final in log_cell.inner_text()
+
+    # back to the lists, then the dark theme
+    chat.locator(".chaz-chat-back").click()
+    assert lab.sidebar.locator(".chaz-session-list").is_visible()
+    session.click()
+    _wait(lambda: final in chat.locator(".chaz-entries").inner_text(), what="the chat again")
+    lab.command("apputils:change-theme", {"theme": "JupyterLab Dark"})
+    page.wait_for_function("() => document.body.dataset.jpThemeName === 'JupyterLab Dark'", timeout=20_000)
+    page.wait_for_timeout(500)
+    _artifact(lab, "dark")
+    assert lab.page_errors == []
