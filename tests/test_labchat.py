@@ -276,3 +276,42 @@ async def test_the_chat_shows_the_approval_then_streams_the_reply(store):
     assert any(e["content"] == final for m in comm.of("chat") for e in m.get("entries", []))
     assert comm.of("chat")[-1]["stream"] is None and server.session_status(sid) == "idle"
     unregister()
+
+
+async def test_a_message_from_one_kernels_sidebar_reaches_the_kernel_that_serves_it(pg_url):
+    """A shared PostgreSQL store, two kernels: A defines and serves @w; B's sidebar writes to
+    w's session (B does not define w). A runs it, and both sidebars' chats get the Message and
+    the reply."""
+    from chaz_nb.core.store import SessionStore
+    from chaz_nb.server import Server
+    from chaz_nb.server.agents import Agent
+
+    first, second = SessionStore.open(pg_url), SessionStore.open(pg_url)
+    a = Server(first, [Agent("w", model="chaz/echo")])
+    b = Server(second, [])
+    comm_a, _, unregister_a = open_comm(a)
+    comm_b, _, unregister_b = open_comm(b)
+    try:
+        sid = a.current_session("w")
+        await (await a.send(sid, "first")).future  # A serves the session from now on
+        for comm in (comm_a, comm_b):
+            comm.receive({"type": "chat_open", "session_id": sid})
+        comm_b.receive({"type": "send", "request_id": "x", "session_id": sid, "text": "from kernel B"})
+        assert comm_b.of("sent")[-1]["ok"], comm_b.of("sent")
+
+        def got(comm) -> list:
+            shown = [e for m in comm.of("chat") for e in m.get("entries", m.get("bundle", {}).get("entries", []))]
+            return [e["content"] for e in shown if e["type"] == "Message"]
+
+        for comm, store in ((comm_a, first), (comm_b, second)):
+            await until(lambda c=comm: "echo: from kernel B" in got(c), calls(comm, "send"), store.subscribe,
+                        what="the reply in each kernel's chat")
+            assert "from kernel B" in got(comm)
+        written = [e for e in first.entries(sid) if e.content == "from kernel B"]
+        assert written[0].sender == "user" and written[0].payload["origin"]["via"] == "sidebar"
+    finally:
+        unregister_a()
+        unregister_b()
+        await a.wait_idle(5)
+        first.close()
+        second.close()
