@@ -313,6 +313,30 @@ describe('the chat in the sidebar', () => {
     expect(panel.node.classList.contains('chaz-mode-chat')).toBe(false);
   });
 
+  it('loads earlier pages in place through the kernel, shown as text too', async () => {
+    const { panel, comm } = setup();
+    panel.openChat(3);
+    const first = reset([entry(51, 'Message', 'user', 'newest')]);
+    first.bundle = { ...first.bundle, first_seq: 51, earlier: 50, earlier_command: '%chaz log 3 --before 51' };
+    comm.receive(first);
+    const button = panel.node.querySelector('.chaz-chat .chaz-earlier-button') as HTMLButtonElement;
+    expect(panel.node.querySelector('.chaz-chat .chaz-earlier-count')?.textContent).toBe('50 earlier entries');
+    button.click();
+    const [ask] = comm.of('page');
+    expect(ask).toMatchObject({ type: 'page', session_id: 3, before_seq: 51 });
+    comm.receive({
+      type: 'page', request_id: ask.request_id, ok: true, session_id: 3, first_seq: 50, earlier: 49,
+      entries: [entry(50, 'Message', 'gpt', 'older \u202Etext')]
+    });
+    await new Promise(resolve => setTimeout(resolve, 0));
+    const texts = Array.from(panel.node.querySelectorAll('.chaz-chat .chaz-entries .chaz-content')).map(n => n.textContent);
+    expect(texts).toEqual(['older <U+202E>text', 'newest']);
+    // a later delta keeps the loaded page
+    comm.receive({ type: 'chat', ok: true, session_id: 3, reset: false, status: 'idle', stream: null,
+      entries: [entry(52, 'Message', 'gpt', 'reply')] });
+    expect(panel.node.querySelectorAll('.chaz-chat .chaz-entries .chaz-content').length).toBe(3);
+  });
+
   it('follows the session again after a reconnect', () => {
     const { panel, comm, client } = setup();
     panel.openChat(3);

@@ -4,8 +4,10 @@ A scripted agent (``chaz/script``, a word delay so its reply streams) has an emp
 The test opens the sidebar, clicks the session, types a message (Shift+Enter makes a second
 line, Enter sends), sees the Message in the chat, approves the gated call from the card
 inline in the chat, watches the reply stream in and land, and checks that ``%chaz log`` in
-a cell shows the Message the sidebar wrote. Screenshots of the chat in the light and the dark
-theme go to ``test-artifacts/`` (and, as every e2e shot, ``<tmp_path>/shots``).
+a cell shows the Message the sidebar wrote; the notice of the approval clears by itself and
+the ``Notebook:`` line follows a rename. Notebook 7: the sidebar from View → Left Sidebar.
+Screenshots of the chat in the light and the dark theme (and in Notebook 7) go to
+``test-artifacts/`` (and, as every e2e shot, ``<tmp_path>/shots``).
 """
 
 from __future__ import annotations
@@ -125,6 +127,15 @@ def test_chat_in_the_sidebar(lab):
     log_cell = page.locator(".jp-Cell").nth(3)
     _wait(lambda: "please tidy <b>the</b> table" in log_cell.inner_text(), what="the Message in %chaz log")
     assert final in log_cell.inner_text()
+
+    # a notice says what the last click did, then clears (§5: no stale "approve by user" line)
+    notice = lab.sidebar.locator(".chaz-panel-notice")
+    _wait(lambda: notice.inner_text().strip() == "", timeout=20, what="the notice to clear")
+
+    # the Notebook: line follows a rename
+    page.evaluate("() => window.jupyterapp.serviceManager.contents.rename('chat.ipynb', 'renamed.ipynb')")
+    _wait(lambda: lab.sidebar.locator(".chaz-panel-target").inner_text() == "Notebook: renamed.ipynb",
+          what="the Notebook: line to follow the rename")
 
     # back to the lists, then the dark theme
     chat.locator(".chaz-chat-back").click()
