@@ -149,6 +149,22 @@ def test_in_a_room_at_name_takes_the_turn(chaz, sidebar):
     assert msg.content == "your turn" and msg.payload["to"] == ["b"]
 
 
+def test_a_long_session_opens_at_its_newest_page_and_pages_back(chaz, sidebar):
+    from chaz_nb.core.store import NewEntry
+
+    comm, _ = sidebar
+    sid = chaz.new_session("assistant")
+    chaz.store.append_many([NewEntry(sid, EntryType.MESSAGE, "assistant", f"line {i}") for i in range(1, 121)])
+    comm.receive({"type": "chat_open", "session_id": sid})
+    bundle = comm.of("chat")[0]["bundle"]
+    assert [e["seq"] for e in bundle["entries"]] == list(range(71, 121))
+    assert (bundle["first_seq"], bundle["earlier"]) == (71, 70)
+    assert bundle["earlier_command"] == f"%chaz log {sid} --before 71"
+    comm.receive({"type": "page", "request_id": "p", "session_id": sid, "before_seq": 71, "limit": 50})
+    page = comm.of("page")[0]
+    assert page["ok"] and [e["seq"] for e in page["entries"]] == list(range(21, 71)) and page["earlier"] == 20
+
+
 BAD_SENDS = [
     ({"text": ["not", "text"]}, "text is the message (a string)"),
     ({"text": None}, "text is the message (a string)"),
