@@ -3,7 +3,7 @@
 The frontend opens a comm with target name ``chaz``. On open, and whenever
 entries are written (throttled), the kernel sends::
 
-    {"type": "state", "sessions": [...], "pending": [...]}
+    {"type": "state", "sessions": [...], "pending": [...], "agents": [...]}
 
 A session whose run is streaming a reply has ``"streaming": TEXT`` (the end of the text so
 far, at most ``MAX_CONTENT`` characters): stream events (``server.subscribe_stream``) arm the
