@@ -205,6 +205,15 @@ def test_a_child_session_is_not_written_from_the_box(chaz, sidebar):
     assert chaz.store.entries(child) == []
 
 
+def test_a_session_no_kernel_serves_whose_agent_is_not_defined_here_is_refused(chaz, sidebar):
+    comm, _ = sidebar
+    ghost = chaz.store.create_session("ghost", "chat")  # e.g. left by a kernel that defined @ghost
+    comm.receive({"type": "send", "request_id": "g", "session_id": ghost, "text": "anyone?"})
+    answer = comm.of("sent")[-1]
+    assert not answer["ok"] and "no kernel serves session" in answer["message"] and "@ghost" in answer["message"]
+    assert chaz.store.entries(ghost) == []
+
+
 @pytest.mark.parametrize(
     "data",
     [
