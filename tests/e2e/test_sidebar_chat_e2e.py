@@ -161,9 +161,15 @@ def notebook7(tmp_path):
     import time
     import urllib.request
 
-    from conftest import CHROMIUM, CHROMIUM_ARGS, Lab, LabServer, _require_browser
+    import importlib.util
 
-    _require_browser()
+    # this directory's conftest by its path (a bare "import conftest" may find tests/conftest.py)
+    spec = importlib.util.spec_from_file_location("chaz_e2e_conftest", Path(__file__).with_name("conftest.py"))
+    e2e = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(e2e)
+    CHROMIUM, CHROMIUM_ARGS, Lab, LabServer = e2e.CHROMIUM, e2e.CHROMIUM_ARGS, e2e.Lab, e2e.LabServer
+
+    e2e._require_browser()
     try:
         import notebook  # noqa: F401
     except ImportError:
