@@ -3,7 +3,7 @@
 The frontend opens a comm with target name ``chaz``. On open, and whenever
 entries are written (throttled), the kernel sends::
 
-    {"type": "state", "sessions": [...], "pending": [...]}
+    {"type": "state", "sessions": [...], "pending": [...], "agents": [...]}
 
 A session whose run is streaming a reply has ``"streaming": TEXT`` (the end of the text so
 far, at most ``MAX_CONTENT`` characters): stream events (``server.subscribe_stream``) arm the
@@ -17,7 +17,8 @@ schema; a bad edit is answered ``ok`` false and the request stays open),
 ``{"type": "stop", "session_id"}`` (the sidebar's Stop button: what ``%chaz stop SESSION``
 does, server/stopping.py; a session another kernel serves is stopped there, server/stop_relay.py)
 and ``{"type": "page", "session_id", "before_seq", "limit", "request_id"}`` (the transcript
-renderer's "show earlier"). A decide is answered with
+renderer's "show earlier"); the sidebar's chat (``chat_open``, ``chat_close``, ``send``) is
+answered by labchat.py. A decide is answered with
 ``{"type": "decided", "request_id", "ok", "message"}``, a stop with
 ``{"type": "stopped", "session_id", "ok", "message"}`` (``message`` says what was stopped, or
 why nothing was), each then with a fresh state; a page with ``{"type": "page", "request_id",
@@ -38,8 +39,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as _dt
-import enum
 import inspect
 import json
 import logging
@@ -49,7 +48,11 @@ from typing import Any
 from collections.abc import Callable
 
 from ..core.redaction import redact
-from .views.display import JSON_TEXT_MAX, clip_json
+# the chat (labchat.py) owns the page/JSON helpers the state shares (a page is a chat's "show earlier")
+from .labchat import CHAT_TYPES, PAGE_BYTES, PAGE_LIMIT, PAGE_MAX, PAGE_TEXT_MAX, ChatHub  # noqa: F401
+from .labchat import comm_key as _key
+from .labchat import enum_value as _value
+from .labchat import jsonable as _jsonable
 
 __all__ = ["TARGET_NAME", "LabBridge", "register_comm_target"]
 
@@ -61,53 +64,12 @@ MIN_INTERVAL = 0.25
 MAX_CONTENT = 500
 #: Most sessions listed in a state message (newest first).
 MAX_SESSIONS = 200
-#: Entries in a "page" reply when the frontend gives no limit, and the most it may ask for.
-PAGE_LIMIT = 50
-PAGE_MAX = 500
-#: A page answer's size: the log keeps a tool's whole output (an MCP server may return
-#: megabytes), so each string of an entry is clipped to ``PAGE_TEXT_MAX`` characters (the
-#: renderer shows 20,000) and the answer holds the newest entries that fit in ``PAGE_BYTES``
-#: characters of JSON (at least one); ``first_seq``/``earlier`` say where the next page starts.
-PAGE_TEXT_MAX = JSON_TEXT_MAX
-PAGE_BYTES = 2_000_000
 #: the longest string a frontend message may carry in any field (a deny reason is the longest
 #: one a person writes; the server keeps 2,000 characters of it): a longer one is refused whole
 MAX_FIELD_CHARS = 10_000
 
 log = logging.getLogger("chaz_nb.labcomm")
 log.addHandler(logging.NullHandler())
-
-
-def _jsonable(value: Any) -> Any:
-    """Make a value JSON-serialisable: datetimes to ISO strings, enums to values."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, enum.Enum):
-        return _jsonable(value.value)
-    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
-        return value.isoformat()
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [_jsonable(v) for v in value]
-    return str(value)
-
-
-def _page_entries(entries: list[Any]) -> list[dict]:
-    """The JSON of the newest ``entries`` that fit in ``PAGE_BYTES`` (at least one), seq order."""
-    out: list[dict] = []
-    size = 0
-    for entry in reversed(entries):
-        item = clip_json(_jsonable(entry.to_json()), PAGE_TEXT_MAX)
-        cost = len(json.dumps(item))
-        if out and size + cost > PAGE_BYTES:
-            break
-        if cost > PAGE_BYTES:  # one entry alone, its strings clipped, still too big: a huge payload
-            item["payload"] = {"page_clipped": "payload left out of this page (too big); %chaz sql reads it"}
-            cost = len(json.dumps(item))
-        out.append(item)
-        size += cost
-    return out[::-1]
 
 
 def _oversized(data: dict) -> str | None:
@@ -128,14 +90,6 @@ def _oversized(data: dict) -> str | None:
         if len(text) > MAX_FIELD_CHARS or len(str(key)) > 100:
             return repr(str(key)[:100])
     return None
-
-
-def _value(x: Any) -> Any:
-    return x.value if isinstance(x, enum.Enum) else x
-
-
-def _key(comm: Any) -> Any:
-    return getattr(comm, "comm_id", None) or id(comm)
 
 
 def _last_entry(entry: Any) -> dict | None:
@@ -214,7 +168,8 @@ def build_state(server: Any) -> dict:
                 "created_at": _jsonable(p.get("created_at")),
             }
         )
-    return {"type": "state", "sessions": out, "pending": pending}
+    agents = sorted(str(a) for a in (getattr(server, "agents", None) or {}))  # "new chat with @NAME"
+    return {"type": "state", "sessions": out, "pending": pending, "agents": agents}
 
 
 class LabBridge:
@@ -251,6 +206,9 @@ class LabBridge:
         self._scheduled: Any = None
         self._lock = threading.Lock()
         self._closed = False
+        # the sidebar's chat: followed sessions, Messages written
+        self.chat = ChatHub(server, send=self._send, is_open=self.comms.__contains__,
+                            broadcast_soon=self.schedule_broadcast)
         self._unsubscribe: Callable[[], Any] | None = None
         try:
             self._unsubscribe = server.store.subscribe(self._on_write)
@@ -296,6 +254,7 @@ class LabBridge:
     def _on_write(self, *args: Any, **kwargs: Any) -> None:
         """Store write callback: schedule a throttled broadcast. Never raises."""
         try:
+            self.chat.touch(*args[:1])
             self.schedule_broadcast()
         except Exception:  # noqa: BLE001
             log.debug("scheduling a broadcast failed", exc_info=True)
@@ -346,6 +305,7 @@ class LabBridge:
         self._interval = max(self.min_interval, 5 * (finished - started))
         for comm in list(self.comms.values()):
             self._send(comm, msg)
+        self.chat.flush()
 
     def _send(self, comm: Any, msg: dict) -> None:
         try:
@@ -377,6 +337,7 @@ class LabBridge:
 
         def on_close(msg: Any) -> None:
             self.comms.pop(key, None)
+            self.chat.forget(key)
 
         comm.on_msg(on_msg)
         comm.on_close(on_close)
@@ -390,6 +351,9 @@ class LabBridge:
         if not isinstance(data, dict):
             return
         kind = data.get("type")
+        if kind in CHAT_TYPES:  # (bounds its own fields: a Message may be longer than a reason)
+            self.chat.handle(comm, data)
+            return
         too_long = _oversized(data)
         if too_long is not None:
             message = (f"{too_long} is over {MAX_FIELD_CHARS:,} characters; the message was ignored "
@@ -409,37 +373,9 @@ class LabBridge:
         elif kind == "stop":
             self._stop(comm, data)
         elif kind == "page":
-            self._page(comm, data)
+            self.chat.page(comm, data)
         else:
             log.debug("unknown chaz comm message %r", kind)
-
-    def _page(self, comm: Any, data: dict) -> None:
-        """``{"type": "page", "session_id", "before_seq", "limit", "request_id"}``: the entries of
-        a session before ``before_seq`` (the transcript renderer's "show earlier"), a page at a
-        time. The reply has them in seq order, with ``first_seq`` and ``earlier`` (how many
-        entries come before the page)."""
-        request_id = str(data.get("request_id") or "")
-        reply: dict[str, Any] = {"type": "page", "request_id": request_id}
-        try:
-            session_id = int(data["session_id"])
-            before = data.get("before_seq")
-            before_seq = None if before is None else int(before)
-            limit = min(max(1, int(data.get("limit") or PAGE_LIMIT)), PAGE_MAX)
-            entries = self.server.store.read_page(session_id, before_seq=before_seq, limit=limit)
-        except Exception as exc:  # noqa: BLE001 - any bad request is an error reply, one line
-            reply.update(ok=False, message=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-            self._send(comm, reply)
-            return
-        page = _page_entries(entries)
-        first = page[0]["seq"] if page else before_seq
-        reply.update(
-            ok=True,
-            session_id=session_id,
-            entries=page,
-            first_seq=first,
-            earlier=max(0, page[0]["seq"] - 1) if page else 0,  # an empty page: nothing before it either
-        )
-        self._send(comm, reply)
 
     def _decide(self, comm: Any, data: dict) -> None:
         request_id = str(data.get("request_id") or "")

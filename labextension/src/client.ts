@@ -13,11 +13,14 @@ import { ISessionContext } from '@jupyterlab/apputils';
 import { Kernel, KernelMessage } from '@jupyterlab/services';
 import { ISignal, Signal } from '@lumino/signaling';
 
+import { chatMessage, sentMessage } from './chat';
 import {
   COMM_TARGET,
   FrontendToKernel,
+  IChatMessage,
   IDecidedMessage,
   IPage,
+  ISentMessage,
   IStateMessage,
   IStoppedMessage
 } from './types';
@@ -45,6 +48,14 @@ export class ChazClient {
   }
   get stopped(): ISignal<this, IStoppedMessage> {
     return this._stopped;
+  }
+  /** the sidebar chat's followed session (checked: see chat.ts `chatMessage`) */
+  get chatReceived(): ISignal<this, IChatMessage> {
+    return this._chatReceived;
+  }
+  /** the answers to `send` */
+  get sent(): ISignal<this, ISentMessage> {
+    return this._sent;
   }
   get status(): ConnectionStatus {
     return this._status;
@@ -196,7 +207,8 @@ export class ChazClient {
       const state: IStateMessage = {
         type: 'state',
         sessions: Array.isArray(data.sessions) ? data.sessions : [],
-        pending: Array.isArray(data.pending) ? data.pending : []
+        pending: Array.isArray(data.pending) ? data.pending : [],
+        agents: Array.isArray(data.agents) ? data.agents.filter((a: unknown) => typeof a === 'string') : []
       };
       this._gotState = true;
       this._state = state;
@@ -223,6 +235,15 @@ export class ChazClient {
         ok: !!data.ok,
         message: String(data.message ?? '')
       });
+    } else if (data.type === 'chat' || data.type === 'sent') {
+      // the kernel's chat messages, checked field by field (anything malformed is dropped)
+      const chat = data.type === 'chat' ? chatMessage(data) : null;
+      const sent = data.type === 'sent' ? sentMessage(data) : null;
+      if (chat) {
+        this._chatReceived.emit(chat);
+      } else if (sent) {
+        this._sent.emit(sent);
+      }
     } else if (data.type === 'stopped') {
       this._stopped.emit({
         type: 'stopped',
@@ -350,4 +371,6 @@ export class ChazClient {
   private _stateReceived = new Signal<this, IStateMessage>(this);
   private _decided = new Signal<this, IDecidedMessage>(this);
   private _stopped = new Signal<this, IStoppedMessage>(this);
+  private _chatReceived = new Signal<this, IChatMessage>(this);
+  private _sent = new Signal<this, ISentMessage>(this);
 }

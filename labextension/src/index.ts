@@ -19,6 +19,7 @@ import { ChazPanel } from './sidebar';
 
 export { ChazClient } from './client';
 export { ChazPanel, editText, oldestPending } from './sidebar';
+export { ChatView, isSendKey, parseMessage, visible } from './chat';
 export * from './code';
 export { isLiveChazView, saveStaticViews, withoutLiveViews } from './save';
 export { earlierLoader, setEarlierLoader } from './pager';
@@ -61,7 +62,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     }
 
     const follow = (nb: NotebookPanel | null) => {
-      panel.setTarget(nb ? nb.context.path : '');
+      panel.followPath(nb ? nb.context : null); // the Notebook: line follows a rename
       client.follow(nb ? nb.sessionContext : null);
     };
     tracker.currentChanged.connect((_, nb) => follow(nb));

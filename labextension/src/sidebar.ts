@@ -7,9 +7,15 @@
  *
  * DOM is built with textContent only (see `el`); pending approval cards are
  * kept by request_id across updates so a reason being typed is not lost.
+ *
+ * Clicking a session opens its chat (./chat): the live transcript, its approval cards (moved
+ * there from the list while it is open), Stop, and a message box; "New chat" starts one with
+ * an agent. A notice (what a click did) clears after `NOTICE_MS` or at the next click.
  */
+import { ISignal, Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
+import { ChatView, isAgentName } from './chat';
 import { ChazClient, ConnectionStatus } from './client';
 import { codeOf, renderCode } from './code';
 import { argsPreview, el, formatJSON, formatTime } from './transcript';
@@ -30,6 +36,15 @@ const STATUS_TEXT: { [k in ConnectionStatus]: string } = {
   connected: 'Connected.',
   disconnected: 'The kernel closed the chaz channel.'
 };
+
+/** How long a notice stays (ms): it says what the last click did, not how things are now. */
+export const NOTICE_MS = 8000;
+
+/** What the panel follows of a notebook: its path, and when the path changes (a rename). */
+export interface IPathSource {
+  path: string;
+  pathChanged: ISignal<any, string>;
+}
 
 /** Pick the oldest pending approval (by created_at, then list order). */
 export function oldestPending(
@@ -77,6 +92,18 @@ export class ChazPanel extends Widget {
     this.node.appendChild(this._statusNode);
     this._notice = el(doc, 'div', 'chaz-panel-notice');
     this.node.appendChild(this._notice);
+    // a click is the next action: an older notice is stale (its handler may say something new)
+    this.node.addEventListener('click', () => this._clearNotice(), true);
+
+    this._newChat = el(doc, 'div', 'chaz-new-chat');
+    this.node.appendChild(this._newChat);
+    this._chat = new ChatView(doc, {
+      send: msg => this._client.send(msg),
+      loadEarlier: (sessionId, beforeSeq) => this._client.page(sessionId, beforeSeq),
+      stop: sessionId => this.stopSession(sessionId),
+      isStopping: sessionId => this._stopping.has(sessionId),
+      back: () => this.closeChat()
+    });
 
     this._pendingTitle = el(doc, 'h3', 'chaz-panel-section', 'Pending approvals');
     this.node.appendChild(this._pendingTitle);
@@ -87,12 +114,62 @@ export class ChazPanel extends Widget {
     this.node.appendChild(this._sessionsTitle);
     this._sessionList = el(doc, 'ul', 'chaz-session-list');
     this.node.appendChild(this._sessionList);
+    this.node.appendChild(this._chat.node);
 
     client.statusChanged.connect(this._onStatus, this);
     client.stateReceived.connect(this._onState, this);
     client.decided.connect(this._onDecided, this);
     client.stopped.connect(this._onStopped, this);
+    client.chatReceived.connect((_, msg) => this._chat.onChat(msg), this);
+    client.sent.connect((_, msg) => this._chat.onSent(msg), this);
     this._onStatus(client, client.status);
+  }
+
+  /** The chat (./chat): a session's transcript and message box. */
+  get chat(): ChatView {
+    return this._chat;
+  }
+
+  /** Open the chat of a session (a click on it in the list). */
+  openChat(sessionId: number): void {
+    this.node.classList.add('chaz-mode-chat');
+    if (!this._chat.open(sessionId)) {
+      this._say('Not connected to a kernel with chaz loaded.', true);
+    }
+    this._renderState(this._client.state);
+  }
+
+  /** A new chat with an agent: its first Message starts a fresh session. */
+  newChat(agent: string): void {
+    this.node.classList.add('chaz-mode-chat');
+    this._chat.draft(agent);
+    this._renderState(this._client.state);
+  }
+
+  /** Back to the lists. */
+  closeChat(): void {
+    this._chat.close();
+    this.node.classList.remove('chaz-mode-chat');
+    this._renderState(this._client.state);
+  }
+
+  /** Follow a notebook's path (the `Notebook:` line), a rename included; null: none. */
+  followPath(source: IPathSource | null): void {
+    if (this._pathSource) {
+      this._pathSource.pathChanged.disconnect(this._onPath, this);
+    }
+    if (source !== this._pathSource && this._chat.active) {
+      this.closeChat(); // another notebook: another kernel, another store
+    }
+    this._pathSource = source;
+    if (source) {
+      source.pathChanged.connect(this._onPath, this);
+    }
+    this.setTarget(source ? source.path : '');
+  }
+
+  private _onPath(_: unknown, path: string): void {
+    this.setTarget(typeof path === 'string' ? path : '');
   }
 
   get client(): ChazClient {
@@ -126,6 +203,9 @@ export class ChazPanel extends Widget {
     this._client.stateReceived.disconnect(this._onState, this);
     this._client.decided.disconnect(this._onDecided, this);
     this._client.stopped.disconnect(this._onStopped, this);
+    Signal.disconnectReceiver(this);
+    this.followPath(null);
+    this._clearNotice();
     super.dispose();
   }
 
@@ -135,6 +215,8 @@ export class ChazPanel extends Widget {
     this._statusNode.className = `chaz-panel-status chaz-conn-${status}`;
     if (status !== 'connected') {
       this._renderState(null);
+    } else {
+      this._chat.reopen(); // (re)connected: the chat's session again, whole
     }
   }
 
@@ -163,6 +245,7 @@ export class ChazPanel extends Widget {
       this._stopping.delete(msg.session_id);
       this._renderState(this._client.state);
     }
+    this._chat.refreshStop();
     this._say(msg.message || (msg.ok ? 'Stop requested.' : 'The kernel refused the stop.'), !msg.ok);
   }
 
@@ -174,6 +257,7 @@ export class ChazPanel extends Widget {
     }
     this._stopping.add(sessionId);
     this._renderState(this._client.state);
+    this._chat.refreshStop();
     this._say(`Stopping session ${sessionId}…`, false);
     return true;
   }
@@ -181,6 +265,19 @@ export class ChazPanel extends Widget {
   private _say(text: string, isError: boolean): void {
     this._notice.textContent = text;
     this._notice.classList.toggle('chaz-notice-error', isError);
+    if (this._noticeTimer !== null) {
+      window.clearTimeout(this._noticeTimer);
+    }
+    this._noticeTimer = text ? window.setTimeout(() => this._clearNotice(), NOTICE_MS) : null;
+  }
+
+  private _clearNotice(): void {
+    if (this._noticeTimer !== null) {
+      window.clearTimeout(this._noticeTimer);
+      this._noticeTimer = null;
+    }
+    this._notice.textContent = '';
+    this._notice.classList.remove('chaz-notice-error');
   }
 
   private _decide(
@@ -226,6 +323,7 @@ export class ChazPanel extends Widget {
     const sessions = state?.sessions ?? [];
     this._renderPending(pending, state !== null);
     this._renderSessions(sessions, state !== null);
+    this._renderNewChat(state?.agents ?? []);
   }
 
   private _renderPending(pending: IPendingApproval[], connected: boolean): void {
@@ -247,8 +345,9 @@ export class ChazPanel extends Widget {
         card = this._makeCard(p);
         this._cards.set(p.request_id, card);
       }
-      // appendChild moves an existing node: keeps the kernel's order.
-      this._pendingList.appendChild(card);
+      // appendChild moves an existing node: keeps the kernel's order; the open chat's are inline
+      const inChat = this._chat.active && this._chat.sessionId !== null && p.session_id === this._chat.sessionId;
+      (inChat ? this._chat.approvals : this._pendingList).appendChild(card);
     }
     if (pending.length === 0) {
       this._pendingList.appendChild(
@@ -345,6 +444,12 @@ export class ChazPanel extends Widget {
     for (const s of sessions) {
       const li = el(doc, 'li', 'chaz-session');
       li.dataset.sessionId = String(s.id);
+      li.title = `Open the chat of session ${s.id}`;
+      li.addEventListener('click', ev => {
+        if (!(ev.target as HTMLElement | null)?.closest('button')) {
+          this.openChat(s.id);
+        }
+      });
       const head = el(doc, 'div', 'chaz-session-head');
       head.appendChild(el(doc, 'span', 'chaz-session-id', `#${s.id}`));
       head.appendChild(el(doc, 'span', 'chaz-agent', s.agent));
@@ -396,7 +501,40 @@ export class ChazPanel extends Widget {
     }
   }
 
+  /** "New chat with [@NAME]": the agents the kernel defines. */
+  private _renderNewChat(agents: string[]): void {
+    const doc = this.node.ownerDocument;
+    const names = agents.filter(isAgentName);
+    const key = names.join(' ');
+    if (key === this._agentsKey) {
+      return; // keep the choice being made
+    }
+    this._agentsKey = key;
+    this._newChat.replaceChildren();
+    if (!names.length) {
+      return;
+    }
+    const select = el(doc, 'select', 'jp-mod-styled chaz-new-agent');
+    for (const name of names) {
+      const option = el(doc, 'option', undefined, `@${name}`);
+      option.value = name;
+      select.appendChild(option);
+    }
+    const start = el(doc, 'button', 'jp-Button jp-mod-styled chaz-new-chat-button', 'New chat');
+    start.type = 'button';
+    start.title = 'A new session with this agent (as %chaz new @NAME), started by its first message';
+    start.addEventListener('click', () => this.newChat(select.value));
+    this._newChat.appendChild(el(doc, 'span', 'chaz-new-chat-label', 'New chat with'));
+    this._newChat.appendChild(select);
+    this._newChat.appendChild(start);
+  }
+
   private _client: ChazClient;
+  private _chat: ChatView;
+  private _newChat: HTMLElement;
+  private _agentsKey = '';
+  private _noticeTimer: number | null = null;
+  private _pathSource: IPathSource | null = null;
   private _target: HTMLElement;
   private _statusNode: HTMLElement;
   private _notice: HTMLElement;

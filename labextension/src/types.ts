@@ -115,6 +115,34 @@ export interface IStateMessage {
   type: 'state';
   sessions: ISessionSummary[];
   pending: IPendingApproval[];
+  /** the agents this kernel defines (the "new chat with @NAME" control) */
+  agents?: string[];
+}
+
+/**
+ * The followed session of the sidebar's chat (kernel: notebook/labchat.py): a `reset` carries
+ * the newest page as a session bundle, a delta the entries written since, the status and the
+ * streamed reply; `ok` false is a refused `chat_open`.
+ */
+export interface IChatMessage {
+  type: 'chat';
+  ok: boolean;
+  session_id: number | null;
+  reset?: boolean;
+  bundle?: ISessionBundle;
+  entries?: IEntry[];
+  status?: string;
+  stream?: IStreamPartial | null;
+  message?: string;
+}
+
+/** The kernel's answer to a `send` (the Message was written, or why not). */
+export interface ISentMessage {
+  type: 'sent';
+  request_id: string;
+  ok: boolean;
+  session_id: number | null;
+  message: string;
 }
 
 export interface IPageMessage extends IPage {
@@ -140,7 +168,13 @@ export interface IStoppedMessage {
   message: string;
 }
 
-export type KernelToFrontend = IStateMessage | IDecidedMessage | IStoppedMessage | IPageMessage;
+export type KernelToFrontend =
+  | IStateMessage
+  | IDecidedMessage
+  | IStoppedMessage
+  | IPageMessage
+  | IChatMessage
+  | ISentMessage;
 
 export type FrontendToKernel =
   | { type: 'refresh' }
@@ -159,4 +193,17 @@ export type FrontendToKernel =
       /** approve with edits: the edited arguments (checked against the tool's schema) */
       arguments?: { [key: string]: unknown } | string;
     }
-  | { type: 'stop'; session_id: number };
+  | { type: 'stop'; session_id: number }
+  | { type: 'chat_open'; session_id: number }
+  | { type: 'chat_close' }
+  | {
+      type: 'send';
+      request_id: string;
+      text: string;
+      /** the open chat's session (none in a new chat) */
+      session_id?: number;
+      /** the box's `@NAME` */
+      agent?: string;
+      /** a new session of `agent` (the "new chat" control) */
+      new?: boolean;
+    };

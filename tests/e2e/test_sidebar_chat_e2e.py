@@ -1,0 +1,276 @@
+"""End-to-end: the chat of the "Chaz" sidebar in JupyterLab (a real kernel, headless Chromium).
+
+A scripted agent (``chaz/script``, a word delay so its reply streams) has an empty session.
+The test opens the sidebar, clicks the session, types a message (Shift+Enter makes a second
+line, Enter sends), sees the Message in the chat, approves the gated call from the card
+inline in the chat, watches the reply stream in and land, and checks that ``%chaz log`` in
+a cell shows the Message the sidebar wrote; the notice of the approval clears by itself and
+the ``Notebook:`` line follows a rename. Notebook 7: the sidebar from View → Left Sidebar.
+Screenshots of the chat in the light and the dark theme (and in Notebook 7) go to
+``test-artifacts/`` (and, as every e2e shot, ``<tmp_path>/shots``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import pytest
+from waiting import poll
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "test-artifacts"
+
+_wait = functools.partial(poll, timeout=60)
+
+TOOLS = '''%load_ext chaz_nb
+import json, chaz_nb
+
+@chaz_nb.tool(approval="always", risk="high")
+def drop_rows(table: str) -> str:
+    """Drop the empty rows of a table."""
+    with open("dropped.jsonl", "a") as f:
+        f.write(json.dumps(table) + "\\n")
+    return f"3 empty rows of {table} dropped"
+'''
+
+REPLY = ("All tidy now: I looked at every row of the sales table, kept the ones with data, "
+         "and the result was: {result}. Anything else?")
+
+AGENT = f'''%%chaz agent analyst
+model = "chaz/script"
+tools = ["drop_rows"]
+model_options = {{metadata = {{chaz_word_delay = 0.08}}}}
+script = [
+  {{tool = "drop_rows", args = {{table = "sales"}}}},
+  "{REPLY}",
+]
+'''
+
+
+def _code(source: str) -> dict:
+    return {"cell_type": "code", "source": source, "outputs": [], "execution_count": None}
+
+
+def _artifact(lab, name: str) -> None:
+    """A screenshot kept in test-artifacts/ (and in the e2e shots)."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = lab.shot(name)
+    (ARTIFACTS / f"sidebar-chat-{name}.png").write_bytes(path.read_bytes())
+
+
+def test_chat_in_the_sidebar(lab):
+    page = lab.page
+    lab.write_notebook(
+        "chat.ipynb",
+        [_code(TOOLS), _code(AGENT), _code("%chaz new @analyst"), _code("%chaz log @analyst")],
+    )
+    lab.open("chat.ipynb")
+    lab.run_all(timeout=180)
+    assert "a fresh session with @analyst" in page.locator(".jp-Cell").nth(2).inner_text()
+
+    lab.palette("Chaz: show sessions")
+    lab.wait_sidebar_status("connected", timeout=60)
+    session = lab.sidebar.locator(".chaz-session", has=page.locator(".chaz-agent", has_text="analyst"))
+    session.wait_for(timeout=30_000)
+    sid = int(session.get_attribute("data-session-id"))
+    session.click()
+    chat = lab.sidebar.locator(".chaz-chat")
+    chat.wait_for(state="visible", timeout=10_000)
+    _wait(lambda: chat.locator(".chaz-transcript .chaz-title").count() == 1, what="the session's transcript")
+    assert chat.locator(".chaz-chat-title").inner_text() == f"#{sid} @analyst"
+    assert lab.sidebar.locator(".chaz-session-list").is_hidden()  # the chat has the panel
+
+    box = chat.locator(".chaz-chat-input")
+    box.click()
+    box.type("please tidy <b>the</b> table")
+    box.press("Shift+Enter")
+    box.type("\u202eand be quick")
+    assert box.input_value() == "please tidy <b>the</b> table\n\u202eand be quick"  # a new line, not sent
+    page.wait_for_timeout(300)
+    assert chat.locator(".chaz-type-message").count() == 0
+    box.press("Enter")
+    _wait(lambda: chat.locator(".chaz-type-message").count() >= 1, what="the Message in the chat")
+    assert box.input_value() == ""
+    message = chat.locator(".chaz-type-message .chaz-content").first.inner_text()
+    assert message == "please tidy <b>the</b> table\n<U+202E>and be quick"  # text, the bidi control named
+    assert chat.locator(".chaz-type-message b").count() == 0
+
+    # the run parks on drop_rows: its card is in the chat, with Stop
+    card = chat.locator(".chaz-chat-approvals .chaz-card")
+    _wait(lambda: card.count() == 1, what="the approval card inline in the chat")
+    assert card.locator(".chaz-tool-name").inner_text() == "drop_rows"
+    assert chat.locator(".chaz-chat-stop").is_visible()
+    _artifact(lab, "light-approval")
+    card.locator(".chaz-approve").click()
+
+    # the reply streams into the chat, then its entry lands
+    chat.locator(".chaz-partial").wait_for(timeout=60_000)
+    streamed = chat.locator(".chaz-partial .chaz-content").inner_text()
+    final = REPLY.replace("{result}", "3 empty rows of sales dropped")
+    assert streamed.strip() and final.startswith(streamed.rstrip()), streamed  # a part of the reply
+    _wait(lambda: final in chat.locator(".chaz-entries").inner_text(), what="the whole reply")
+    _wait(lambda: chat.locator(".chaz-partial").count() == 0, what="the streamed block to go")
+    _wait(lambda: chat.locator(".chaz-transcript .chaz-status").inner_text() == "idle", what="an idle session")
+    assert not chat.locator(".chaz-chat-stop").is_visible()
+    assert json.loads((lab.server.root / "dropped.jsonl").read_text()) == "sales"
+    _artifact(lab, "light")
+
+    # the Message is an entry like any other: %chaz log in a cell shows it
+    page.evaluate("() => { window.jupyterapp.shell.currentWidget.content.activeCellIndex = 3; }")
+    lab.command("notebook:run-cell")
+    page.wait_for_timeout(300)
+    lab.wait_kernel_idle(60)
+    log_cell = page.locator(".jp-Cell").nth(3)
+    _wait(lambda: "please tidy <b>the</b> table" in log_cell.inner_text(), what="the Message in %chaz log")
+    assert final in log_cell.inner_text()
+
+    # a notice says what the last click did, then clears (§5: no stale "approve by user" line)
+    notice = lab.sidebar.locator(".chaz-panel-notice")
+    _wait(lambda: notice.inner_text().strip() == "", timeout=20, what="the notice to clear")
+
+    # the Notebook: line follows a rename
+    page.evaluate("() => window.jupyterapp.serviceManager.contents.rename('chat.ipynb', 'renamed.ipynb')")
+    _wait(lambda: lab.sidebar.locator(".chaz-panel-target").inner_text() == "Notebook: renamed.ipynb",
+          what="the Notebook: line to follow the rename")
+
+    # back to the lists, then the dark theme
+    chat.locator(".chaz-chat-back").click()
+    assert lab.sidebar.locator(".chaz-session-list").is_visible()
+    session.click()
+    _wait(lambda: final in chat.locator(".chaz-entries").inner_text(), what="the chat again")
+    lab.command("apputils:change-theme", {"theme": "JupyterLab Dark"})
+    page.wait_for_function("() => document.body.dataset.jpThemeName === 'JupyterLab Dark'", timeout=20_000)
+    page.wait_for_timeout(500)
+    _artifact(lab, "dark")
+    assert lab.page_errors == []
+
+
+# ------------------------------------------------------------------------------ Notebook 7
+@pytest.fixture
+def notebook7(tmp_path):
+    """Notebook 7 (``python -m notebook``) on 127.0.0.1 with this checkout's extension, and a
+    Chromium page on it: the same isolation as the JupyterLab fixture (tests/e2e/conftest.py)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    import importlib.util
+
+    # this directory's conftest by its path (a bare "import conftest" may find tests/conftest.py)
+    spec = importlib.util.spec_from_file_location("chaz_e2e_conftest", Path(__file__).with_name("conftest.py"))
+    e2e = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(e2e)
+    CHROMIUM, CHROMIUM_ARGS, Lab, LabServer = e2e.CHROMIUM, e2e.CHROMIUM_ARGS, e2e.Lab, e2e.LabServer
+
+    e2e._require_browser()
+    try:
+        import notebook  # noqa: F401
+    except ImportError:
+        pytest.skip("Notebook 7 is not installed: pip install 'notebook>=7'")
+    built = REPO / "chaz_nb" / "labextension"
+    if not (built / "package.json").exists():
+        pytest.fail("the chaz-nb extension is not built in the repo: run .ci/labext.sh")
+    root, jdirs = tmp_path / "root", tmp_path / "jupyter"
+    root.mkdir()
+    ext = tmp_path / "jpath" / "labextensions"
+    ext.mkdir(parents=True)
+    (ext / "chaz-nb").symlink_to(built, target_is_directory=True)
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(jdirs / "config"), JUPYTER_DATA_DIR=str(jdirs / "data"),
+               JUPYTER_RUNTIME_DIR=str(jdirs / "runtime"), JUPYTER_PLATFORM_DIRS="1", PYTHONUNBUFFERED="1",
+               LITELLM_LOCAL_MODEL_COST_MAP="True",
+               JUPYTER_PATH=os.pathsep.join(p for p in [str(ext.parent), os.environ.get("JUPYTER_PATH", "")] if p),
+               PYTHONPATH=os.pathsep.join(p for p in [str(REPO), os.environ.get("PYTHONPATH", "")] if p))
+    env.pop("JUPYTER_TOKEN", None)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "notebook", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
+           "--ServerApp.port_retries=0", "--IdentityProvider.token=", "--ServerApp.password=",
+           "--ServerApp.disable_check_xsrf=True", f"--ServerApp.root_dir={root}",
+           f"--JupyterNotebookApp.user_settings_dir={jdirs / 'settings'}",
+           f"--JupyterNotebookApp.workspaces_dir={jdirs / 'workspaces'}",
+           "--JupyterNotebookApp.expose_app_in_browser=True"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-root")
+    log = tmp_path / "notebook.log"
+    with log.open("w") as fh:
+        proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=fh, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    server = LabServer(url, root, proc, log)
+    deadline = time.monotonic() + 90
+    while True:  # the server's own readiness endpoint (no fixed wait)
+        if proc.poll() is not None:
+            pytest.fail(f"Notebook 7 exited with {proc.returncode}:\n{server.log_tail()}")
+        try:
+            with urllib.request.urlopen(f"{url}/api/status", timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            proc.terminate()
+            pytest.fail(f"Notebook 7 did not start:\n{server.log_tail()}")
+        time.sleep(0.3)
+    from playwright.sync_api import sync_playwright
+
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
+                page.set_default_timeout(30_000)
+                errors: list[str] = []
+                page.on("pageerror", lambda exc: errors.append(str(exc) + "\n" + str(exc.stack)))
+                helper = Lab(page, server, tmp_path / "shots")
+                helper.page_errors = errors
+                yield helper
+            finally:
+                browser.close()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def test_chat_in_the_notebook7_sidebar(notebook7):
+    """Notebook 7: the sidebar from View → Left Sidebar, a message from its box, the reply."""
+    nb = notebook7
+    page = nb.page
+    nb.write_notebook("nb7.ipynb", [_code("%load_ext chaz_nb\n%chaz agent echo --model chaz/echo\n%chaz new @echo")])
+    page.goto(f"{nb.server.url}/notebooks/nb7.ipynb")
+    page.wait_for_function("() => !!window.jupyterapp", timeout=60_000)
+    page.wait_for_selector(".jp-NotebookPanel .jp-Notebook", timeout=60_000)
+    nb.wait_kernel_idle()
+    nb.run_all(timeout=120)
+
+    # as a user finds it: View → Left Sidebar → the Chaz panel
+    page.locator(".lm-MenuBar-itemLabel", has_text="View").click()
+    page.locator(".lm-Menu-itemLabel", has_text="Left Sidebar").click()
+    page.locator(".lm-Menu-itemLabel", has_text="Chaz").click()
+    nb.sidebar.wait_for(state="visible", timeout=20_000)
+    nb.wait_sidebar_status("connected", timeout=60)
+    session = nb.sidebar.locator(".chaz-session", has=page.locator(".chaz-agent", has_text="echo"))
+    session.wait_for(timeout=30_000)
+    session.click()
+    chat = nb.sidebar.locator(".chaz-chat")
+    box = chat.locator(".chaz-chat-input")
+    box.click()
+    box.type("hello from Notebook 7")
+    box.press("Enter")
+    reply = chat.locator(".chaz-type-message.chaz-from-agent .chaz-content")
+    _wait(lambda: reply.count() == 1 and reply.inner_text() == "echo: hello from Notebook 7",
+          what="the reply in the Notebook 7 chat")
+    _wait(lambda: chat.locator(".chaz-transcript .chaz-status").inner_text() == "idle", what="an idle session")
+    _artifact(nb, "notebook7")
+    # Notebook 7.6 itself logs a settings error at start ("reading 'schema'", from notebook_core)
+    assert [e for e in nb.page_errors if "chaz" in e.lower()] == []
