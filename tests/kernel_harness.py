@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import queue
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +43,12 @@ class Kernel:
     """A python3 kernel of this venv, started in ``cwd``."""
 
     def __init__(self, cwd: str, env: dict[str, str] | None = None) -> None:
-        self.km = KernelManager(kernel_name="python3")
+        # unix sockets, not TCP ports: a port that jupyter_client found free can be taken by
+        # another process before the kernel binds it ("Address already in use", seen when
+        # several test runs start kernels on one machine); an ipc path is this kernel's own
+        # (an absolute path: the kernel runs in ``cwd``, this process elsewhere)
+        self._sockets = tempfile.mkdtemp(prefix="chaz-kernel-")
+        self.km = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(self._sockets, "k"))
         full_env = dict(os.environ)
         full_env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
         full_env.pop("CHAZ_DB", None)
@@ -137,3 +144,4 @@ class Kernel:
             self.kc.stop_channels()
         finally:
             self.km.shutdown_kernel(now=True)
+            shutil.rmtree(self._sockets, ignore_errors=True)
