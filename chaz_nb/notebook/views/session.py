@@ -70,6 +70,7 @@ from .transcript import (  # noqa: F401 - re-exported: the pure transcript lives
     render_text,
 )
 from .transcript import TRANSCRIPT_CSS as _CSS
+from .transcript import count_label, header_html
 from .transcript import entry_type as _type
 
 log = logging.getLogger("chaz_nb.notebook.views.session")
@@ -134,8 +135,11 @@ class SessionView(LiveView):
         stop: Callable[..., Any] | None = None,
         page: int | None = None,
         before_seq: int | None = None,
+        cell: bool = False,
     ) -> None:
         self.store = store
+        #: the view shows one cell's part of a run (a turn): its header counts "entries in this cell"
+        self.cell = cell
         #: the Server's ``request_stop``: with it, the live view has a Stop button (stop_button.py)
         self._stop_request = stop
         self.stop_button: Any = None  # a StopButton while the live widget exists
@@ -162,7 +166,7 @@ class SessionView(LiveView):
         self._sent: dict[str, Any] | None = None  # the bundle the output shows now
         self._sent_seq = after_seq
         self.display_id = f"chaz-{session_id}-{uuid.uuid4().hex[:12]}"
-        self.transcript = Transcript()
+        self.transcript = Transcript(agent=self.info.agent)
         self.stats = _Stats()
         self._loop = loop
         self._loop_thread: int | None = None
@@ -223,6 +227,21 @@ class SessionView(LiveView):
             parts.insert(0, self.title)
         return " · ".join(str(p) for p in parts) + f" · {self.status()}"
 
+    def header_spans(self) -> list[tuple[str, str]]:
+        """The header as the lab renderer draws it: ``(css class, text)`` spans."""
+        i = self.info
+        status = self.status()
+        spans = [("chaz-title", f"Session {i.id}"), ("chaz-agent", str(i.agent)), ("chaz-kind", str(i.kind or ""))]
+        if self.title:
+            spans.append(("chaz-kind chaz-view-title", self.title))
+        if i.parent_id is not None:
+            spans.append(("chaz-parent", f"child of {i.parent_id}"))
+        if i.forked_from is not None:
+            spans.append(("chaz-forked", f"forked from session {i.forked_from} at #{i.forked_at_seq}"))
+        spans.append((f"chaz-status chaz-status-{''.join(c for c in status if c.isalpha())}", status))
+        spans.append(("chaz-count", count_label(len(self.transcript.entries), self.cell)))
+        return spans
+
     # ---------------------------------------------------------- paging
     def _first_page(self) -> list[Any]:
         """What the view shows first: the whole log after ``after_seq``, or its newest page."""
@@ -273,7 +292,7 @@ class SessionView(LiveView):
         self._set_earlier(older[0].seq)
         # fold again from the start: a ToolResult shown finds its ToolCall on the new page
         shown, partial = self.transcript.entries, self.transcript.partial
-        self.transcript = Transcript()
+        self.transcript = Transcript(agent=self.info.agent)
         for entry in [*older, *shown]:
             self.transcript.add(entry)
         self.transcript.partial = partial
@@ -478,7 +497,9 @@ class SessionView(LiveView):
         self._header_widget = w.HTML(self._header_html())
         self._status_widget = w.HTML("")
         if self.footer:
-            self._footer_widget = w.HTML(f"<div class='chaz-s'><div class='chaz-f'>{_esc(self.footer)}</div></div>")
+            self._footer_widget = w.HTML(
+                f"<div class='chaz-transcript chaz-s'><div class='chaz-footer'>{_esc(self.footer)}</div></div>"
+            )
         if self._stop_request is not None:
             from .stop_button import StopButton
 
@@ -502,7 +523,8 @@ class SessionView(LiveView):
                 comm.on_close(lambda _msg: self.close())
 
     def _header_html(self) -> str:
-        return f"{_CSS}<div class='chaz-s'><div class='chaz-h'>{_esc(self.header())}</div></div>"
+        # the frame is the VBox's (.chaz-session-view); the header is the renderer's
+        return f"{_CSS}<div class='chaz-transcript chaz-s'>{header_html(self.header_spans())}</div>"
 
     def _rebuild_rows(self) -> None:
         """Render every row again (rows moved: an earlier page was put in front)."""
@@ -523,7 +545,8 @@ class SessionView(LiveView):
         rows = self.transcript.rows[chunk.start : chunk.start + chunk.rows]
         # a row whose card is a live widget leaves the card to it (one card per request)
         live = self._approval_widgets
-        return "<div class='chaz-s'>" + "".join(r.html(card=r.request_id not in live) for r in rows) + "</div>"
+        inner = "".join(r.html(card=r.request_id not in live) for r in rows)
+        return f"<div class='chaz-transcript chaz-s'>{inner}</div>"
 
     def _chunk_of(self, row: int) -> int:
         for ci, c in enumerate(self._chunks):
@@ -584,7 +607,8 @@ class SessionView(LiveView):
     def _set_children(self) -> None:
         children: list[Any] = []
         if self.earlier and self._earlier_widget is not None:
-            self._earlier_widget.value = f"<div class='chaz-s chaz-st'>{_esc(self.earlier_line())}</div>"
+            line = f"<div class='chaz-earlier'>{_esc(self.earlier_line())}</div>"
+            self._earlier_widget.value = f"<div class='chaz-transcript chaz-s'>{line}</div>"
             children.append(self._earlier_row)
         children.append(self._header_widget)
         for c in self._chunks:
@@ -637,8 +661,8 @@ class SessionView(LiveView):
         """The partial reply (while streamed) and the status line; whether the widget changed."""
         status = self._status_line()
         partial = self.transcript.partial_html()
-        value = f"<div class='chaz-s'>{partial}</div>" if partial else ""
-        value += f"<div class='chaz-s chaz-st'>{_esc(status)}</div>" if status else ""
+        inner = partial + self.transcript.status_html(status)
+        value = f"<div class='chaz-transcript chaz-s'>{inner}</div>" if inner else ""
         if self._status_widget.value != value:
             self._status_widget.value = value
             return True
@@ -669,6 +693,10 @@ class SessionView(LiveView):
             data["session"]["forked_at_seq"] = i.forked_at_seq  # type: ignore[index]
         if self.footer:
             data["footer"] = self.footer
+        if self.title:
+            data["title"] = self.title
+        if self.cell:  # one cell's part of a run: the header counts "entries in this cell"
+            data["scope"] = "cell"
         if self.earlier:  # a page of a longer log: what the renderer's "show earlier" needs
             data["first_seq"] = self.first_seq
             data["earlier"] = self.earlier
@@ -680,11 +708,11 @@ class SessionView(LiveView):
             data["stream"] = {"run_id": run_id, "sender": sender, "text": text}
         return data
 
-    def _static(self, render: Callable[..., str]) -> str:
+    def _static(self, render: Callable[..., str], **kw: Any) -> str:
         t = self.transcript
         saved, t.status = t.status, self._status_line()
         try:
-            return render(self.header(), self.footer or "", self.earlier_line())
+            return render(self.header(), self.footer or "", self.earlier_line(), **kw)
         finally:
             t.status = saved
 
@@ -692,7 +720,7 @@ class SessionView(LiveView):
         return self._static(self.transcript.text)
 
     def html(self) -> str:
-        return self._static(self.transcript.html)
+        return self._static(self.transcript.html, head=header_html(self.header_spans()))
 
     def static_data(self) -> dict[str, Any]:
         return {MIME_TYPE: self.to_json()}

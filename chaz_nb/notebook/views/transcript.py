@@ -25,30 +25,82 @@ SUMMARY_CHARS = 80
 #: characters of a tool's output shown in the unfolded row (the log has all of it)
 DETAIL_CHARS = 4000
 
+#: The look of the JupyterLab renderer (labextension/style/base.css), scoped to ``.chaz-s`` so a
+#: frontend without the lab extension (VS Code, Colab, nbviewer) draws the live and the finished
+#: view the same; in JupyterLab both rule sets apply and agree. Theme colours are --jp-* variables.
 TRANSCRIPT_CSS = (
     "<style>"
-    ".chaz-s{font-family:var(--jp-code-font-family,monospace);font-size:12px;line-height:1.45;"
-    "color:var(--jp-content-font-color1,inherit)}"
-    ".chaz-s .chaz-h{color:var(--jp-ui-font-color2,#666);"
-    "border-bottom:1px solid var(--jp-border-color2,#ddd);margin-bottom:2px}"
-    ".chaz-s .chaz-f{color:var(--jp-ui-font-color2,#666);font-size:11px;margin-top:2px;"
-    "border-top:1px solid var(--jp-border-color2,#ddd)}"
-    ".chaz-s .chaz-r{white-space:pre-wrap;word-break:break-word;margin:1px 0}"
-    ".chaz-s .chaz-who{font-weight:bold}"
-    ".chaz-s .chaz-t{color:var(--jp-ui-font-color3,#888);font-size:10px}"
-    ".chaz-s .chaz-err{color:var(--jp-error-color1,#c00)}"
-    ".chaz-s .chaz-wait{color:var(--jp-warn-color0,#b60);font-style:italic}"
-    ".chaz-s .chaz-st{color:var(--jp-ui-font-color2,#777);font-style:italic}"
-    ".chaz-s details{margin:1px 0 1px 1.5em;color:var(--jp-content-font-color2,#555)}"
-    ".chaz-s details pre{margin:2px 0 2px 1em;white-space:pre-wrap}"
+    ".chaz-s{font-family:var(--jp-ui-font-family,system-ui,sans-serif);font-size:var(--jp-ui-font-size1,13px);"
+    "line-height:1.4;color:var(--jp-ui-font-color1,inherit)}"
+    ".chaz-transcript.chaz-s,.chaz-session-view{border:1px solid var(--jp-border-color2,#ddd);border-radius:4px;"
+    "padding:6px 8px;max-width:100%;box-sizing:border-box}"
+    ".chaz-session-view .chaz-transcript.chaz-s{border:none;padding:0;border-radius:0}"
+    ".chaz-session-view .widget-html,.chaz-session-view .widget-html-content{margin:0;height:auto;"
+    "line-height:inherit}"
+    ".chaz-s .chaz-header{display:flex;flex-wrap:wrap;gap:6px;align-items:baseline;padding-bottom:4px;"
+    "margin-bottom:4px;border-bottom:1px solid var(--jp-border-color2,#ddd)}"
+    ".chaz-s .chaz-title,.chaz-s .chaz-agent{font-weight:600}"
+    ".chaz-s .chaz-agent{color:var(--jp-brand-color1,#1976d2)}"
+    ".chaz-s .chaz-kind,.chaz-s .chaz-parent,.chaz-s .chaz-forked,.chaz-s .chaz-count,.chaz-s .chaz-time{"
+    "color:var(--jp-ui-font-color2,#666);font-size:var(--jp-ui-font-size0,11px)}"
+    ".chaz-s .chaz-time{margin-left:auto}"
+    ".chaz-s .chaz-status{font-size:var(--jp-ui-font-size0,11px);border-radius:8px;padding:0 6px;"
+    "background:var(--jp-layout-color3,#ddd)}"
+    ".chaz-s .chaz-status-running{background:var(--jp-brand-color1,#1976d2);color:#fff}"
+    ".chaz-s .chaz-status-parked{background:var(--jp-warn-color1,#f57c00);color:#fff}"
+    ".chaz-s .chaz-entry{margin:3px 0;padding:3px 6px;border-left:3px solid var(--jp-border-color2,#ddd)}"
+    ".chaz-s .chaz-entry-head{display:flex;gap:6px;align-items:baseline}"
+    ".chaz-s .chaz-badge{font-size:var(--jp-ui-font-size0,11px);font-family:var(--jp-code-font-family,monospace);"
+    "padding:0 4px;border-radius:3px;background:var(--jp-layout-color3,#ddd);color:var(--jp-ui-font-color1,inherit)}"
+    ".chaz-s .chaz-sender{font-weight:600}"
+    ".chaz-s .chaz-content{white-space:pre-wrap;overflow-wrap:anywhere;margin-top:2px}"
+    ".chaz-s .chaz-from-agent{border-left-color:var(--jp-brand-color1,#1976d2)}"
+    ".chaz-s .chaz-type-directive{border-left-color:var(--jp-info-color1,#0288d1)}"
+    ".chaz-s .chaz-type-ack{opacity:.7;font-size:var(--jp-ui-font-size0,11px)}"
+    ".chaz-s .chaz-type-error{border-left-color:var(--jp-error-color1,#d32f2f)}"
+    ".chaz-s .chaz-type-error .chaz-content{color:var(--jp-error-color1,#d32f2f)}"
+    ".chaz-s .chaz-tool{border-left-color:var(--jp-success-color1,#388e3c)}"
+    ".chaz-s .chaz-tool>summary{cursor:pointer;display:list-item}"
+    ".chaz-s .chaz-tool>summary>span{margin-right:6px}"
+    ".chaz-s .chaz-tool-name{font-family:var(--jp-code-font-family,monospace);font-weight:600}"
+    ".chaz-s .chaz-tool-args,.chaz-s .chaz-tool-out{font-family:var(--jp-code-font-family,monospace);"
+    "color:var(--jp-ui-font-color2,#666)}"
+    ".chaz-s .chaz-tool-state{font-size:var(--jp-ui-font-size0,11px);color:var(--jp-success-color0,#1b5e20)}"
+    ".chaz-s .chaz-tool-pending{border-left-color:var(--jp-warn-color1,#f57c00)}"
+    ".chaz-s .chaz-tool-pending .chaz-tool-state{color:var(--jp-warn-color0,#b60)}"
+    ".chaz-s .chaz-tool-error{border-left-color:var(--jp-error-color1,#d32f2f)}"
+    ".chaz-s .chaz-tool-error .chaz-tool-state,.chaz-s .chaz-tool-error .chaz-tool-output{"
+    "color:var(--jp-error-color0,#b71c1c)}"
+    ".chaz-s .chaz-tool-approval{font-size:var(--jp-ui-font-size0,11px);color:var(--jp-ui-font-color2,#666)}"
+    ".chaz-s .chaz-tool-waiting{color:var(--jp-warn-color0,#b60);font-style:italic}"
+    ".chaz-s .chaz-tool-approval.chaz-approval-deny,.chaz-s .chaz-tool-approval.chaz-approval-timed_out{"
+    "color:var(--jp-error-color0,#b71c1c)}"
+    ".chaz-s .chaz-label{font-size:var(--jp-ui-font-size0,11px);color:var(--jp-ui-font-color2,#666);margin-top:4px}"
+    ".chaz-s .chaz-pre{font-family:var(--jp-code-font-family,monospace);font-size:var(--jp-code-font-size,12px);"
+    "white-space:pre-wrap;overflow-wrap:anywhere;margin:2px 0;padding:4px;background:var(--jp-layout-color2,#f5f5f5);"
+    "max-height:24em;overflow:auto}"
+    ".chaz-s .chaz-approval{border-left-color:var(--jp-warn-color1,#f57c00)}"
+    ".chaz-s .chaz-approval.chaz-approval-deny,.chaz-s .chaz-approval.chaz-approval-timed_out{"
+    "color:var(--jp-error-color0,#b71c1c)}"
+    ".chaz-s .chaz-answers,.chaz-s .chaz-status-line{font-size:var(--jp-ui-font-size0,11px);"
+    "color:var(--jp-ui-font-color2,#666);font-style:italic}"
+    ".chaz-s .chaz-partial-kept{white-space:pre-wrap;overflow-wrap:anywhere;color:var(--jp-content-font-color2,#555);"
+    "font-style:italic}"
+    ".chaz-s .chaz-writing{margin-left:.5em;color:var(--jp-ui-font-color3,#888);font-style:italic}"
+    ".chaz-s .chaz-summary{border-left:none;text-align:center}"
+    ".chaz-s .chaz-summary-line{border-top:1px dashed var(--jp-border-color1,#bbb);margin-top:8px}"
+    ".chaz-s .chaz-summary-label{position:relative;top:-.7em;padding:0 6px;background:var(--jp-layout-color1,#fff);"
+    "color:var(--jp-ui-font-color2,#666);font-size:var(--jp-ui-font-size0,11px)}"
+    ".chaz-s .chaz-summary-details{text-align:left}"
+    ".chaz-s .chaz-footer,.chaz-s .chaz-earlier{font-size:var(--jp-ui-font-size0,11px);"
+    "color:var(--jp-ui-font-color2,#666)}"
+    ".chaz-s .chaz-footer{margin-top:4px;padding-top:2px;border-top:1px solid var(--jp-border-color2,#ddd)}"
     ".chaz-s .chaz-card-in{margin-left:1.5em}"
     ".chaz-s .chaz-chip{display:inline-block;margin:1px 4px 1px 0;padding:0 6px;border-radius:8px;"
     "border:1px solid var(--jp-border-color2,#ccc);background:var(--jp-layout-color2,#eee);font-size:11px}"
     + CODE_CSS
     + "</style>"
 )
-
-
 
 
 def entry_type(entry: Any) -> str:
@@ -78,9 +130,10 @@ def _arguments_html(arguments: Any, text: str) -> str:
     numbered code block, else the JSON text."""
     code = code_of(arguments)
     if code is not None:
-        return f"code:{code_html(code)}"
+        return f"<div class='chaz-label'>code</div>{code_html(code)}"
     text = name_hidden(text or _json(arguments))
-    return f"arguments:<pre>{_esc(text[:DETAIL_CHARS])}</pre>"
+    pre = f"<pre class='chaz-pre chaz-tool-arguments'>{_esc(text[:DETAIL_CHARS])}</pre>"
+    return f"<div class='chaz-label'>arguments</div>{pre}"
 
 
 def attachment_names(entry: Any) -> list[str]:
@@ -106,6 +159,63 @@ def _chips_html(entry: Any) -> str:
     return f"<div class='chaz-chips'>{''.join(chips)}</div>" if chips else ""
 
 
+def fmt_duration(ms: Any) -> str:
+    """``6.9 ms``, ``14 ms``, ``9.8 s``, ``2 min 5 s``; empty for a missing duration (as the
+    lab renderer's ``formatDuration``)."""
+    if isinstance(ms, bool) or not isinstance(ms, (int, float)) or ms != ms or ms < 0:
+        return ""
+    if ms < 10:
+        return f"{ms:.1f} ms"
+    if ms < 1000:
+        return f"{round(ms)} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    minutes, rest = divmod(ms, 60_000)
+    return f"{int(minutes)} min {round(rest / 1000)} s"
+
+
+def tool_timing(payload: dict[str, Any]) -> str:
+    """How long a tool call took, its run and the wait for a person named apart:
+    ``ran 6.9 ms after 9.8 s waiting for approval`` (a ToolResult's ``duration_ms`` includes
+    the wait, ``approval_wait_ms``), or ``14 ms`` for a call nobody had to approve."""
+    total = payload.get("duration_ms")
+    if isinstance(total, bool) or not isinstance(total, (int, float)):
+        return ""
+    wait = payload.get("approval_wait_ms")
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or wait <= 0:
+        return fmt_duration(total)
+    return f"ran {fmt_duration(max(total - wait, 0.0))} after {fmt_duration(wait)} waiting for approval"
+
+
+def time_of(created_at: Any) -> str:
+    """``HH:MM:SS`` of an entry's time, as the lab renderer shows it."""
+    text = created_at.isoformat() if hasattr(created_at, "isoformat") else str(created_at or "")
+    i = text.find("T") if "T" in text else text.find(" ")
+    return text[i + 1 : i + 9] if i >= 0 and len(text) >= i + 9 else text
+
+
+def count_label(n: int, cell: bool) -> str:
+    """``6 entries``, or ``3 entries in this cell`` for a view of one cell's part of a run."""
+    return f"{n:,} {'entry' if n == 1 else 'entries'}" + (" in this cell" if cell else "")
+
+
+def entry_head_html(badge: str, sender: Any, created_at: Any = None) -> str:
+    """A row's head: type badge, sender, time (the renderer's ``chaz-entry-head``)."""
+    parts = [f"<span class='chaz-badge chaz-badge-{_esc(badge.lower())}'>{_esc(badge)}</span>"]
+    if sender:
+        parts.append(f"<span class='chaz-sender'>{_esc(sender)}</span>")
+    t = time_of(created_at) if created_at else ""
+    if t:
+        parts.append(f"<span class='chaz-time' title='{_esc(created_at)}'>{_esc(t)}</span>")
+    return f"<div class='chaz-entry-head'>{''.join(parts)}</div>"
+
+
+def header_html(spans: list[tuple[str, str]]) -> str:
+    """The header line: ``(class, text)`` spans, e.g. ``("chaz-title", "Session 3")``."""
+    inner = "".join(f"<span class='{cls}'>{_esc(text)}</span>" for cls, text in spans if text != "")
+    return f"<div class='chaz-header'>{inner}</div>"
+
+
 # ----------------------------------------------------------------- rows
 @dataclass
 class Row:
@@ -123,6 +233,7 @@ class Row:
     result: Any = None  # the ToolResult of a tool row
     request: Any = None  # the ApprovalRequest that gated the call (or of an "approval" row)
     decision: Any = None  # the ApprovalDecision of that request
+    agent: str | None = None  # the session's agent (its rows are marked, another's calls named)
 
     @property
     def request_id(self) -> str | None:
@@ -222,58 +333,52 @@ class Row:
 
         return f"<div class='chaz-card-in'>{card_html(self.card_info(), None)}</div>"
 
-    # -- html
+    # -- html (the lab renderer's rows: labextension/src/transcript.ts)
+    def _state(self) -> str:
+        """``ok · 14 ms``, ``error · ran 6.9 ms after 9.8 s waiting for approval``, ``running…``."""
+        if self.result is None:
+            return "" if (self.open_request or self._denied()) else "running…"
+        rp = self.result.payload or {}
+        state = "error" if rp.get("is_error") else "ok"
+        timing = tool_timing(rp)
+        return f"{state} · {timing}" if timing else state
+
     def html(self, card: bool = True) -> str:
         e = self.entry
         if self.kind == "tool":
-            payload = e.payload or {}
-            args = _json(payload.get("arguments", ""))
-            name = _esc(self._tool_name())
-            call = _esc(self._call(args))
-            note = self._approval_note()
-            gate = ""
-            if note:
-                cls = "chaz-wait" if self.open_request else ("chaz-err" if self._denied() else "chaz-t")
-                gate = f" <span class='{cls}'>{_esc(note)}</span>"
-            shown_args = _arguments_html(payload.get("arguments", ""), args)
-            if self.result is None:
-                state = "" if (self.open_request or self._denied()) else " <i>running…</i>"
-                summary = f"⚙ <b>{name}</b>{call}{gate}{state}"
-                body = shown_args
-            else:
-                rp = self.result.payload or {}
-                out = str(rp.get("output", self.result.content))
-                err = bool(rp.get("is_error"))
-                arrow = '<span class="chaz-err">→ error:</span>' if err else "→"
-                summary = (
-                    f"⚙ <b>{name}</b>{call}{gate} {arrow} "
-                    f"{_esc(_short(out, SUMMARY_CHARS))}"
-                )
-                dur = rp.get("duration_ms")
-                took = f" <span class='chaz-t'>({_esc(dur)} ms)</span>" if dur is not None else ""
-                if rp.get("edited"):  # approved with edits: what the tool ran with
-                    shown_args += "edited by the approver to:" + _arguments_html(rp.get("arguments"), "")
-                body = f"{shown_args}output{took}:<pre>{_esc(out[:DETAIL_CHARS])}</pre>"
-            row = f"<details class='chaz-tool'><summary>{summary}</summary>{body}</details>"
-            if card and self.open_request:
-                row += self._card_html()
-            return row
-        who = f"<span class='chaz-who'>{_esc(e.sender)}</span>"
-        if self.kind == "error":
-            return f"<div class='chaz-r chaz-err'>✗ {who}: {_esc(e.content)}</div>"
-        if self.kind == "directive":
-            return (
-                f"<div class='chaz-r'>{who} <span class='chaz-t'>directive</span> "
-                f"{_esc(e.content)}</div>"
-            )
+            return self._tool_html(card)
+        sender = e.sender
+        if self.kind in ("message", "directive", "error", "other"):
+            t = entry_type(e) or "Entry"
+            cls = f"chaz-entry chaz-type-{_esc(t.lower())}"
+            if self.agent and sender == self.agent:
+                cls += " chaz-from-agent"
+            chips = _chips_html(e) if self.kind == "message" else ""
+            body = f"<div class='chaz-content'>{_esc(e.content)}</div>" if e.content else ""
+            head = entry_head_html(t, sender, e.created_at)
+            return f"<div class='{cls}' data-type='{_esc(t)}'>{head}{body}{chips}</div>"
         if self.kind == "summary":
-            return f"<div class='chaz-r chaz-st'>— summary: {_esc(e.content)}</div>"
-        if self.kind == "message":
-            return f"<div class='chaz-r'>{who}: {_esc(e.content)}{_chips_html(e)}</div>"
+            return (
+                "<div class='chaz-entry chaz-summary' data-type='Summary'><div class='chaz-summary-line'>"
+                "<span class='chaz-summary-label'>Summary (context starts here)</span></div>"
+                "<details class='chaz-summary-details'><summary>summary text</summary>"
+                f"<div class='chaz-content'>{_esc(e.content)}</div></details></div>"
+            )
         if self.kind == "answers":
-            return f"<div class='chaz-r chaz-st'>&nbsp;&nbsp;↳ {who} {_esc(_answers_phrase(e))}</div>"
+            return (
+                f"<div class='chaz-entry chaz-type-ack' data-type='Ack'>{entry_head_html('Ack', sender, e.created_at)}"
+                f"<div class='chaz-answers'>↳ {_esc(_answers_phrase(e))}</div></div>"
+            )
         if self.kind == "closed":
-            return f"<div class='chaz-r chaz-st chaz-closed'>{_esc(_closed_text(e))}</div>"
+            p = e.payload or {}
+            kept = p.get("partial_text")
+            extra = f"<div class='chaz-partial-kept'>it had written: {_esc(kept)}</div>" if kept else ""
+            stopped = " chaz-stopped" if p.get("status") == "cancelled" else ""
+            return (
+                f"<div class='chaz-entry chaz-type-ack chaz-closed{stopped}' data-type='Ack'>"
+                f"{entry_head_html('Ack', sender, e.created_at)}<div class='chaz-content'>{_esc(e.content)}</div>"
+                f"{extra}</div>"
+            )
         if self.kind == "approval":
             if self.open_request:
                 return self._card_html() if card else ""
@@ -281,17 +386,70 @@ class Row:
             decision = self.decision
             if decision is None and entry_type(e) == "ApprovalDecision":
                 decision = e
-            cls = "chaz-r chaz-ap-row"
-            if decision is not None and (decision.payload or {}).get("decision") in ("deny", "timed_out"):
-                cls += " chaz-err"
+            outcome = str((decision.payload or {}).get("decision") or "decided") if decision is not None else "pending"
             line = _approval_line(source)
             if self.request is not None:
                 line += f" · {self._approval_note()}"
-            return f"<div class='{cls}'>&nbsp;&nbsp;{_esc(line)}</div>"
-        return (
-            f"<div class='chaz-r'><span class='chaz-t'>{_esc(entry_type(e))}</span> {who}: "
-            f"{_esc(e.content)}</div>"
+            cls = "chaz-entry chaz-approval chaz-approval-" + "".join(c for c in outcome if c.isalpha() or c == "_")
+            return (
+                f"<div class='{cls}' data-type='{_esc(entry_type(source))}'>"
+                f"{entry_head_html('Approval', sender, e.created_at)}<div class='chaz-content'>{_esc(line)}</div></div>"
+            )
+        return f"<div class='chaz-entry'>{_esc(e.content)}</div>"  # pragma: no cover - every kind is above
+
+    def _tool_html(self, card: bool) -> str:
+        e = self.entry
+        payload = e.payload or {}
+        args = _json(payload.get("arguments", ""))
+        cls = "chaz-entry chaz-tool"
+        rp = (self.result.payload or {}) if self.result is not None else {}
+        if rp.get("is_error"):
+            cls += " chaz-tool-error"
+        if self.result is None:
+            cls += " chaz-tool-pending"
+        parts = [
+            "<span class='chaz-badge chaz-badge-tool'>Tool</span>",
+            f"<span class='chaz-tool-name'>{_esc(self._tool_name())}</span>",
+        ]
+        call = self._call(args)
+        if call:
+            parts.append(f"<span class='chaz-tool-args'>{_esc(call)}</span>")
+        note = self._approval_note()
+        if note:
+            if self.open_request:
+                ncls = "chaz-tool-approval chaz-tool-waiting"
+            else:
+                d = str(((self.decision.payload or {}) if self.decision is not None else {}).get("decision") or "")
+                ncls = "chaz-tool-approval" + (f" chaz-approval-{_esc(d)}" if d else "")
+            parts.append(f"<span class='{ncls}'>{_esc(note)}</span>")
+        state = self._state()
+        if state:
+            parts.append(f"<span class='chaz-tool-state'>{_esc(state)}</span>")
+        if self.result is not None:
+            out = str(rp.get("output", self.result.content))
+            parts.append(f"<span class='chaz-tool-out'>→ {_esc(_short(out, SUMMARY_CHARS))}</span>")
+        who = e.sender
+        if who and self.agent and who != self.agent:  # a call by another agent than the session's: say whose
+            parts.append(f"<span class='chaz-tool-by'>called by {_esc(who)}</span>")
+        body = ""
+        if entry_type(e) == "ToolCall":
+            body += _arguments_html(payload.get("arguments", ""), args)
+        if rp.get("edited"):  # approved with edits: what the tool ran with
+            body += "<div class='chaz-label'>edited by the approver to</div>" + _arguments_html(rp.get("arguments"), "")
+        if self.result is not None:
+            out = str(rp.get("output", self.result.content))
+            label = "error" if rp.get("is_error") else "output"
+            body += (
+                f"<div class='chaz-label'>{label}</div>"
+                f"<pre class='chaz-pre chaz-tool-output'>{_esc(out[:DETAIL_CHARS])}</pre>"
+            )
+        row = (
+            f"<details class='{cls}' data-type='ToolCall'><summary class='chaz-tool-summary'>{''.join(parts)}"
+            f"</summary><div class='chaz-tool-body'>{body}</div></details>"
         )
+        if card and self.open_request:
+            row += self._card_html()
+        return row
 
 
 def closes_run(ack: Any) -> bool:
@@ -345,7 +503,9 @@ _KINDS = {
 class Transcript:
     """Folds a stream of entries into rows, plus the Ack status line (pure, no widgets)."""
 
-    def __init__(self) -> None:
+    def __init__(self, agent: str | None = None) -> None:
+        #: the session's agent: its rows are marked as the agent's (``chaz-from-agent``)
+        self.agent = agent
         self.rows: list[Row] = []
         self.entries: list[Any] = []
         self._tool_rows: dict[str, int] = {}
@@ -358,6 +518,9 @@ class Transcript:
         #: the reply being written (not an entry): ``(run_id, sender, text so far)``
         self.partial: tuple[int, str, str] | None = None
 
+    def _row(self, kind: str, entry: Any, **kw: Any) -> Row:
+        return Row(kind, entry, agent=self.agent, **kw)
+
     def add(self, entry: Any) -> list[int]:
         """Add one entry; return the indexes of the rows it created or changed."""
         self.entries.append(entry)
@@ -368,7 +531,7 @@ class Transcript:
             self.status = self._working = None
             if self.partial is not None and entry.sender == self.partial[1]:
                 self.partial = None  # a stopped run's text so far is in its Ack (payload.partial_text)
-            self.rows.append(Row("closed", entry))
+            self.rows.append(self._row("closed", entry))
             return [len(self.rows) - 1]
         if t == "Ack":
             # Shown as a status line, replaced by the reply (or the error) when it comes.
@@ -376,14 +539,14 @@ class Transcript:
             self._steps = 1
             self.status = f"{entry.sender} is working… step 1"
             if answers_together(entry):
-                self.rows.append(Row("answers", entry))
+                self.rows.append(self._row("answers", entry))
                 return [len(self.rows) - 1]
             return []
         if t == "ToolCall":
             if self.status and last not in ("ToolCall", "ApprovalRequest", "ApprovalDecision"):
                 self._steps += 1  # a batch of tool calls: the model takes another step after it
                 self.status = f"{self._working} is working… step {self._steps}"
-            self.rows.append(Row("tool", entry))
+            self.rows.append(self._row("tool", entry))
             if entry.tool_call_id:
                 self._tool_rows[entry.tool_call_id] = len(self.rows) - 1
             return [len(self.rows) - 1]
@@ -392,7 +555,7 @@ class Transcript:
             if idx is not None:
                 self.rows[idx].result = entry
                 return [idx]
-            self.rows.append(Row("tool", entry, result=entry))  # a result without its call
+            self.rows.append(self._row("tool", entry, result=entry))  # a result without its call
             return [len(self.rows) - 1]
         if t == "ApprovalRequest":
             rid = (entry.payload or {}).get("request_id")
@@ -400,7 +563,7 @@ class Transcript:
             if idx is not None and self.rows[idx].request is None and self.rows[idx].result is None:
                 self.rows[idx].request = entry  # the gated call: one row, the card under it
             else:  # a request whose call this view did not see
-                self.rows.append(Row("approval", entry, request=entry))
+                self.rows.append(self._row("approval", entry, request=entry))
                 idx = len(self.rows) - 1
             if rid:
                 self.request_rows[rid] = idx
@@ -413,7 +576,7 @@ class Transcript:
             asker = (row.request.payload or {}).get("agent", row.request.sender) if row is not None else None
             if row is None and entry.tool_call_id and entry.tool_call_id not in self._tool_rows:
                 # the decision on a call an earlier cell's view shows: this row gets its result
-                self.rows.append(Row("tool", entry, decision=entry))
+                self.rows.append(self._row("tool", entry, decision=entry))
                 idx = len(self.rows) - 1
                 self._tool_rows[entry.tool_call_id] = idx
                 if p.get("request_id"):
@@ -430,11 +593,12 @@ class Transcript:
             self.partial = None  # the entry replaces the text streamed so far
         # an Error ends the run, except a note written while it goes on (a failed MCP server)
         ends = (t == "Error" and not (entry.payload or {}).get("note")) or (
-            t == "Message" and entry.sender == self._working)
+            t == "Message" and entry.sender == self._working
+        )
         if self.status and ends:
             self.status = None
             self._working = None
-        self.rows.append(Row(kind, entry))
+        self.rows.append(self._row(kind, entry))
         return [len(self.rows) - 1]
 
     @property
@@ -452,9 +616,14 @@ class Transcript:
         if not self.partial:
             return ""
         _, sender, text = self.partial
-        # styled inline: the shared _CSS stays as saved notebooks have it
-        return (f"<div class='chaz-r chaz-partial' style='opacity:.85'><span class='chaz-who'>{_esc(sender)}"
-                f"</span>: {_esc(text)}<span class='chaz-t'> ▍</span></div>")
+        return (
+            f"<div class='chaz-entry chaz-partial chaz-from-agent'><span class='chaz-sender'>{_esc(sender)}"
+            f"</span> <span class='chaz-content'>{_esc(text)}</span><span class='chaz-writing'>writing…</span></div>"
+        )
+
+    def status_html(self, status: str | None) -> str:
+        """The run's progress line (``assistant is working… step 2``) under the rows."""
+        return f"<div class='chaz-status-line'>{_esc(status)}</div>" if status else ""
 
     def text(self, header: str = "", footer: str = "", earlier: str = "") -> str:
         lines = [earlier] if earlier else []
@@ -468,22 +637,25 @@ class Transcript:
             lines.append(footer)
         return "\n".join(lines)
 
-    def html(self, header: str = "", footer: str = "", earlier: str = "") -> str:
-        parts = [TRANSCRIPT_CSS, "<div class='chaz-s'>"]
+    def html(self, header: str = "", footer: str = "", earlier: str = "", *, head: str | None = None) -> str:
+        """The whole transcript in the renderer's frame: ``head`` (``header_html``) or a plain
+        ``header`` line, the rows, the streamed text, the status line, the footer."""
+        parts = [TRANSCRIPT_CSS, "<div class='chaz-transcript chaz-s'>"]
+        if head is not None:
+            parts.append(head)
+        elif header:
+            parts.append(header_html([("chaz-title", header)]))
         if earlier:
-            parts.append(f"<div class='chaz-h chaz-earlier'>{_esc(earlier)}</div>")
-        if header:
-            parts.append(f"<div class='chaz-h'>{_esc(header)}</div>")
+            parts.append(f"<div class='chaz-earlier'>{_esc(earlier)}</div>")
+        parts.append("<div class='chaz-entries'>")
         parts += [r.html() for r in self.rows]
         parts.append(self.partial_html())
-        if self.status:
-            parts.append(f"<div class='chaz-r chaz-st'>{_esc(self.status)}</div>")
+        parts.append(self.status_html(self.status))
+        parts.append("</div>")
         if footer:
-            parts.append(f"<div class='chaz-f'>{_esc(footer)}</div>")
+            parts.append(f"<div class='chaz-footer'>{_esc(footer)}</div>")
         parts.append("</div>")
         return "".join(parts)
-
-
 
 
 def render_text(entries: Iterable[Any], header: str = "") -> str:
