@@ -297,6 +297,8 @@ re-rendering its static bundle).
         self.edit_button.on_click(self.toggle_editor)
         self.edit_button.add_class("chaz-ap-edit")
         self.buttons["approve_edited"].add_class("chaz-ap-approve-edited")
+        # one colour for Approve in the cell and in the sidebar: --chaz-approve-color (base.css)
+        self.buttons["approve"].add_class("chaz-ap-approve")
         lines = edit_text(self.info.get("arguments_display")).count("\n") + 2
         self.editor = w.Textarea(layout=w.Layout(width="98%", height=f"{min(max(lines, 4), 30) * 1.4 + 1:.0f}em",
                                                  display="none"))
