@@ -573,3 +573,11 @@ def test_the_live_widget_has_the_same_frame_and_header_as_the_finished_view(stor
         view.close()
     finally:
         loop.close()
+
+
+def test_a_finished_view_does_not_say_the_agent_is_working(store):
+    sid = store.create_session("calc")
+    store.append(sid, EntryType.MESSAGE, "user", "hi")
+    store.append(sid, EntryType.ACK, "calc", "calc is working")  # a run whose reply this view never got
+    data = SessionView(store, sid, status=FakeStatus("idle")).bundle()
+    assert "working" not in data["text/plain"] and "working" not in data["text/html"]

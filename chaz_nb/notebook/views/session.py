@@ -653,7 +653,10 @@ class SessionView(LiveView):
     def _status_line(self) -> str | None:
         """The line under the rows: the run's progress; nothing while parked (the tool row says
         "waiting for approval" and the card says what to do)."""
-        if self.status() == "parked" and self.transcript.open_requests():
+        status = self.status()
+        if status == "idle":  # a run that is over is not "working" (its Ack may have no reply here)
+            return None
+        if status == "parked" and self.transcript.open_requests():
             return None
         return self.transcript.status
 
