@@ -159,6 +159,21 @@ def _chips_html(entry: Any) -> str:
     return f"<div class='chaz-chips'>{''.join(chips)}</div>" if chips else ""
 
 
+def args_preview(arguments: Any, limit: int = SUMMARY_CHARS) -> str:
+    """One line of a call's arguments as the lab renderer's ``argsPreview``: ``a=1, b="x"``,
+    cut at ``limit`` characters, hidden characters named."""
+    if isinstance(arguments, dict):
+        text = ", ".join(
+            f"{k}={json.dumps(v, ensure_ascii=False, separators=(',', ':'), default=str)}" for k, v in arguments.items()
+        )
+    elif arguments is None:
+        text = ""
+    else:
+        text = " ".join(_json(arguments).split())
+    text = name_hidden(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def fmt_duration(ms: Any) -> str:
     """``6.9 ms``, ``14 ms``, ``9.8 s``, ``2 min 5 s``; empty for a missing duration (as the
     lab renderer's ``formatDuration``)."""
@@ -411,9 +426,9 @@ class Row:
             "<span class='chaz-badge chaz-badge-tool'>Tool</span>",
             f"<span class='chaz-tool-name'>{_esc(self._tool_name())}</span>",
         ]
-        call = self._call(args)
-        if call:
-            parts.append(f"<span class='chaz-tool-args'>{_esc(call)}</span>")
+        if entry_type(e) == "ToolCall":
+            preview = args_preview(payload.get("arguments", ""))
+            parts.append(f"<span class='chaz-tool-args'>({_esc(preview)})</span>")
         note = self._approval_note()
         if note:
             if self.open_request:
