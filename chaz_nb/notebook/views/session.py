@@ -69,8 +69,8 @@ from .transcript import (  # noqa: F401 - re-exported: the pure transcript lives
     render_html,
     render_text,
 )
-from .transcript import TRANSCRIPT_CSS as _CSS
-from .transcript import count_label, header_html
+from .look import TRANSCRIPT_CSS as _CSS
+from .look import count_label, header_html
 from .transcript import entry_type as _type
 
 log = logging.getLogger("chaz_nb.notebook.views.session")
