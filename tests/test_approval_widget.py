@@ -464,7 +464,8 @@ async def test_the_session_view_shows_code_calls_as_code_and_what_the_approver_e
     server, handle = await start_code(store, "import os\nos.remove('<x>')")
     view = SessionView(store, handle.session_id)
     page = view.html()
-    assert "<div class='chaz-label'>code</div><pre class='chaz-code'>" in page and "os.remove(&#x27;&lt;x&gt;&#x27;)" in page
+    assert "<div class='chaz-label'>code</div><pre class='chaz-code'>" in page
+    assert "os.remove(&#x27;&lt;x&gt;&#x27;)" in page
     [req] = server.pending_approvals()
     assert server.decide(req["request_id"], "approve", arguments={"code": "print('kept')"})[0]
     await handle.wait()
