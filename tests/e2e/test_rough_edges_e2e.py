@@ -73,6 +73,18 @@ LOOK = """([cell, frameSel]) => {
 }"""
 
 
+#: the resolved --chaz-approve-color, and the background of the cell's and the sidebar's Approve
+COLOURS = """() => {
+    const probe = document.createElement('div');
+    probe.style.backgroundColor = 'var(--chaz-approve-color)';
+    document.body.appendChild(probe);
+    const want = getComputedStyle(probe).backgroundColor;
+    probe.remove();
+    const bg = sel => getComputedStyle(document.querySelector(sel)).backgroundColor;
+    return {want, cell: bg('.jp-Cell button.chaz-ap-approve'), side: bg('#chaz-sidebar button.chaz-approve')};
+}"""
+
+
 def _code(source: str) -> dict:
     return {"cell_type": "code", "source": source, "outputs": [], "execution_count": None}
 
@@ -120,26 +132,24 @@ def test_the_rough_edges_are_gone(lab):
     assert live is not None, "the live view has no .chaz-header"
     assert live["status"] == "parked" and live["title"].startswith("Session ") and live["agent"] == "analyst"
     assert live["count"].endswith("entries in this cell")
+    # the cell's Approve is not cut ("Appro…"): its label fits its button
+    approve = turn.locator("button.chaz-ap-approve")
+    assert approve.evaluate("b => b.scrollWidth <= b.clientWidth + 1"), approve.evaluate("b => b.outerHTML")
     _keep(lab, "live-parked-light")
 
     # 5. Approve: one colour in the cell and in the sidebar, --chaz-approve-color
     lab.palette("Chaz: show sessions")
     lab.wait_sidebar_status("connected", timeout=60)
     _wait(lambda: lab.pending_cards().count() == 1, what="the request in the sidebar")
-    colours = page.evaluate(
-        """() => {
-            const probe = document.createElement('div');
-            probe.style.backgroundColor = 'var(--chaz-approve-color)';
-            document.body.appendChild(probe);
-            const want = getComputedStyle(probe).backgroundColor;
-            probe.remove();
-            const bg = sel => getComputedStyle(document.querySelector(sel)).backgroundColor;
-            return {want, cell: bg('.jp-Cell button.chaz-ap-approve'), side: bg('#chaz-sidebar button.chaz-approve')};
-        }"""
-    )
+    colours = page.evaluate(COLOURS)
     assert colours["cell"] == colours["side"] == colours["want"], colours
     assert colours["want"] not in ("rgba(0, 0, 0, 0)", "")
     _keep(lab, "approve-colour-cell-and-sidebar-light")
+    _set_theme(lab, "JupyterLab Dark")  # the live view and both Approve buttons in the dark theme
+    dark_colours = page.evaluate(COLOURS)
+    assert dark_colours["cell"] == dark_colours["side"] == dark_colours["want"], dark_colours
+    _keep(lab, "live-parked-dark")
+    _set_theme(lab, "JupyterLab Light")
 
     turn.locator("button.chaz-ap-approve").click()
     finished = turn.locator(".chaz-session-output .chaz-transcript")
@@ -196,7 +206,6 @@ def test_the_rough_edges_are_gone(lab):
         "() => [...document.querySelectorAll('.jp-Cell')[4].querySelectorAll('.chaz-audit td')]"
         ".every(td => getComputedStyle(td).whiteSpace === 'nowrap')"
     )
-    _keep(lab, "sql-and-audit-light")
 
     # the dark theme: theme variables only (light text, no white frames)
     _set_theme(lab, "JupyterLab Dark")
@@ -211,9 +220,9 @@ def test_the_rough_edges_are_gone(lab):
     assert sum(_rgb(dark["text"])) > 3 * 150, dark
     assert sum(_rgb(dark["border"])) < 3 * 160, dark
     assert sum(_rgb(dark["head"])) < 3 * 100, dark
+    page.set_viewport_size({"width": 1100, "height": 1400})  # the whole notebook in one picture
     turn.scroll_into_view_if_needed()
-    _keep(lab, "finished-dark")
-    cells.nth(4).scroll_into_view_if_needed()
-    _keep(lab, "sql-and-audit-dark")
+    _keep(lab, "finished-sql-audit-dark")
     _set_theme(lab, "JupyterLab Light")
+    _keep(lab, "finished-sql-audit-light")
     assert lab.page_errors == []

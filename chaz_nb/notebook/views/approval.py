@@ -274,7 +274,7 @@ re-rendering its static bundle).
         self._head = w.HTML(self._card_html(buttons_hint=False))
         self.buttons = {
             "approve": w.Button(description="Approve", button_style="success", icon="check",
-                                layout=w.Layout(width="auto"), tooltip="Run this call once"),
+                                layout=w.Layout(width="auto", flex="0 0 auto"), tooltip="Run this call once"),
             "deny": w.Button(description="Deny", button_style="danger", icon="times",
                              tooltip="Do not run it; the agent is told (with the reason)"),
             "approve_all": w.Button(description="Approve all calls to this tool in this session",
