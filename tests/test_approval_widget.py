@@ -464,12 +464,13 @@ async def test_the_session_view_shows_code_calls_as_code_and_what_the_approver_e
     server, handle = await start_code(store, "import os\nos.remove('<x>')")
     view = SessionView(store, handle.session_id)
     page = view.html()
-    assert "code:<pre class='chaz-code'>" in page and "os.remove(&#x27;&lt;x&gt;&#x27;)" in page
+    assert "<div class='chaz-label'>code</div><pre class='chaz-code'>" in page
+    assert "os.remove(&#x27;&lt;x&gt;&#x27;)" in page
     [req] = server.pending_approvals()
     assert server.decide(req["request_id"], "approve", arguments={"code": "print('kept')"})[0]
     await handle.wait()
     page = SessionView(store, handle.session_id).html()
-    assert "edited by the approver to:" in page and "print(&#x27;kept&#x27;)" in page
+    assert "<div class='chaz-label'>edited by the approver to</div>" in page and "print(&#x27;kept&#x27;)" in page
     assert ran == [("code", "print('kept')")]
 
 
@@ -483,3 +484,33 @@ async def test_a_huge_deny_reason_in_the_card_is_refused_in_one_line_and_the_car
     w.reason.value = "too long, sorry"
     w.buttons["deny"].click()
     assert "denied by the user: too long, sorry" in (await handle.wait()).content
+
+
+def test_approve_has_one_colour_in_the_cell_and_in_the_sidebar():
+    """Issue 26 §5: Approve was green in the cell (ipywidgets success) and blue in the sidebar
+    (jp-mod-accept); both now take --chaz-approve-color from the lab extension's base.css."""
+    import pathlib
+    import re
+
+    class Fake:
+        class store:
+            @staticmethod
+            def subscribe(cb):
+                return lambda: None
+
+        approvals = None
+
+        def decide(self, *a, **k):
+            return False, "nope"
+
+    w = ApprovalWidget(Fake(), {"request_id": "r1", "tool_name": "t", "agent": "a", "session_id": 1,
+                                "risk_level": "low", "arguments_display": {}})
+    assert "chaz-ap-approve" in w.buttons["approve"]._dom_classes
+    w.close()
+    css = (pathlib.Path(__file__).parent.parent / "labextension/style/base.css").read_text()
+    assert re.search(r"--chaz-approve-color:\s*var\(--jp-", css)
+    rule = re.search(r"([^{}]*)\{\s*background-color:\s*var\(--chaz-approve-color\)", css)
+    assert rule, "no rule paints buttons with --chaz-approve-color"
+    selectors = rule.group(1)
+    assert ".chaz-panel button.jp-mod-styled.chaz-approve" in selectors  # the sidebar's Approve
+    assert ".jupyter-button.widget-button.chaz-ap-approve" in selectors  # the cell's Approve

@@ -140,7 +140,7 @@ async def test_totals_line(scenario, store):
 
 
 def test_unpriced_runs_make_the_cost_unknown():
-    assert Totals(tokens=7, cost=None).text().endswith("7 tokens · cost unknown")
+    assert Totals(tokens=7, cost=None).text().endswith("7 tokens · cost n/a")
     assert Totals(cost=0.5, unpriced=2).text().endswith("cost $0.5000 (+2 runs without a price)")
     assert (
         Totals(calls=1, tool_ms=12_345.0, cost=0.0).text()
@@ -285,3 +285,18 @@ async def test_a_finished_session_view_leaves_its_static_output(store, outputs):
     assert WIDGET_MIME not in data and "calc: echo: hello" in data["text/plain"]
     assert metadata == {"chaz_nb": {"static_fallback": True}}
 
+
+
+def test_nothing_priced_reads_n_a_not_zero_dollars():
+    """Issue 26 §5: six runs of a model without a price (and free offline runs) read
+    ``cost n/a (6 runs without a price)``, not ``cost $0.0000 (+6 runs without a price)``."""
+    assert Totals(cost=0.0, unpriced=6).text().endswith("cost n/a (6 runs without a price)")
+    assert Totals(cost=None, unpriced=1).text().endswith("cost n/a (1 run without a price)")
+    assert Totals(cost=0.25, unpriced=6).text().endswith("cost $0.2500 (+6 runs without a price)")
+
+
+def test_audit_cells_do_not_wrap_and_the_table_scrolls_sideways():
+    from chaz_nb.notebook.views import audit
+
+    assert "white-space:nowrap" in audit._CSS.split(".chaz-audit .chaz-io{")[1].split("}")[0]
+    assert "word-break:break-word" not in audit._CSS

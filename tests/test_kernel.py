@@ -135,7 +135,7 @@ def test_interrupt_stops_waiting_but_not_the_run(kernel):
     msg_id = kernel.send_execute("%chaz @sleeper long nap")
     # the waiting cell's view shows the nap's ToolCall: the run is in the tool
     kernel.wait_for(lambda m: m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "comm_msg"
-                    and "<b>nap</b>" in str(m["content"]["data"].get("state", {}).get("value", "")))
+                    and "chaz-tool-name'>nap<" in str(m["content"]["data"].get("state", {}).get("value", "")))
     t0 = time.monotonic()
     kernel.km.interrupt_kernel()
     r = kernel.collect(msg_id)

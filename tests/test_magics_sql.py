@@ -268,3 +268,22 @@ def test_audit_magic_shows_the_tool_calls_and_unload_unsubscribes(chaz, capsys):
     ip.run_line_magic("unload_ext", "chaz_nb")
     assert not view.following
     ip.run_line_magic("load_ext", "chaz_nb")  # for the fixture's unload
+
+
+def test_cells_do_not_wrap_and_floats_are_formatted(chaz):
+    """Issue 26 §5: a 16-column result broke words (``ses/sio/n_i/d``) and showed
+    ``6.9099999999998545``: cells stay on one line (the box scrolls sideways) and numbers read."""
+    from decimal import Decimal
+
+    from chaz_nb.notebook.magics.sql import _CSS, fmt_number
+
+    table = sql("SELECT 6.9099999999998545::DOUBLE AS duration_ms, 3 AS n, 'x' AS s, 0.1 + 0.2 AS f")
+    html = table._repr_html_()
+    assert "6.9099999999998545" not in html and "<td class='chaz-num'>6.91</td>" in html
+    assert "<td class='chaz-num'>3</td>" in html and "<td>x</td>" in html
+    assert "6.91" in table.text() and "0.3" in table.text().splitlines()[1]
+    cell_rule = _CSS.split("table.dataframe td{")[1].split("}")[0]
+    assert "white-space:nowrap" in cell_rule and "word-break" not in cell_rule
+    assert "overflow:auto" in _CSS.split(".chaz-sql{")[1].split("}")[0]
+    assert fmt_number(1e-7) == "1e-07" and fmt_number(2.5e16) == "2.5e+16"
+    assert fmt_number(Decimal("1.50")) == "1.5" and fmt_number(-0.0) == "0" and fmt_number(12.0) == "12"

@@ -51,7 +51,7 @@ def test_tool_call_and_result_fold_into_one_row():
     text = t.text()
     assert '  ⚙ add({"a": 2, "b": 3}) → 5' in text
     html = t.html()
-    assert html.count("<details") == 1 and "<summary>" in html
+    assert html.count("<details") == 1 and "<summary" in html
     assert "1.5 ms" in html
 
 
@@ -76,7 +76,7 @@ def test_error_is_red_and_clears_the_status():
     t.add(entry(2, "Ack", "a", "a is working"))
     t.add(entry(3, "Error", "a", "model call failed: boom"))
     assert t.status is None
-    assert "chaz-err" in t.html()
+    assert "chaz-type-error" in t.html()
     assert "✗ a: model call failed: boom" in t.text()
 
 
@@ -128,14 +128,14 @@ def test_a_code_call_unfolds_as_a_numbered_code_block_with_hidden_characters_nam
     es = [entry(1, "ToolCall", "ana", "", tool_call_id="k", tool_name="kernel__run",
                 payload={"arguments": {"code": code}})]
     html = render_html(es)
-    assert "code:<pre class='chaz-code'>" in html
+    assert "<div class='chaz-label'>code</div><pre class='chaz-code'>" in html
     assert "<span class='chaz-code-no'>2</span>print(&#x27;&lt;U+202E&gt;&#x27; + &#x27;&lt;i&gt;&#x27;)" in html
     assert "\u202e" not in html
     # two arguments, one called code: JSON as for any tool
     es = [entry(1, "ToolCall", "ana", "", tool_call_id="k", tool_name="t",
                 payload={"arguments": {"code": "x\u200b", "y": 1}})]
     html = render_html(es)
-    assert "chaz-code'" not in html and "arguments:<pre>" in html
+    assert "chaz-code'" not in html and "<div class='chaz-label'>arguments</div><pre" in html
     assert "x&lt;U+200B&gt;" in html and "\u200b" not in html and "\u200b" not in render_text(es)
 
 
@@ -239,7 +239,7 @@ def test_a_burst_of_1000_entries_a_second_is_batched_and_nothing_is_dropped(stor
         assert view.stats.widget_sends <= 3 * view.stats.flushes + 20
         assert view.stats.max_send_chars < 50 * 400
         rendered = "".join(c.widget.value for c in view._chunks)
-        assert rendered.count("class='chaz-r'") == 1000
+        assert rendered.count("data-type='Message'") == 1000
         assert "<script" not in rendered
         status.value = "idle"
         view.flush(final=True)
@@ -503,3 +503,81 @@ def test_the_session_json_clips_each_string_so_a_huge_tool_output_does_not_fill_
     assert len(json.dumps(mime)) < 3 * labcomm.PAGE_TEXT_MAX
     assert entry["content"].startswith("z" * 1000) and entry["content"].endswith("(800000 more characters)")
     assert entry["payload"]["is_error"] is False and entry["payload"]["output"].endswith("more characters)")
+
+
+# ---------------------------------------------------------------- issue 26 §5: rough edges
+def approved_turn(wait_ms=9800.0, ran_ms=6.9):
+    """A call a person approved after ``wait_ms``; the ToolResult's duration_ms includes the wait."""
+    return [
+        entry(1, "Message", "user", "drop rows"),
+        entry(2, "ToolCall", "analyst", "drop_rows({})", tool_call_id="c1", tool_name="drop_rows",
+              payload={"arguments": {}}),
+        entry(3, "ToolResult", "analyst", "drop_rows: done", tool_call_id="c1", tool_name="drop_rows",
+              payload={"output": "done", "is_error": False, "duration_ms": wait_ms + ran_ms,
+                       "approval_wait_ms": wait_ms, "approval": "approved", "decided_by": "user"}),
+    ]
+
+
+def test_an_approved_call_names_its_run_and_its_wait_apart():
+    t = Transcript(agent="analyst")
+    for e in approved_turn():
+        t.add(e)
+    html = t.html()
+    assert "<span class='chaz-tool-state'>ok · ran 6.9 ms after 9.8 s waiting for approval</span>" in html
+    plain = Transcript(agent="calc")
+    for e in turn():
+        plain.add(e)
+    assert "<span class='chaz-tool-state'>ok · 1.5 ms</span>" in plain.html()  # nobody waited: one time
+
+
+def test_a_tool_row_does_not_end_with_the_agent_name_and_names_another_caller():
+    t = Transcript(agent="analyst")
+    for e in approved_turn():
+        t.add(e)
+    summary = t.html().split("<summary class='chaz-tool-summary'>")[1].split("</summary>")[0]
+    assert "analyst" not in summary  # the session's own agent: not repeated at the row's end
+    other = Transcript(agent="lead")
+    for e in approved_turn():
+        other.add(e)
+    assert "<span class='chaz-tool-by'>called by analyst</span>" in other.html()
+
+
+def test_a_cell_view_says_its_count_is_this_cells_and_shares_the_renderers_frame(store):
+    sid = store.create_session("calc")
+    for e in turn():
+        store.append(sid, e.entry_type, e.sender, e.content, tool_call_id=e.tool_call_id,
+                     tool_name=e.tool_name, payload=e.payload)
+    store.append(sid, EntryType.MESSAGE, "user", "and 4?")
+    cell = SessionView(store, sid, status=FakeStatus("idle"), after_seq=5, cell=True)
+    data = cell.bundle()
+    assert data[MIME_TYPE]["scope"] == "cell"
+    assert "<span class='chaz-count'>1 entry in this cell</span>" in data["text/html"]
+    whole = SessionView(store, sid, status=FakeStatus("idle")).bundle()
+    assert "scope" not in whole[MIME_TYPE]
+    assert "<span class='chaz-count'>6 entries</span>" in whole["text/html"]
+    # the finished view: the lab renderer's frame and header (chaz-transcript, chaz-header spans)
+    assert "<div class='chaz-transcript chaz-s'><div class='chaz-header'><span class='chaz-title'>Session" in (
+        whole["text/html"])
+
+
+def test_the_live_widget_has_the_same_frame_and_header_as_the_finished_view(store):
+    sid = store.create_session("calc")
+    loop = asyncio.new_event_loop()
+    try:
+        view = SessionView(store, sid, status=FakeStatus("running"), loop=loop, follow=True, cell=True)
+        assert "chaz-session-view" in view.widget._dom_classes  # the frame (.chaz-transcript's look)
+        head = view._header_widget.value
+        assert "<div class='chaz-header'><span class='chaz-title'>Session" in head
+        assert "<span class='chaz-status chaz-status-running'>running</span>" in head
+        assert "<span class='chaz-count'>0 entries in this cell</span>" in head
+        view.close()
+    finally:
+        loop.close()
+
+
+def test_a_finished_view_does_not_say_the_agent_is_working(store):
+    sid = store.create_session("calc")
+    store.append(sid, EntryType.MESSAGE, "user", "hi")
+    store.append(sid, EntryType.ACK, "calc", "calc is working")  # a run whose reply this view never got
+    data = SessionView(store, sid, status=FakeStatus("idle")).bundle()
+    assert "working" not in data["text/plain"] and "working" not in data["text/html"]

@@ -80,10 +80,13 @@ export function argsPreview(args: unknown, max = 80): string {
   return text.length > max ? text.slice(0, max - 1) + '…' : text;
 }
 
-/** `3 ms`, `1.2 s`, `2 min 5 s`; empty for a missing duration. */
+/** `6.9 ms`, `14 ms`, `1.2 s`, `2 min 5 s`; empty for a missing duration. */
 export function formatDuration(ms: unknown): string {
   if (typeof ms !== 'number' || !isFinite(ms) || ms < 0) {
     return '';
+  }
+  if (ms < 10) {
+    return `${ms.toFixed(1)} ms`;
   }
   if (ms < 1000) {
     return `${Math.round(ms)} ms`;
@@ -94,6 +97,57 @@ export function formatDuration(ms: unknown): string {
   const minutes = Math.floor(ms / 60000);
   const seconds = Math.round((ms % 60000) / 1000);
   return `${minutes} min ${seconds} s`;
+}
+
+/**
+ * How long a tool call took, its run and the wait for a person named apart: a ToolResult's
+ * `duration_ms` includes `approval_wait_ms`, so an approved call reads
+ * `ran 6.9 ms after 9.8 s waiting for approval`; a call nobody approved reads `14 ms`.
+ */
+export function toolTiming(payload: { [key: string]: any }): string {
+  const total = payload.duration_ms;
+  if (typeof total !== 'number' || !isFinite(total)) {
+    return '';
+  }
+  const wait = payload.approval_wait_ms;
+  if (typeof wait !== 'number' || !isFinite(wait) || wait <= 0) {
+    return formatDuration(total);
+  }
+  return `ran ${formatDuration(Math.max(total - wait, 0))} after ${formatDuration(wait)} waiting for approval`;
+}
+
+/** `6 entries`, or `3 entries in this cell` for a view of one cell's part of a run. */
+export function countLabel(n: number, cell: boolean): string {
+  return `${n.toLocaleString('en-US')} ${n === 1 ? 'entry' : 'entries'}${cell ? ' in this cell' : ''}`;
+}
+
+/**
+ * The Acks of runs that are over: a later Message or Error (not a note) from the same sender,
+ * a later Ack of the same sender (a new run, or the run's closing Ack), or an idle session.
+ * Those are not shown as "… is working" (only an Ack that says more is kept).
+ */
+export function endedAcks(entries: IEntry[], status: string): Set<IEntry> {
+  const ended = new Set<IEntry>();
+  const open = new Map<string, IEntry>();
+  for (const e of entries) {
+    const sender = String(e.sender ?? '');
+    const mine = open.get(sender);
+    const ends =
+      e.type === 'Ack' ||
+      e.type === 'Message' ||
+      (e.type === 'Error' && !payloadOf(e).note);
+    if (mine && ends) {
+      ended.add(mine);
+      open.delete(sender);
+    }
+    if (e.type === 'Ack') {
+      open.set(sender, e);
+    }
+  }
+  if (status === 'idle') {
+    open.forEach(ack => ended.add(ack));
+  }
+  return ended;
 }
 
 /** `HH:MM:SS` of an ISO timestamp, without timezone conversion. */
@@ -239,9 +293,18 @@ function entryHead(
 function renderPlainEntry(
   doc: Document,
   entry: IEntry,
-  agent: string
-): HTMLElement {
+  agent: string,
+  ended = false
+): HTMLElement | null {
   const type = String(entry.type || 'Entry');
+  if (type === 'Ack' && ended) {
+    // a run that is over: its Ack no longer says "… is working"; kept only when it says more
+    const p = payloadOf(entry);
+    const closing = p.status === 'cancelled' || p.status === 'silent';
+    if (!closing && !answersTogether(entry) && !(typeof p.partial_text === 'string' && p.partial_text)) {
+      return null;
+    }
+  }
   if (type === 'Summary') {
     const node = el(doc, 'div', 'chaz-entry chaz-summary');
     node.dataset.type = type;
@@ -262,7 +325,8 @@ function renderPlainEntry(
     node.classList.add('chaz-from-agent');
   }
   node.appendChild(entryHead(doc, type, type, entry.sender, entry.created_at));
-  if (entry.content) {
+  const closes = type === 'Ack' && ['cancelled', 'silent'].includes(String(payloadOf(entry).status ?? ''));
+  if (entry.content && (type !== 'Ack' || !ended || closes)) {
     node.appendChild(el(doc, 'div', 'chaz-content', entry.content));
   }
   if (type === 'Message') {
@@ -292,7 +356,8 @@ function renderTool(
   call: IEntry | null,
   result: IEntry | null,
   request: IEntry | null = null,
-  decision: IEntry | null = null
+  decision: IEntry | null = null,
+  agent = ''
 ): HTMLElement {
   const callPayload = payloadOf(call);
   const resultPayload = payloadOf(result);
@@ -326,17 +391,22 @@ function renderTool(
     state = request && !decision ? '' : 'no result yet';
   } else {
     state = isError ? 'error' : 'ok';
-    const duration = formatDuration(resultPayload.duration_ms);
-    if (duration) {
-      state += ` · ${duration}`;
+    const timing = toolTiming(resultPayload);
+    if (timing) {
+      state += ` · ${timing}`;
     }
   }
   if (state) {
     summary.appendChild(el(doc, 'span', 'chaz-tool-state', state));
   }
+  if (result) {
+    const out = resultPayload.output !== undefined ? str(resultPayload.output) : result.content || '';
+    summary.appendChild(el(doc, 'span', 'chaz-tool-out', `→ ${argsPreview(out)}`));
+  }
+  // the session's agent made the call: its name is not repeated; another agent's call says whose
   const who = call?.sender || result?.sender;
-  if (who) {
-    summary.appendChild(el(doc, 'span', 'chaz-sender', who));
+  if (who && agent && who !== agent) {
+    summary.appendChild(el(doc, 'span', 'chaz-tool-by', `called by ${who}`));
   }
   node.appendChild(summary);
 
@@ -618,11 +688,16 @@ function drawTranscript(
       el(doc, 'span', 'chaz-forked', `forked from session ${session.forked_from} at #${session.forked_at_seq ?? 0}`)
     );
   }
+  const title = value.title;
+  if (typeof title === 'string' && title) {
+    header.appendChild(el(doc, 'span', 'chaz-kind chaz-view-title', title));
+  }
   header.appendChild(
     el(doc, 'span', `chaz-status chaz-status-${status.replace(/[^a-z]/gi, '')}`, status)
   );
   const n = value.entries.length;
-  header.appendChild(el(doc, 'span', 'chaz-count', `${n} ${n === 1 ? 'entry' : 'entries'}`));
+  const cell = value.scope === 'cell';
+  header.appendChild(el(doc, 'span', 'chaz-count', countLabel(n, cell)));
   root.appendChild(header);
 
   const loader = options.loadEarlier ?? null;
@@ -651,11 +726,12 @@ function drawTranscript(
 
   const list = el(doc, 'div', 'chaz-entries');
   const agent = String(session.agent ?? '');
+  const ended = endedAcks(value.entries, status);
   for (const item of foldEntries(value.entries)) {
     if (item.kind === 'tool') {
       const request = item.request ?? null;
       const decision = item.decision ?? null;
-      list.appendChild(renderTool(doc, item.call, item.result, request, decision));
+      list.appendChild(renderTool(doc, item.call, item.result, request, decision, agent));
       if (request && !decision) {
         // the one approval card, right under the call it gates
         list.appendChild(renderApproval(doc, request, null));
@@ -663,7 +739,10 @@ function drawTranscript(
     } else if (item.kind === 'approval') {
       list.appendChild(renderApproval(doc, item.request, item.decision));
     } else {
-      list.appendChild(renderPlainEntry(doc, item.entry, agent));
+      const row = renderPlainEntry(doc, item.entry, agent, ended.has(item.entry));
+      if (row) {
+        list.appendChild(row);
+      }
     }
   }
   const partial = renderPartial(doc, (value as { stream?: unknown }).stream);

@@ -55,6 +55,10 @@ export interface ISessionBundle {
   entries: IEntry[];
   /** a last line, e.g. `full log: %chaz log 3` under one turn's view */
   footer?: string;
+  /** `cell`: the entries are one cell's part of a run (the count says "in this cell") */
+  scope?: string;
+  /** what the view shows, e.g. `room ops` */
+  title?: string;
   /** the reply a run is writing now (streamed; not an entry): replaced by its Message */
   stream?: IStreamPartial;
   /** the seq of the first entry shown (a view shows the newest page of a long session) */

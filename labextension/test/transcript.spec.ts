@@ -3,6 +3,9 @@
  */
 import {
   answersTogether,
+  countLabel,
+  endedAcks,
+  toolTiming,
   argsPreview,
   describeDecision,
   foldEntries,
@@ -162,7 +165,7 @@ describe('renderTranscript', () => {
     expect(tools.length).toBe(1);
     const tool = tools[0] as HTMLDetailsElement;
     expect(tool.open).toBe(false);
-    expect(tool.querySelector('summary')?.textContent).toBe('Tooladd(a=2, b=3)ok · 3 msassistant');
+    expect(tool.querySelector('summary')?.textContent).toBe('Tooladd(a=2, b=3)ok · 3.4 ms→ 5');
     expect(tool.querySelector('.chaz-tool-arguments')?.textContent).toBe('{\n  "a": 2,\n  "b": 3\n}');
     expect(tool.querySelector('.chaz-tool-output')?.textContent).toBe('5');
     expect(tool.classList.contains('chaz-tool-error')).toBe(false);
@@ -331,9 +334,9 @@ describe('gated calls, answers together, footer', () => {
     });
     const root = renderTranscript(bundle([asked, opened, stopped]));
     const acks = root.querySelectorAll('.chaz-type-ack');
-    expect(acks[1].classList.contains('chaz-stopped')).toBe(true);
-    expect(acks[1].querySelector('.chaz-partial-kept')?.textContent).toBe('it had written: half a reply ' + evil);
-    expect(acks[0].querySelector('.chaz-partial-kept')).toBeNull();
+    expect(acks.length).toBe(1); // the run's opening Ack is over: not shown as working
+    expect(acks[0].classList.contains('chaz-stopped')).toBe(true);
+    expect(acks[0].querySelector('.chaz-partial-kept')?.textContent).toBe('it had written: half a reply ' + evil);
     expect(root.querySelector('img')).toBeNull();
     expect((window as any).__pwned).toBeUndefined();
   });
@@ -359,7 +362,8 @@ describe('helpers', () => {
   });
 
   it('formats durations, arguments and decisions', () => {
-    expect(formatDuration(3.4)).toBe('3 ms');
+    expect(formatDuration(3.4)).toBe('3.4 ms');
+    expect(formatDuration(14.2)).toBe('14 ms');
     expect(formatDuration(1500)).toBe('1.5 s');
     expect(formatDuration(125000)).toBe('2 min 5 s');
     expect(formatDuration(undefined)).toBe('');
@@ -573,5 +577,63 @@ describe('code calls and attachments', () => {
     expect((root.querySelector('.chaz-chip') as HTMLElement).title).toBe('DataFrame [3,2]');
     expect(root.querySelector('.chaz-chips b')).toBeNull();
     expect(renderTranscript(bundle([entry('Message', { content: 'hi' })])).querySelector('.chaz-chips')).toBeNull();
+  });
+});
+
+describe('rough edges (issue 26 §5)', () => {
+  it('names the run and the approval wait of an approved call apart', () => {
+    const root = renderTranscript(
+      bundle([
+        entry('ToolCall', { sender: 'assistant', tool_call_id: 'c1', tool_name: 'drop_rows', payload: { arguments: {} } }),
+        entry('ToolResult', {
+          sender: 'assistant',
+          tool_call_id: 'c1',
+          payload: { output: 'done', duration_ms: 9806.9, approval_wait_ms: 9800, approval: 'approved' }
+        })
+      ])
+    );
+    expect(root.querySelector('.chaz-tool-state')?.textContent).toBe(
+      'ok · ran 6.9 ms after 9.8 s waiting for approval'
+    );
+    expect(toolTiming({ duration_ms: 14 })).toBe('14 ms');
+    expect(toolTiming({})).toBe('');
+  });
+
+  it('does not end a tool row with the agent name; another agent is named as the caller', () => {
+    const rows = (sender: string) =>
+      renderTranscript(
+        bundle([
+          entry('ToolCall', { sender, tool_call_id: 'c1', tool_name: 'add', payload: { arguments: { a: 1 } } }),
+          entry('ToolResult', { sender, tool_call_id: 'c1', payload: { output: '2', duration_ms: 14 } })
+        ])
+      );
+    const own = rows('assistant').querySelector('.chaz-tool-summary');
+    expect(own?.querySelector('.chaz-sender')).toBeNull();
+    expect(own?.textContent).not.toContain('assistant');
+    expect(own?.querySelector('.chaz-tool-out')?.textContent).toBe('→ 2');
+    expect(rows('helper').querySelector('.chaz-tool-by')?.textContent).toBe('called by helper');
+  });
+
+  it('does not show an ended Ack as working', () => {
+    const ask = entry('Message', { content: 'hi' });
+    const ack = entry('Ack', { sender: 'assistant', content: 'assistant is working' });
+    const reply = entry('Message', { sender: 'assistant', content: 'hello' });
+    const done = renderTranscript(bundle([ask, ack, reply], 'idle'));
+    expect(done.textContent).not.toContain('is working');
+    expect(done.querySelector('.chaz-type-ack')).toBeNull();
+    // an idle session whose last Ack has no reply (a lost run): not working either
+    expect(renderTranscript(bundle([ask, ack], 'idle')).textContent).not.toContain('is working');
+    // a run that goes on: its Ack says so
+    const live = renderTranscript(bundle([ask, ack], 'running'));
+    expect(live.querySelector('.chaz-type-ack .chaz-content')?.textContent).toBe('assistant is working');
+    expect(endedAcks([ask, ack, reply], 'running').has(ack)).toBe(true);
+  });
+
+  it('says what the count counts', () => {
+    const entries = [entry('Message'), entry('Message'), entry('Message')];
+    const cell = renderTranscript({ ...bundle(entries), scope: 'cell' } as ISessionBundle);
+    expect(cell.querySelector('.chaz-count')?.textContent).toBe('3 entries in this cell');
+    expect(renderTranscript(bundle(entries)).querySelector('.chaz-count')?.textContent).toBe('3 entries');
+    expect(countLabel(1, true)).toBe('1 entry in this cell');
   });
 });

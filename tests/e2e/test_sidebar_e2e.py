@@ -173,7 +173,7 @@ def test_renderer_and_sidebar(lab):
     assert first.locator(".chaz-title").inner_text() == "Session 3"
     assert "fallback html" not in page.locator(".jp-Cell").nth(0).inner_text()
     badges = first.locator(".chaz-entries > .chaz-entry .chaz-badge").all_inner_texts()
-    assert badges[:2] == ["Message", "Ack"]
+    assert badges[:2] == ["Message", "Tool"]  # the idle session's Ack is over: not shown as working
     user_msg = first.locator(".chaz-type-message .chaz-content").first.inner_text()
     assert "<script>window.__pwned=1</script>" in user_msg  # shown as text
     assert page.evaluate("() => window.__pwned") is None

@@ -10,7 +10,9 @@ Every value is HTML-escaped. Refused writes and bad SQL are one-line ``UsageErro
 from __future__ import annotations
 
 import keyword
+import math
 import re
+from decimal import Decimal
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -33,19 +35,22 @@ TEXT_CHARS = 40
 
 _OPTION = re.compile(r"""\s*("[^"]*"|'[^']*'|\S+)""")
 
+# No wrapping inside a cell (a column name or a timestamp stays on one line): a wide result
+# scrolls sideways in its box, as pandas tables do. Numbers are right-aligned.
 _CSS = (
     "<style>"
     ".chaz-sql{max-height:420px;overflow:auto;border:1px solid var(--jp-border-color2,#e0e0e0);"
-    "display:inline-block;max-width:100%}"
-    ".chaz-sql table.dataframe{border:none;border-collapse:collapse;font-size:12px}"
+    "display:block;max-width:100%;width:max-content;box-sizing:border-box}"
+    ".chaz-sql table.dataframe{border:none;border-collapse:collapse;font-size:12px;table-layout:auto}"
     ".chaz-sql table.dataframe th,.chaz-sql table.dataframe td{padding:2px 8px;text-align:left;"
     "vertical-align:top;border:none;border-bottom:1px solid var(--jp-border-color3,#eee);"
-    "color:var(--jp-content-font-color1,inherit);white-space:pre-wrap;word-break:break-word;max-width:40em;"
+    "color:var(--jp-content-font-color1,inherit);white-space:nowrap;max-width:none;"
     "text-align:left!important}"
+    ".chaz-sql table.dataframe td.chaz-num{text-align:right!important;font-variant-numeric:tabular-nums}"
     ".chaz-sql table.dataframe{margin:0}"
     ".chaz-sql thead th{position:sticky;top:0;background:var(--jp-layout-color1,#fff)}"
     ".chaz-sql .chaz-null{color:var(--jp-ui-font-color3,#999);font-style:italic}"
-    ".chaz-sql details pre{margin:2px 0;white-space:pre-wrap}"
+    ".chaz-sql details pre{margin:2px 0;white-space:pre-wrap;max-width:60em;overflow-wrap:anywhere}"
     ".chaz-sql-warning{color:var(--jp-warn-color0,#a15c00);font-size:12px;margin:2px 0}"
     ".chaz-sql-n{color:var(--jp-ui-font-color2,#666);font-size:11px;margin:2px 0 6px}"
     "</style>"
@@ -54,9 +59,27 @@ _CSS = (
 
 
 
+def fmt_number(value: float | Decimal) -> str:
+    """A float as a person reads it: ``6.91`` for ``6.9099999999998545``, at most 6 decimals,
+    no trailing zeros; scientific notation only for the very large or very small."""
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return str(value)
+    v = float(value)
+    if v != 0 and (abs(v) >= 1e15 or abs(v) < 1e-4):
+        return f"{v:.6g}"
+    text = f"{v:.6f}".rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float, Decimal)) and not isinstance(value, bool)
+
+
 def _value_text(value: Any) -> str:
     if isinstance(value, bytes):
         return repr(value)
+    if isinstance(value, (float, Decimal)):
+        return fmt_number(value)
     return str(value)
 
 
@@ -79,6 +102,11 @@ def _cell_text(value: Any) -> str:
     text = " ".join(_value_text(value).split()) if "\n" in _value_text(value) else _value_text(value)
     text = shown_controls(text)  # a tool's ANSI or bidi controls, stored as written, shown as text
     return text if len(text) <= TEXT_CHARS else text[: TEXT_CHARS - 1] + "…"
+
+
+def _td(value: Any) -> str:
+    cls = " class='chaz-num'" if _is_number(value) else ""
+    return f"<td{cls}>{_cell_html(value)}</td>"
 
 
 def count_line(shown: int, total: int) -> str:
@@ -118,7 +146,7 @@ class SqlTable:
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{_esc(c)}</th>" for c in self.columns)
         body = "".join(
-            "<tr>" + "".join(f"<td>{_cell_html(v)}</td>" for v in row) + "</tr>" for row in self.rows
+            "<tr>" + "".join(_td(v) for v in row) + "</tr>" for row in self.rows
         )
         warning = f"<div class='chaz-sql-warning'>{_esc(self.warning)}</div>" if self.warning else ""
         return (

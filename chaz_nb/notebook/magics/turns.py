@@ -91,6 +91,7 @@ def open_view(
         approvals=server,
         title=title,
         footer=footer,
+        cell=follow is True,
         page=page,
         before_seq=before_seq,
         streams=getattr(server, "subscribe_stream", None),

@@ -274,7 +274,7 @@ re-rendering its static bundle).
         self._head = w.HTML(self._card_html(buttons_hint=False))
         self.buttons = {
             "approve": w.Button(description="Approve", button_style="success", icon="check",
-                                tooltip="Run this call once"),
+                                layout=w.Layout(width="auto", flex="0 0 auto"), tooltip="Run this call once"),
             "deny": w.Button(description="Deny", button_style="danger", icon="times",
                              tooltip="Do not run it; the agent is told (with the reason)"),
             "approve_all": w.Button(description="Approve all calls to this tool in this session",
@@ -297,6 +297,8 @@ re-rendering its static bundle).
         self.edit_button.on_click(self.toggle_editor)
         self.edit_button.add_class("chaz-ap-edit")
         self.buttons["approve_edited"].add_class("chaz-ap-approve-edited")
+        # one colour for Approve in the cell and in the sidebar: --chaz-approve-color (base.css)
+        self.buttons["approve"].add_class("chaz-ap-approve")
         lines = edit_text(self.info.get("arguments_display")).count("\n") + 2
         self.editor = w.Textarea(layout=w.Layout(width="98%", height=f"{min(max(lines, 4), 30) * 1.4 + 1:.0f}em",
                                                  display="none"))

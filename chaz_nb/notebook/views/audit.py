@@ -88,17 +88,18 @@ _CSS = (
     ".chaz-audit{font-family:var(--jp-code-font-family,monospace);font-size:12px}"
     ".chaz-audit .chaz-h{color:var(--jp-ui-font-color2,#666);margin:2px 0}"
     ".chaz-audit .chaz-tot{font-weight:bold;margin:2px 0 4px}"
-    ".chaz-audit .chaz-scroll{max-height:480px;overflow:auto;border:1px solid var(--jp-border-color2,#e0e0e0)}"
+    ".chaz-audit .chaz-scroll{max-height:480px;overflow:auto;max-width:100%;"
+    "border:1px solid var(--jp-border-color2,#e0e0e0)}"
     ".chaz-audit table{border:none;border-collapse:collapse;width:auto;table-layout:auto;margin:0}"
     ".chaz-audit th,.chaz-audit td{padding:2px 6px;text-align:left!important;vertical-align:top;"
     "border:none;border-bottom:1px solid var(--jp-border-color3,#eee);white-space:nowrap;"
     "color:var(--jp-content-font-color1,inherit)}"
-    ".chaz-audit .chaz-io{white-space:normal;min-width:30em;max-width:60em;word-break:break-word}"
+    ".chaz-audit .chaz-io{white-space:nowrap}"
     ".chaz-audit thead{border-bottom:1px solid var(--jp-border-color1,#bbb)}"
     ".chaz-audit thead th{position:sticky;top:0;background:var(--jp-layout-color1,#fff)}"
     ".chaz-audit .chaz-err,.chaz-audit .chaz-err td{color:var(--jp-error-color1,#c00)}"
     ".chaz-audit .chaz-wait,.chaz-audit .chaz-wait td{color:var(--jp-warn-color0,#b60)}"
-    ".chaz-audit details pre{margin:2px 0 2px 1em;white-space:pre-wrap;word-break:break-word}"
+    ".chaz-audit details pre{margin:2px 0 2px 1em;white-space:pre-wrap;max-width:60em;overflow-wrap:anywhere}"
     "</style>"
 )
 
@@ -119,11 +120,14 @@ def fmt_ms(ms: float | None) -> str:
 
 
 def fmt_cost(cost: float | None, unpriced: int = 0) -> str:
-    if cost is None:
-        return "cost unknown"
+    """``cost $0.0123``; ``cost n/a`` where nothing is priced (``cost`` None, or only unpriced
+    runs besides free ones), so runs of a model without a price never read as free."""
+    runs = f"{unpriced} run{'s' if unpriced != 1 else ''} without a price"
+    if cost is None or (unpriced and not cost):
+        return "cost n/a" + (f" ({runs})" if unpriced else "")
     text = f"cost ${cost:,.4f}"
     if unpriced:
-        text += f" (+{unpriced} run{'s' if unpriced != 1 else ''} without a price)"
+        text += f" (+{runs})"
     return text
 
 
@@ -325,7 +329,7 @@ class AuditView(LiveView):
         t.tokens = sum(v[0] for v in costs)
         known = [v[1] for v in costs if v[1] is not None]
         t.cost = sum(known) if known else (None if costs else 0.0)
-        t.unpriced = sum(v[2] for v in costs) if known else 0
+        t.unpriced = sum(v[2] for v in costs)
         return t
 
     def header(self) -> str:
