@@ -881,6 +881,11 @@ class SessionView(LiveView):
         self._close_widgets()
         return self._sent_seq
 
+    def set_waiting(self, on: bool, *, interrupted: bool = False) -> None:
+        """The cell showing this view waits for the run, or stopped waiting (stop_button.py)."""
+        if self.stop_button is not None and not self.stop_button.closed:
+            self.stop_button.set_waiting(on, interrupted=interrupted)
+
     def _remember_sent(self, data: dict[str, Any]) -> None:
         """What the output shows now (see ``hand_over``)."""
         self._sent = data
