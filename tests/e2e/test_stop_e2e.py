@@ -73,9 +73,7 @@ def _wait_text(lab, index: int, text: str, timeout: float = 60) -> None:
 
 def _set_theme(lab, name: str) -> None:
     lab.command("apputils:change-theme", {"theme": name})
-    lab.page.wait_for_function(
-        "(name) => document.body.dataset.jpThemeName === name", arg=name, timeout=30_000
-    )
+    lab.page.wait_for_function("(name) => document.body.dataset.jpThemeName === name", arg=name, timeout=30_000)
     lab.page.wait_for_timeout(300)  # the theme's CSS is applied after the attribute
 
 
@@ -142,7 +140,7 @@ def test_stop_stops_a_waiting_cell_from_the_view_and_the_sidebar(lab, record_pro
     # 1. the live view's Stop, clicked while the cell waits
     _run_cell(lab, 2)
     _wait_text(lab, 2, "once3 ")  # streaming: the cell waits for the run
-    stop = _cell(lab, 2).locator("button[class*=\"chaz-stop-session-\"]")
+    stop = _cell(lab, 2).locator('button[class*="chaz-stop-session-"]')
     stop.wait_for(state="visible", timeout=10_000)
     # the extension said hello: the row does not say that Stop waits for the cell
     page.wait_for_function(

@@ -936,7 +936,7 @@ class SessionView(LiveView):
         if self._stop_request is not None:
             from .stop_button import StopButton
 
-            self.stop_button = StopButton(self._stop_request, self.session_id)
+            self.stop_button = StopButton(self._stop_request, self.session_id, loop=self._loop)
             self.stop_button.show(self.status() != "idle")
         self._earlier_widget = w.HTML("")
         self._earlier_button = w.Button(description="show earlier", tooltip="load the previous page of entries")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import weakref
 from typing import Any
 from collections.abc import Callable
@@ -70,10 +71,13 @@ def live_buttons(session_id: int) -> list[StopButton]:
 class StopButton:
     """``[■ Stop] note`` under a session view's rows, for one session."""
 
-    def __init__(self, stop: StopRequest, session_id: int) -> None:
+    def __init__(self, stop: StopRequest, session_id: int, loop: Any = None) -> None:
         import ipywidgets as w
 
         self._stop = stop
+        #: the kernel loop: a click delivered on another thread (a comm subshell) hops onto it
+        self._loop = loop
+        self._thread = threading.get_ident()
         self.session_id = session_id
         self.button = w.Button(description="Stop", icon="stop", button_style="danger")
         self.button.add_class("chaz-stop")
@@ -133,6 +137,12 @@ class StopButton:
             self.button.disabled = disabled
 
     def _clicked(self, _button: Any = None) -> None:
+        # JupyterLab 4.6 may send widget comm messages on a kernel subshell (its own thread):
+        # the stop itself runs on the kernel loop, like every other touch of the server
+        loop = self._loop
+        if loop is not None and threading.get_ident() != self._thread and not loop.is_closed():
+            loop.call_soon_threadsafe(self.request)
+            return
         self.request()
 
     def request(self) -> tuple[bool, str]:
