@@ -113,6 +113,17 @@ def _latency_ms(lab) -> float:
     return line - click
 
 
+def _wait_sidebar_idle(lab) -> None:
+    """The sidebar follows the stop: no session of it is running any more."""
+    lab.page.wait_for_function(
+        """() => {
+            const s = document.querySelectorAll('#chaz-sidebar .chaz-session');
+            return s.length > 0 && ![...s].some(li => li.textContent.includes('running'));
+        }""",
+        timeout=10_000,
+    )
+
+
 def _assert_waiting(lab, index: int) -> None:
     """The cell still runs (its prompt says ``[*]``) and the page says the kernel is busy."""
     assert _cell(lab, index).locator(".jp-InputPrompt").inner_text().strip().startswith("[*]")
@@ -156,6 +167,7 @@ def test_stop_stops_a_waiting_cell_from_the_view_and_the_sidebar(lab, record_pro
     stop.click()
     view_ms = _latency_ms(lab)
     lab.wait_kernel_idle()
+    _wait_sidebar_idle(lab)
     _shot(lab, "stopped-light")
     text = _cell(lab, 2).locator(".jp-OutputArea").inner_text()
     assert STOPPED in text and "once39" not in text, text
@@ -179,6 +191,8 @@ def test_stop_stops_a_waiting_cell_from_the_view_and_the_sidebar(lab, record_pro
     side_stop.click()
     sidebar_ms = _latency_ms(lab)
     lab.wait_kernel_idle()
+    _wait_sidebar_idle(lab)
+    _cell(lab, 4).scroll_into_view_if_needed()
     _shot(lab, "stopped-dark")
     text = _cell(lab, 4).locator(".jp-OutputArea").inner_text()
     assert STOPPED in text and "once39" not in text, text
