@@ -153,3 +153,28 @@ def test_a_stop_request_of_an_idle_session_says_there_is_nothing_to_stop(kernel)
         "session_id": sid,
         "message": f"session {sid} has no run to stop",
     }
+
+
+def test_a_stop_while_the_kernel_runs_other_code_is_queued_and_done_when_it_is_free(kernel):
+    """The control thread never waits long for a busy loop: it says the stop is queued."""
+    sid = int(kernel.run("print(s.current_session('teller'))").stdout)
+    assert kernel.run("%chaz --no-wait @teller a story in the background").status == "ok"
+    # a cell busy in its own code (not a wait): the kernel loop runs nothing meanwhile
+    msg_id = kernel.send_execute("import time; print('busy', flush=True); time.sleep(3)")
+    kernel.wait_for(
+        lambda m: (
+            m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "stream" and "busy" in m["content"]["text"]
+        )
+    )
+    t0 = time.monotonic()
+    reply = control(kernel, "chaz_stop_request", {"session_id": sid})
+    assert time.monotonic() - t0 < 2.0
+    assert reply["content"]["ok"] is True and reply["content"]["queued"] is True
+    assert "stops when it is free" in reply["content"]["message"]
+    assert kernel.collect(msg_id).status == "ok"
+    r = kernel.run("%chaz wait")
+    assert r.status == "ok"
+    r = kernel.run(
+        f"print(s.store.execute('SELECT status FROM runs WHERE session_id = ? ORDER BY run_id', [{sid}])[-1])"
+    )
+    assert r.stdout.strip() == "('cancelled',)"
