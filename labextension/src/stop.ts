@@ -22,6 +22,8 @@ export const STOP_REQUEST = 'chaz_stop_request';
 export const SESSION_CLASS = 'chaz-stop-session-';
 /** How long a request waits for its reply (ms). */
 export const REPLY_TIMEOUT = 4000;
+/** After a hello nobody answered, the next one to that kernel waits this long (ms). */
+export const HELLO_RETRY = 30000;
 
 /** A kernel's answer to a stop request (or the frontend's own when there was none). */
 export interface IStopReply {
@@ -129,12 +131,19 @@ export class StopChannel {
     if (pending) {
       return pending;
     }
+    const failed = this._failed.get(kernel);
+    if (failed !== undefined && Date.now() - failed < HELLO_RETRY) {
+      return Promise.resolve(false); // an older chaz_nb: do not fill the kernel's log with hellos
+    }
     this._watch(kernel);
     const asked = request(kernel, STOP_HELLO, {}).then(reply => {
       this._pending.delete(kernel);
       const ok = !!reply && reply.status === 'ok';
       if (ok && !kernel.isDisposed) {
         this._ready.add(kernel);
+        this._failed.delete(kernel);
+      } else {
+        this._failed.set(kernel, Date.now());
       }
       return ok;
     });
@@ -165,6 +174,7 @@ export class StopChannel {
     kernel.statusChanged?.connect((_: unknown, status: Kernel.Status) => {
       if (status === 'restarting' || status === 'autorestarting' || status === 'dead') {
         this._ready.delete(kernel);
+        this._failed.delete(kernel);
       }
     });
   }
@@ -172,6 +182,7 @@ export class StopChannel {
   private _ready = new WeakSet<StopKernel>();
   private _watched = new WeakSet<StopKernel>();
   private _pending = new WeakMap<StopKernel, Promise<boolean>>();
+  private _failed = new WeakMap<StopKernel, number>();
 }
 
 /** The one channel of the page: the stop plugin and the sidebar's client share it. */

@@ -110,6 +110,17 @@ describe('StopChannel', () => {
       jest.advanceTimersByTime(REPLY_TIMEOUT + 1);
       expect(await asked).toBe(false);
       expect(channel.isReady(kernel as any)).toBe(false);
+      // no new hello right away (an older chaz_nb logs each one as unknown)...
+      expect(await channel.hello(kernel as any)).toBe(false);
+      expect(kernel.of('chaz_stop_hello')).toHaveLength(1);
+      // ...but after a restart, the kernel is asked again
+      kernel.statusChanged.emit('restarting');
+      kernel.answers = true;
+      const again = channel.hello(kernel as any);
+      await Promise.resolve();
+      await Promise.resolve();
+      expect(await again).toBe(true);
+      expect(kernel.of('chaz_stop_hello')).toHaveLength(2);
     } finally {
       jest.useRealTimers();
     }
