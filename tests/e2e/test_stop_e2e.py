@@ -9,7 +9,9 @@ chaz_nb/notebook/stop_control.py). In Chromium, in both frontends:
    within a second (measured in the page from the click to the line), the cell ends with no
    error output, and the next turn works;
 2. in the dark theme, the sidebar's Stop stops the next waiting turn the same way;
-3. the ``runs`` view says ``cancelled``, ``ok``, ``cancelled``.
+3. the kernel's Interrupt ends a wait with no error output (the Stop row says the run goes
+   on), and Stop then stops that run;
+4. the ``runs`` view says ``cancelled``, ``ok``, ``cancelled``, ``cancelled``.
 
 Screenshots (light and dark) go to test-artifacts/ (gitignored) and /tmp/chaz_e2e_shots.
 """
@@ -35,6 +37,7 @@ CELLS = [
     "%chaz @teller tell me a story",
     "%chaz @teller once more",
     "%chaz @teller and a third",
+    "%chaz @teller a fourth, interrupted",
     "print([r[0] for r in chaz_nb.current().store.execute('SELECT status FROM runs ORDER BY run_id')])",
 ]
 
@@ -199,9 +202,23 @@ def test_stop_stops_a_waiting_cell_from_the_view_and_the_sidebar(lab, record_pro
     _no_error_output(lab, 4)
     _set_theme(lab, "JupyterLab Light")
 
-    # 3. the runs view
+    # 3. the kernel's Interrupt ends the wait, not the run, and leaves no error output; then Stop
     _run_cell(lab, 5)
-    _wait_text(lab, 5, "['cancelled', 'ok', 'cancelled']")
+    _wait_text(lab, 5, "once3 ")
+    lab.command("notebook:interrupt-kernel")
+    lab.wait_kernel_idle()
+    _wait_text(lab, 5, "stopped waiting: the run goes on")
+    _no_error_output(lab, 5)
+    _arm_latency(lab, 5)
+    _cell(lab, 5).locator('button[class*="chaz-stop-session-"]').click()
+    _latency_ms(lab)
+    _no_error_output(lab, 5)
+    text = _cell(lab, 5).locator(".jp-OutputArea").inner_text()
+    assert "once39" not in text, text
+
+    # 4. the runs view
+    _run_cell(lab, 6)
+    _wait_text(lab, 6, "['cancelled', 'ok', 'cancelled', 'cancelled']")
 
     record_property("stop_view_ms", round(view_ms))
     record_property("stop_sidebar_ms", round(sidebar_ms))
