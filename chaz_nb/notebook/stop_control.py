@@ -55,7 +55,7 @@ def stop_session(session_id: int) -> dict[str, Any]:
         return {**reply, "ok": False, "message": "chaz_nb is not loaded in this kernel"}
     buttons = stop_button.live_buttons(session_id)
     if buttons:  # the same path as a click: the row disables itself and says "stopping…"
-        ok, message = buttons[-1].request()
+        ok, message = buttons[0].request()
         return {**reply, "ok": ok, "message": message}
     try:
         stopped = state.server.request_stop(session_id, by="user")

@@ -64,7 +64,7 @@ def set_control_delivery(on: bool = True) -> None:
 
 
 def live_buttons(session_id: int) -> list[StopButton]:
-    """The open Stop buttons of a session (the newest last)."""
+    """The open Stop buttons of a session (in no particular order)."""
     return [b for b in list(_live) if b.session_id == session_id and not b.closed]
 
 
