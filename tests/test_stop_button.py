@@ -9,6 +9,7 @@ and the row is gone once the run is over.
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -112,3 +113,44 @@ def test_a_click_when_nothing_runs_says_so_and_a_failing_stop_is_one_line():
     assert not failing.button.disabled  # the person may try again
     button.close()
     failing.close()
+
+
+def test_a_waiting_cells_stop_row_says_when_a_click_acts_until_a_frontend_says_hello():
+    from chaz_nb.notebook.views import stop_button as sb
+
+    button = StopButton(lambda sid, by: [], 7)
+    try:
+        assert "chaz-stop-session-7" in button.button._dom_classes  # the lab extension reads it
+        assert button.note.value == "" and "wait" not in button.button.tooltip
+        button.set_waiting(True)
+        assert "Stop acts when this cell stops waiting" in button.note.value
+        assert "when the cell's wait ends" in button.button.tooltip
+        sb.set_control_delivery(True)  # chaz_stop_hello: clicks act during the wait
+        assert button.note.value == "" and "wait" not in button.button.tooltip
+        sb.set_control_delivery(False)
+        button.set_waiting(False, interrupted=True)
+        assert "stopped waiting: the run goes on" in button.note.value
+        assert sb.live_buttons(7) == [button]
+    finally:
+        sb.set_control_delivery(False)
+        button.close()
+    assert sb.live_buttons(7) == []
+
+
+async def test_a_click_delivered_on_another_thread_stops_on_the_kernel_loop():
+    loop = asyncio.get_running_loop()
+    seen: list[int] = []
+    done = asyncio.Event()
+
+    def stop(session_id, by):
+        seen.append(threading.get_ident())
+        loop.call_soon(done.set)
+        return []
+
+    button = StopButton(stop, 3, loop=loop)
+    try:
+        await asyncio.to_thread(button._clicked)  # a comm message handled on a kernel subshell
+        await asyncio.wait_for(done.wait(), 10)
+        assert seen == [threading.get_ident()]
+    finally:
+        button.close()

@@ -29,6 +29,8 @@ class ExtensionState:
     db_line: str
     magics: Any = None
     unregister_comm: Callable[[], None] | None = None
+    #: removes the Stop handlers of the kernel's control channel (stop_control.py)
+    unregister_stop: Callable[[], None] | None = None
     last_session: int | None = None
     views: list[Any] = field(default_factory=list)
     room: int | None = None  # the current room (%chaz room): %chaz @NAME speaks there

@@ -148,6 +148,7 @@ def load_ipython_extension(ip: Any) -> None:
         cleanup.append(protect_question_marks)
     controller.set_state(state)
     _connect_sidebar(state)
+    _connect_stop_control(state)
     print(line)
     _start_schedules(state)
     _start_litellm_import()
@@ -185,6 +186,16 @@ def _connect_sidebar(state: ExtensionState) -> None:
         state.unregister_comm = None
 
 
+def _connect_stop_control(state: ExtensionState) -> None:
+    """Stop over the kernel's control channel, so it acts while a cell waits (stop_control.py)."""
+    try:
+        from . import stop_control
+
+        state.unregister_stop = stop_control.install(getattr(state.shell, "kernel", None), state.loop)
+    except Exception:  # noqa: BLE001 - optional like the sidebar; never fail the load for it
+        state.unregister_stop = None
+
+
 def _disconnect_sidebar(state: ExtensionState) -> None:
     if state.unregister_comm is not None:
         # unloading: a comm manager already gone must not stop the unload
@@ -219,6 +230,10 @@ def unload_ipython_extension(ip: Any) -> None:
     if state is None:
         return
     _disconnect_sidebar(state)
+    if state.unregister_stop is not None:
+        with contextlib.suppress(Exception):  # unloading: never stop the unload for it
+            state.unregister_stop()
+        state.unregister_stop = None
     try:
         _stop_server(state)
     finally:

@@ -14,6 +14,8 @@ import { Kernel, KernelMessage } from '@jupyterlab/services';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { chatMessage, sentMessage } from './chat';
+import { stopChannel } from './stop';
+
 import {
   COMM_TARGET,
   FrontendToKernel,
@@ -171,8 +173,19 @@ export class ChazClient {
     });
   }
 
-  /** Ask the kernel to stop the run of a session (as `%chaz stop SESSION`); false when not connected. */
+  /**
+   * Ask the kernel to stop the run of a session (as `%chaz stop SESSION`); false when not
+   * connected. Over the control channel when the kernel takes it (./stop): the comm is read
+   * only once a waiting cell's wait ends.
+   */
   stop(sessionId: number): boolean {
+    const kernel = this._kernel;
+    if (kernel && stopChannel.isReady(kernel) && this._status === 'connected') {
+      void stopChannel.stop(kernel, sessionId).then(r =>
+        this._stopped.emit({ type: 'stopped', session_id: sessionId, ok: r.ok, message: r.message })
+      );
+      return true;
+    }
     return this.send({ type: 'stop', session_id: sessionId });
   }
 
@@ -213,6 +226,9 @@ export class ChazClient {
       this._gotState = true;
       this._state = state;
       this._setStatus('connected');
+      if (this._kernel && !stopChannel.isReady(this._kernel)) {
+        void stopChannel.hello(this._kernel); // chaz is loaded: Stop may go over control
+      }
       this._stateReceived.emit(state);
     } else if (data.type === 'page') {
       const resolve = this._pages.get(String(data.request_id ?? ''));

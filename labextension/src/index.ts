@@ -16,6 +16,7 @@ import { setCellInserter } from './code';
 import { setEarlierLoader } from './pager';
 import { saveStaticViews } from './save';
 import { ChazPanel } from './sidebar';
+import { stopPlugin } from './stop-plugin';
 
 export { ChazClient } from './client';
 export { ChazPanel, editText, oldestPending } from './sidebar';
@@ -25,6 +26,7 @@ export { isLiveChazView, saveStaticViews, withoutLiveViews } from './save';
 export { earlierLoader, setEarlierLoader } from './pager';
 export * from './transcript';
 export * from './types';
+export { StopChannel, stopButtonOf, stopChannel } from './stop';
 
 export const CommandIDs = {
   showSessions: 'chaz:show-sessions',
@@ -146,4 +148,4 @@ const savePlugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default [plugin, savePlugin];
+export default [plugin, savePlugin, stopPlugin];

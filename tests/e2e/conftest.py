@@ -76,11 +76,13 @@ def _labextension_available(env: dict) -> bool:
 
 
 class LabServer:
-    def __init__(self, url: str, root: Path, proc: subprocess.Popen, log: Path):
+    def __init__(self, url: str, root: Path, proc: subprocess.Popen, log: Path, flavor: str = "lab"):
         self.url = url.rstrip("/")
         self.root = root
         self.proc = proc
         self.log = log
+        #: "lab" (JupyterLab) or "notebook" (Notebook 7): see ``lab_server``
+        self.flavor = flavor
 
     def log_tail(self, n: int = 60) -> str:
         try:
@@ -90,9 +92,14 @@ class LabServer:
 
 
 @pytest.fixture
-def lab_server(tmp_path):
-    """A JupyterLab server serving ``tmp_path / 'root'``."""
+def lab_server(tmp_path, request):
+    """A JupyterLab server serving ``tmp_path / 'root'``; with ``indirect`` param "notebook",
+    a Notebook 7 server instead (``@pytest.mark.parametrize("lab_server", ["lab", "notebook"],
+    indirect=True)``): the same extension, pages under /notebooks/."""
+    flavor = getattr(request, "param", "lab")
     _require_browser()
+    if flavor == "notebook":
+        pytest.importorskip("notebook", minversion="7", reason="Notebook 7 (pip install 'notebook>=7')")
     try:
         import jupyterlab  # noqa: F401
     except ImportError:
@@ -136,10 +143,11 @@ def lab_server(tmp_path):
 
     port = _free_port()
     log = tmp_path / "jupyterlab.log"
+    app = "LabApp" if flavor == "lab" else "JupyterNotebookApp"
     cmd = [
         sys.executable,
         "-m",
-        "jupyterlab",
+        "jupyterlab" if flavor == "lab" else "notebook",
         "--no-browser",
         "--ServerApp.ip=127.0.0.1",
         f"--ServerApp.port={port}",
@@ -149,12 +157,13 @@ def lab_server(tmp_path):
         "--ServerApp.disable_check_xsrf=True",
         "--ServerApp.allow_remote_access=False",
         f"--ServerApp.root_dir={root}",
-        f"--LabApp.user_settings_dir={jdirs / 'settings'}",
-        f"--LabApp.workspaces_dir={jdirs / 'workspaces'}",
-        "--LabApp.expose_app_in_browser=True",
-        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-        "--LabApp.extension_manager=readonly",
+        f"--{app}.user_settings_dir={jdirs / 'settings'}",
+        f"--{app}.workspaces_dir={jdirs / 'workspaces'}",
+        f"--{app}.expose_app_in_browser=True",
     ]
+    if flavor == "lab":
+        cmd += ["--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                "--LabApp.extension_manager=readonly"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")
     with log.open("w") as fh:
@@ -162,7 +171,7 @@ def lab_server(tmp_path):
             cmd, cwd=root, env=env, stdout=fh, stderr=subprocess.STDOUT
         )
     url = f"http://127.0.0.1:{port}"
-    server = LabServer(url, root, proc, log)
+    server = LabServer(url, root, proc, log, flavor)
     deadline = time.monotonic() + SERVER_START_TIMEOUT
     while True:
         if proc.poll() is not None:
@@ -230,7 +239,8 @@ class Lab:
         return path
 
     def open(self, path: str) -> None:
-        self.page.goto(f"{self.server.url}/lab/tree/{path}")
+        where = "lab/tree" if self.server.flavor == "lab" else "notebooks"
+        self.page.goto(f"{self.server.url}/{where}/{path}")
         self.page.wait_for_function("() => !!window.jupyterapp", timeout=60_000)
         self.page.wait_for_selector(".jp-NotebookPanel .jp-Notebook", timeout=60_000)
         self.wait_kernel_idle()
@@ -305,7 +315,7 @@ def lab(lab_server, tmp_path):
             page = context.new_page()
             page.set_default_timeout(30_000)
             errors: list[str] = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.on("pageerror", lambda exc: errors.append(str(exc) + " @ " + str(exc.stack)))
             helper = Lab(page, lab_server, tmp_path / "shots")
             helper.page_errors = errors
             yield helper

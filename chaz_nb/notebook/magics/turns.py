@@ -162,7 +162,8 @@ def attachments(server: Any, name: str, names: list[str]) -> tuple[str, dict[str
 
 
 def wait_session(state: ExtensionState, session: int, handle: Any, view: Any) -> None:
-    """Wait for the run; raise WaitInterrupted on Ctrl-C.
+    """Wait for the run. Ctrl-C (the kernel's Interrupt) ends the wait, not the run: a live
+    view says so on its Stop row and keeps following the run; without one, WaitInterrupted.
 
     If it parks, the view says so (the tool row waits for approval, the card says what to do)
     and keeps saying the truth as it changes; only without a view is a line printed (stdout
@@ -179,15 +180,23 @@ def wait_session(state: ExtensionState, session: int, handle: Any, view: Any) ->
     # serving kernel's death, which no entry announces (remote.py).
     future = handle.future if handle is not None and not isinstance(handle, remote.RemoteRun) else None
     elsewhere = future is None and served_elsewhere(server.store, session)
-    outcome = wait_run(
-        is_done=lambda: server.session_status(session) == "idle",  # (also a run served elsewhere)
-        is_parked=lambda: server.session_status(session) == "parked",
-        future=future,
-        loop=state.loop,
-        wake=remote.session_writes(server.store, session) if elsewhere else None,
-        poll_interval=remote.REMOTE_POLL_INTERVAL if elsewhere else None,
-    )
     if view is not None:
+        view.set_waiting(True)  # the Stop row says whether a click can act during the wait
+    try:
+        outcome = wait_run(
+            is_done=lambda: server.session_status(session) == "idle",  # (also a run served elsewhere)
+            is_parked=lambda: server.session_status(session) == "parked",
+            future=future,
+            loop=state.loop,
+            wake=remote.session_writes(server.store, session) if elsewhere else None,
+            poll_interval=remote.REMOTE_POLL_INTERVAL if elsewhere else None,
+        )
+    finally:
+        if view is not None:
+            view.set_waiting(False)
+    if view is not None:
+        if outcome.state == "interrupted":
+            view.set_waiting(False, interrupted=True)
         view.flush(final=True)
     if outcome.state == "parked" and view is None:
         asks = [p for p in server.pending_approvals() if p.get("session_id") == session]
@@ -197,6 +206,10 @@ def wait_session(state: ExtensionState, session: int, handle: Any, view: Any) ->
             f"above, or run %chaz approve last / %chaz deny last --reason R; the run resumes once "
             f"it is decided. %chaz wait {session} waits again."
         )
+    elif outcome.state == "interrupted" and view is not None:
+        # the view says so (its Stop row: "stopped waiting: the run goes on") and keeps following
+        # the run, as a --no-wait cell's does: no error output in the notebook (issue 26)
+        return
     elif outcome.state == "interrupted":
         raise WaitInterrupted(
             f"stopped waiting: session {session} keeps running and every entry is kept; "

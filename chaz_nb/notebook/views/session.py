@@ -451,6 +451,11 @@ class SessionView(LiveView):
         self._close_widgets()
         return self._sent_seq
 
+    def set_waiting(self, on: bool, *, interrupted: bool = False) -> None:
+        """The cell showing this view waits for the run, or stopped waiting (stop_button.py)."""
+        if self.stop_button is not None and not self.stop_button.closed:
+            self.stop_button.set_waiting(on, interrupted=interrupted)
+
     def _remember_sent(self, data: dict[str, Any]) -> None:
         """What the output shows now (see ``hand_over``)."""
         self._sent = data
@@ -503,7 +508,7 @@ class SessionView(LiveView):
         if self._stop_request is not None:
             from .stop_button import StopButton
 
-            self.stop_button = StopButton(self._stop_request, self.session_id)
+            self.stop_button = StopButton(self._stop_request, self.session_id, loop=self._loop)
             self.stop_button.show(self.status() != "idle")
         self._earlier_widget = w.HTML("")
         self._earlier_button = w.Button(description="show earlier", tooltip="load the previous page of entries")
