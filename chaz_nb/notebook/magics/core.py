@@ -114,7 +114,8 @@ def _agent_parser() -> CommandParser:
     p.add_argument("--model", metavar="M")
     p.add_argument("--system", metavar="S")
     p.add_argument("--tools", metavar="a,b",
-                   help="comma-separated tool names (from this notebook) or globs; default: every registered tool")
+                   help="comma-separated tool names (from this notebook) or globs; default: the session tools and "
+                        "the kernel's (kernel__*), not your own; '*': every tool")
     p.add_argument("--auto-approve", dest="auto_approve", metavar="a,b",
                    help="comma-separated tools (or globs) this agent may call without asking")
     p.add_argument("--approval-timeout", type=float, dest="approval_timeout", metavar="S",
