@@ -21,6 +21,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def check_agent(server: Server, name: str) -> None:
     if name not in server.agents:
+        server.refresh_agents()  # another kernel on a shared store may have defined it since
+    if name not in server.agents:
         known = ", ".join("@" + n for n in sorted(server.agents)) or "none"
         raise UsageError(
             f"unknown agent @{name}; known agents: {known} "
