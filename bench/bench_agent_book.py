@@ -1,15 +1,15 @@
-"""What keeping agents and their current sessions costs (issue 26 §3).
+"""What keeping agents and their current sessions costs (issue 26 §3), measured in one run.
 
-- a new session: ``server.new_session(name)`` (it now also records the agent's current
-  session in ``agent_sessions``), median of 200 on a DuckDB file;
-- loading: building the notebook's Server (``extension.build_server``, what ``%load_ext``
-  does after opening the store) on a store holding 50 stored agents, each with a current
-  session, median of 20;
-- defining one agent (``define_agent``: now also one upsert), median of 200.
+- a new session: ``server.new_session(name)`` (the session row, then the agent's current
+  session recorded in ``agent_sessions``) against ``store.create_session`` alone (what it was
+  before), interleaved, median of 100 each;
+- loading: building the notebook's Server (``extension.build_server``, what ``%load_ext`` does
+  once the store is open) on a store holding 50 kept agents, each with a current session,
+  against the same on a store holding none, interleaved, median of 20 each;
+- defining an agent: ``define_agent`` (now one upsert of its definition), median of 100.
 
 Run from the repo root: ``.venv/bin/python bench/bench_agent_book.py`` (``CHAZ_BENCH_PG=URL``
-adds the same figures on PostgreSQL). On code without the agent book (before issue 26 §3)
-the same script measures the same calls, which then store nothing.
+of an empty database adds the same figures on PostgreSQL).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -30,61 +31,67 @@ from chaz_nb.server.agents import Agent  # noqa: E402
 AGENTS = 50
 
 
-def median_ms(fn, n: int) -> float:
-    times = []
+def interleaved(a: Callable[[], object], b: Callable[[], object], n: int) -> tuple[float, float]:
+    """Median ms of ``a`` and of ``b``, run in turns (the machine's noise falls on both)."""
+    ta, tb = [], []
     for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(times)
+        for fn, times in ((a, ta), (b, tb)):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(ta), statistics.median(tb)
 
 
-def keep(server, agent: Agent) -> None:
-    try:
-        server.define_agent(agent, keep=True)
-    except TypeError:  # before the agent book: define_agent keeps nothing
-        server.define_agent(agent)
-
-
-def measure(path: str) -> dict[str, float]:
+def measure(full: str, empty: str) -> list[tuple[str, float, float]]:
     loop = asyncio.new_event_loop()
-    out: dict[str, float] = {}
-    store = SessionStore.open(path)
+    rows = []
+    store = SessionStore.open(full)
     server = build_server(store, loop)
     for i in range(AGENTS):
-        keep(server, Agent(f"agent{i}", model="chaz/echo", system=f"you are number {i}", tools=["kernel__*"]))
+        server.define_agent(Agent(f"agent{i}", model="chaz/echo", system=f"you are number {i}", tools=["kernel__*"]))
         server.new_session(f"agent{i}")
-    out["new session"] = median_ms(lambda: server.new_session("agent0"), 200)
+    before, after = interleaved(lambda: store.create_session("agent0"), lambda: server.new_session("agent0"), 100)
+    rows.append(("new session (create_session alone / new_session)", before, after))
     counter = iter(range(10**6))
-    out["define agent"] = median_ms(
-        lambda: keep(server, Agent("agent1", model="chaz/echo", system=f"v{next(counter)}")), 200)
+    times = []
+    for _ in range(100):
+        t0 = time.perf_counter()
+        server.define_agent(Agent("agent1", model="chaz/echo", system=f"v{next(counter)}"))
+        times.append((time.perf_counter() - t0) * 1000)
+    rows.append(("define agent (one upsert)", 0.0, statistics.median(times)))
     loop.run_until_complete(server.stop())
     store.close()
 
-    def load() -> None:
-        s = SessionStore.open(path)
-        srv = build_server(s, loop)
-        loop.run_until_complete(srv.stop())
+    stores = {path: SessionStore.open(path) for path in (full, empty)}
+
+    def load(path: str) -> Callable[[], None]:
+        def run() -> None:
+            srv = build_server(stores[path], loop)
+            assert len(srv.agents) == (AGENTS + 1 if path == full else 1)
+            loop.run_until_complete(srv.stop())
+
+        return run
+
+    before, after = interleaved(load(empty), load(full), 20)
+    rows.append((f"build the Server: 0 / {AGENTS} kept agents", before, after))
+    for s in stores.values():
         s.close()
-
-    def open_only() -> None:
-        SessionStore.open(path).close()
-
-    out[f"load, {AGENTS} stored agents"] = median_ms(load, 20)
-    out["  of which opening the store"] = median_ms(open_only, 20)
     loop.close()
-    return out
+    return rows
 
 
 def main() -> None:
+    results = []
     with tempfile.TemporaryDirectory() as tmp:
-        rows = [("duckdb", measure(os.path.join(tmp, "s.duckdb")))]
+        results.append(("duckdb", measure(os.path.join(tmp, "full.duckdb"), os.path.join(tmp, "empty.duckdb"))))
     if os.environ.get("CHAZ_BENCH_PG"):
-        rows.append(("postgresql", measure(os.environ["CHAZ_BENCH_PG"])))
-    for where, figures in rows:
-        print(f"{where}:")
-        for name, ms in figures.items():
-            print(f"  {name:34s} {ms:8.2f} ms")
+        url = os.environ["CHAZ_BENCH_PG"]
+        empty = os.environ.get("CHAZ_BENCH_PG_EMPTY", url)
+        results.append(("postgresql", measure(url, empty)))
+    for where, rows in results:
+        print(f"{where}:{'before':>48s} {'after':>9s}")
+        for name, before, after in rows:
+            print(f"  {name:48s} {before:8.2f} {after:8.2f} ms")
 
 
 if __name__ == "__main__":

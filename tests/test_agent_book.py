@@ -27,8 +27,14 @@ def location(request, tmp_path):
 
 def gpt() -> Agent:
     return Agent(
-        "gpt", model="openai/gpt-4o-mini", system="Be brief.", tools=["add", "kernel__*"],
-        auto_approve=["add"], max_iterations=4, data="schema", api_base="https://models.example/v1",
+        "gpt",
+        model="openai/gpt-4o-mini",
+        system="Be brief.",
+        tools=["add", "kernel__*"],
+        auto_approve=["add"],
+        max_iterations=4,
+        data="schema",
+        api_base="https://models.example/v1",
         model_options={"temperature": 0.2, "api_key": KEY, "extra_headers": {"Authorization": f"Bearer {KEY}"}},
     )
 
@@ -132,8 +138,10 @@ async def test_a_server_that_keeps_nothing_stores_nothing_and_keep_false_is_this
 async def test_an_unreadable_row_is_skipped_and_said(location):
     first = await restarted(location)
     first.define_agent(Agent("gpt"))
-    first.store.execute("UPDATE agent_definitions SET definition = ? WHERE name = 'gpt'",
-                        [json.dumps({"model": "chaz/echo", "max_iterations": 0})])
+    first.store.execute(
+        "UPDATE agent_definitions SET definition = ? WHERE name = 'gpt'",
+        [json.dumps({"model": "chaz/echo", "max_iterations": 0})],
+    )
     await close(first)
     second = await restarted(location)
     try:

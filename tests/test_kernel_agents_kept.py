@@ -18,7 +18,7 @@ def add(a: int, b: int) -> int:
 
 CALC = (
     "%chaz agent calc --model chaz/script --tools add --system 'You add.' --script "
-    "'[{\"tool\": \"add\", \"args\": {\"a\": 2, \"b\": 3}}, \"sum: {result}\"]'"
+    '\'[{"tool": "add", "args": {"a": 2, "b": 3}}, "sum: {result}"]\''
 )
 
 
@@ -55,9 +55,12 @@ def test_an_agent_and_its_session_survive_a_kernel_restart(kernel):
     assert calc.split() == ["calc", "chaz/script", "add", before, "stored", "add"]
     ok(kernel, TOOLS)  # the notebook defines its tool again: the agent has it
     ok(kernel, "%chaz @calc once more")
-    shown = ok(kernel, "s = chaz_nb.current(); sid = s.current_session_id('calc'); print(sid)\n"
-                       "print([e.content for e in s.store.entries(sid) if e.entry_type.value == 'ToolResult'])\n"
-                       "print(s.agents['calc'].system)")
+    shown = ok(
+        kernel,
+        "s = chaz_nb.current(); sid = s.current_session_id('calc'); print(sid)\n"
+        "print([e.content for e in s.store.entries(sid) if e.entry_type.value == 'ToolResult'])\n"
+        "print(s.agents['calc'].system)",
+    )
     sid, results, system = shown.splitlines()
     assert sid == before  # the same session: it went on where it was
     assert results == "['add: 5', 'add: 5']"

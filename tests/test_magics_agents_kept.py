@@ -86,8 +86,9 @@ def test_agents_defined_three_ways_are_back_after_a_restart_with_their_sessions(
 
 def test_a_key_in_the_definition_is_not_stored_and_the_line_says_so(kept, capsys):
     capsys.readouterr()
-    ip.run_cell_magic("chaz", "agent gpt", f'model = "openai/gpt-4o-mini"\n[model_options]\napi_key = "{KEY}"\n'
-                                           'temperature = 0.1\n')
+    ip.run_cell_magic(
+        "chaz", "agent gpt", f'model = "openai/gpt-4o-mini"\n[model_options]\napi_key = "{KEY}"\ntemperature = 0.1\n'
+    )
     out = capsys.readouterr().out
     assert "(not stored: api_key; keys come from the environment)" in out and KEY not in out
     server = chaz_nb.current()
@@ -104,7 +105,8 @@ def test_forget_removes_an_agent_for_good(kept, capsys):
     capsys.readouterr()
     ip.run_line_magic("chaz", "agent gpt --forget")
     assert capsys.readouterr().out.strip() == (
-        "agent gpt: removed from this kernel and the store; its sessions stay (%chaz sessions)")
+        "agent gpt: removed from this kernel and the store; its sessions stay (%chaz sessions)"
+    )
     one_line_error(capsys, "%chaz @gpt hi", "unknown agent @gpt")
     kept()
     one_line_error(capsys, "%chaz @gpt hi", "unknown agent @gpt")
@@ -130,7 +132,7 @@ def test_help_of_a_sub_command_prints_its_usage(chaz, capsys, line):
 
 
 # ------------------------------------------------------------ safe defaults (issue 26 §4)
-CALL_ADD = "'[{\"tool\": \"add\", \"args\": {\"a\": 2, \"b\": 3}}, \"got {result}\"]'"
+CALL_ADD = '\'[{"tool": "add", "args": {"a": 2, "b": 3}}, "got {result}"]\''
 
 
 def offered(server, name: str) -> set[str]:
@@ -147,8 +149,14 @@ def test_an_agent_without_tools_is_not_offered_a_users_tool_and_with_star_it_is(
     assert {"kernel__variables", "kernel__run", "spawn_agent"} <= offered(server, "newcomer")
     ip.run_line_magic("chaz", "@newcomer add them")
     ip.run_line_magic("chaz", "@trusted add them")
-    results = {n: [e.content for e in server.store.entries(server.current_session_id(n))
-                   if e.entry_type is EntryType.TOOL_RESULT] for n in ("newcomer", "trusted")}
+    results = {
+        n: [
+            e.content
+            for e in server.store.entries(server.current_session_id(n))
+            if e.entry_type is EntryType.TOOL_RESULT
+        ]
+        for n in ("newcomer", "trusted")
+    }
     assert results["trusted"] == ["add: 5"]
     assert results["newcomer"][0].startswith("add: unknown tool 'add'; tools available: compact, kernel__cells")
     server = kept()  # and so after a restart: the default is stored as it was given

@@ -172,8 +172,9 @@ class AgentBook:
 
     def _check(self) -> None:
         if not self.available:
-            raise StoreError(f"{self.store.path} is older than agent keeping (opened read-only); "
-                             "open it writable once to upgrade it")
+            raise StoreError(
+                f"{self.store.path} is older than agent keeping (opened read-only); open it writable once to upgrade it"
+            )
 
     # ------------------------------------------------------------- notices
     def _tell(self, name: str) -> None:

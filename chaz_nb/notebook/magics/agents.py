@@ -75,8 +75,16 @@ class AgentCommands(MagicsHost):
             a = server.agents[name]
             session = server.current_session_id(name)
             missing = roster.missing_tools(name, lambda t: t in server.tools)
-            rows.append((name, a.model, tools_cell(a), "-" if session is None else str(session),
-                         roster.origin.get(name, "this kernel"), ", ".join(missing) or "-"))
+            rows.append(
+                (
+                    name,
+                    a.model,
+                    tools_cell(a),
+                    "-" if session is None else str(session),
+                    roster.origin.get(name, "this kernel"),
+                    ", ".join(missing) or "-",
+                )
+            )
         print(table(rows))
         if any(roster.missing_tools(n, lambda t: t in server.tools) for n in server.agents):
             print("a tool not defined yet: run the cell with its @chaz_nb.tool function; the agent gets it then")
