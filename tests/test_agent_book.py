@@ -10,7 +10,7 @@ import json
 import pytest
 
 from chaz_nb.core.store import SessionStore
-from chaz_nb.server.agent_book import BUILT_IN, HERE, STORED
+from chaz_nb.server.agent_book import BUILT_IN, HERE, LOCAL, STORED
 from chaz_nb.server.agents import Agent
 from chaz_nb.server.facade import Server
 
@@ -127,6 +127,7 @@ async def test_a_server_that_keeps_nothing_stores_nothing_and_keep_false_is_this
     keeper = await restarted(location)
     keeper.define_agent(Agent("variant"), keep=False)
     assert keeper.agents_loaded == [] and "gpt" not in keeper.agents
+    assert keeper.roster.origin["variant"] == LOCAL
     await close(keeper)
     again = await restarted(location)
     try:
@@ -193,6 +194,12 @@ async def test_on_postgresql_the_definitions_are_the_stores_and_other_kernels_he
         await next_change(heard)
         await next_change(heard_a)
         assert "gpt" not in a.agents and "gpt" not in b.agents
+        # a process's own keep=False definition is not replaced by the store's
+        b.define_agent(Agent("mine", model="chaz/echo", system="b's own"), keep=False)
+        a.define_agent(Agent("mine", model="chaz/echo", system="a's"))
+        await next_change(heard)
+        b.refresh_agents()
+        assert b.agents["mine"].system == "b's own" and b.roster.origin["mine"] == LOCAL
         # a notice lost (a listener reconnecting): refresh reads the store
         a.roster.book._tell = lambda name: None
         a.define_agent(Agent("late", model="chaz/echo"))

@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 NOTICE_CHANNEL = "chaz_agents"  # core/store/postgres.py NOTICE_CHANNELS
 #: where an agent of this kernel comes from (``%chaz agents`` shows it)
 HERE, STORED, BUILT_IN = "this kernel", "stored", "built-in"
+#: defined here with ``keep=False`` (a fork's variant): this process's own, which no notice
+#: from another kernel replaces
+LOCAL = "this kernel, not kept"
 
 #: a change heard from another kernel: (name, the agent as stored now, or None: forgotten)
 Heard = Callable[[str, "Agent | None"], None]
@@ -212,7 +215,7 @@ class Roster:
         self.agents = agents
         self.current = current
         self.book = book
-        #: name -> HERE, STORED or BUILT_IN (``%chaz agents``'s "from")
+        #: name -> HERE, LOCAL, STORED or BUILT_IN (``%chaz agents``'s "from")
         self.origin: dict[str, str] = {}
         #: definitions made in code and never kept (the notebook's ``assistant``, a Server's
         #: constructor agents): what a forgotten agent of that name falls back to
@@ -235,7 +238,7 @@ class Roster:
             self.origin[agent.name] = HERE
         else:
             self.left_out.pop(agent.name, None)
-            self.origin[agent.name] = BUILT_IN if agent.name in self.built_in else HERE
+            self.origin[agent.name] = LOCAL
         self.agents[agent.name] = agent
         return agent
 
@@ -287,18 +290,19 @@ class Roster:
             self.origin.pop(name, None)
 
     def heard(self, name: str, agent: Agent | None) -> None:
-        """Another kernel kept (``agent``) or forgot (None) ``name``: the store's word holds."""
+        """Another kernel kept (``agent``) or forgot (None) ``name``: the store's word holds,
+        except over this process's own ``keep=False`` definition, which stays as it is."""
+        if self.origin.get(name) == LOCAL:
+            return
         if agent is None:
             if self.origin.get(name) in (HERE, STORED):
                 self._drop(name)
             return
+        # (the current session is taken from the store at load only: from then on each
+        # kernel keeps its own, so a definition heard never moves this kernel's conversation)
         self.agents[name] = agent
         self.origin[name] = STORED
         self.left_out.pop(name, None)
-        if name not in self.current and self.book is not None:
-            sid = self.book.current_sessions().get(name)
-            if sid is not None:
-                self.current[name] = sid
 
     def refresh(self) -> None:
         """On a shared store: the definitions as the store has them now (a notice may be lost)."""
@@ -308,7 +312,7 @@ class Roster:
         for name in [n for n, o in self.origin.items() if o in (HERE, STORED) and n not in stored]:
             self._drop(name)
         for name, agent in stored.items():
-            if self.agents.get(name) != agent:
+            if self.agents.get(name) != agent and self.origin.get(name) != LOCAL:
                 self.heard(name, agent)
 
     def missing_tools(self, name: str, registered: Callable[[str], bool]) -> list[str]:
