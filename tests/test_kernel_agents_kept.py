@@ -65,3 +65,27 @@ def test_an_agent_and_its_session_survive_a_kernel_restart(kernel):
     assert sid == before  # the same session: it went on where it was
     assert results == "['add: 5', 'add: 5']"
     assert system == "You add."
+
+
+def test_on_postgresql_an_agent_defined_in_one_kernel_is_the_stores(pg_url, tmp_path):
+    kernels = []
+    try:
+        for name in ("a", "b"):
+            (tmp_path / name).mkdir()
+            k = Kernel(str(tmp_path / name), {"CHAZ_DB": pg_url})
+            kernels.append(k)
+            ok(k, "%load_ext chaz_nb")
+        a, b = kernels
+        ok(a, "%chaz agent gpt --model chaz/echo --system 'Be brief.'")
+        gpt = next(line for line in ok(b, "%chaz agents").splitlines() if line.startswith("gpt"))
+        assert gpt.split()[:2] == ["gpt", "chaz/echo"] and "stored" in gpt
+        ok(b, "%chaz @gpt hi from b")  # B serves it: the definition is the store's
+        latest = "import chaz_nb\ns = chaz_nb.current()\nprint(s.store.latest(s.current_session_id('gpt')).content)"
+        reply = ok(b, latest)
+        assert reply.strip().endswith("hi from b")
+        ok(b, "%chaz agent gpt --forget")
+        r = a.run("%chaz @gpt still there?")
+        assert r.status == "error" and "unknown agent @gpt" in r.stderr, (r.stdout, r.stderr)
+    finally:
+        for k in kernels:
+            k.close()

@@ -304,9 +304,15 @@ class Roster:
         self.origin[name] = STORED
         self.left_out.pop(name, None)
 
-    def refresh(self) -> None:
-        """On a shared store: the definitions as the store has them now (a notice may be lost)."""
+    def refresh(self, name: str | None = None) -> None:
+        """On a shared store: the definitions (or ``name``'s) as the store has them now (a
+        notice may be lost, or not have arrived yet)."""
         if self.book is None or not isinstance(self.book.store, SharedSessions) or not self.book.available:
+            return
+        if name is not None:
+            agent = self.book.get(name)
+            if agent != self.agents.get(name):
+                self.heard(name, agent)  # (which leaves this process's own definitions be)
             return
         stored = self.book.load()
         for name in [n for n, o in self.origin.items() if o in (HERE, STORED) and n not in stored]:

@@ -144,9 +144,10 @@ class Server:
         one falls back to its built-in definition. Unknown: AgentError. Says what it did."""
         return self.roster.forget(name)
 
-    def refresh_agents(self) -> None:
-        """On a shared store: the agents as the store defines them now (notices may be lost)."""
-        self.roster.refresh()
+    def refresh_agents(self, name: str | None = None) -> None:
+        """On a shared store: the agents (or ``name``) as the store defines them now (a
+        notice may be lost, or still on its way); nothing on a store of one process."""
+        self.roster.refresh(name)
 
     def agent(self, name: str) -> Agent:
         return self._engine.agent(name)
