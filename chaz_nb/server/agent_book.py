@@ -14,8 +14,9 @@ store (tables ``agent_definitions`` and ``agent_sessions``, migration 016):
 On a shared store (PostgreSQL, several kernels) the definitions are the store's, as the
 schedules are (``schedules/table.py``): a change is a notice (``NOTIFY chaz_agents``) on which
 every other kernel reads the row again and defines (or drops) the agent; a kernel that
-loads reads them all. A notice lost while a listener reconnects is made up for by ``refresh``
-(``%chaz agents`` and an unknown ``@NAME`` call it).
+loads reads them all. ``refresh`` reads the table when a notice may not have arrived (a turn
+from a cell reads its agent's row, ``%chaz agents`` every row). A ``keep=False`` definition
+is the process's own: no notice replaces it.
 """
 
 from __future__ import annotations
