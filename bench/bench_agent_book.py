@@ -6,7 +6,9 @@
 - loading: building the notebook's Server (``extension.build_server``, what ``%load_ext`` does
   once the store is open) on a store holding 50 kept agents, each with a current session,
   against the same on a store holding none, interleaved, median of 20 each;
-- defining an agent: ``define_agent`` (now one upsert of its definition), median of 100.
+- defining an agent: ``define_agent`` (now one upsert of its definition), median of 100;
+- what a turn from a cell adds: ``refresh_agents(name)`` (a query on a shared store, nothing
+  on DuckDB), median of 100.
 
 Run from the repo root: ``.venv/bin/python bench/bench_agent_book.py`` (``CHAZ_BENCH_PG=URL``
 of an empty database adds the same figures on PostgreSQL).
@@ -59,6 +61,12 @@ def measure(full: str, empty: str) -> list[tuple[str, float, float]]:
         server.define_agent(Agent("agent1", model="chaz/echo", system=f"v{next(counter)}"))
         times.append((time.perf_counter() - t0) * 1000)
     rows.append(("define agent (one upsert)", 0.0, statistics.median(times)))
+    times = []
+    for _ in range(100):
+        t0 = time.perf_counter()
+        server.refresh_agents("agent2")  # what a turn from a cell adds (a query on a shared store)
+        times.append((time.perf_counter() - t0) * 1000)
+    rows.append(("a turn's read of its agent's row", 0.0, statistics.median(times)))
     loop.run_until_complete(server.stop())
     store.close()
 
