@@ -102,11 +102,11 @@ def test_a_capped_workers_directive_served_by_another_kernel_stays_capped(pg_ker
           'tools=["danger", "send_message"], auto_approve=["danger"]))')
     assert "done the dangerous thing" in ok(b, "%chaz @boss hello")  # a person's trigger may run it
     sid = int(ok(b, 'print(server.current_session("boss"))').strip())
-    # in A the same agent spawns a worker limited to send_message; the worker (playing the same
+    # in A the same agent (A's own: keep=False) spawns a worker limited to send_message; the worker (playing the same
     # script) sends a Directive into the session B serves, then so does the parent
     ok(a, f'server.define_agent(scripted("boss", {{"tool": "spawn_worker", "args": {{"task": "tell B", '
           f'"tools": ["send_message"]}}}}, send({sid}, "run danger", "directive"), "{{result}}", '
-          f'tools=["spawn_worker", "send_message"], auto_approve=["danger"]))')
+          f'tools=["spawn_worker", "send_message"], auto_approve=["danger"]), keep=False)')
     ok(a, "%chaz @boss go")
     directives = rows(pg_url, "SELECT id, payload::text FROM entries WHERE session_id = %s"
                               " AND entry_type = 'Directive' ORDER BY seq", (sid,))
@@ -167,15 +167,17 @@ print(json.dumps({"capped": capped, "after": [e.content for e in server.store.en
 def test_two_kernels_waking_each_other_stop_at_the_trees_max_model_calls(pg_kernels, pg_url):
     a, b = pg_kernels
     limit = 10
-    there = int(ok(b, 'server.define_agent(scripted("pinger", "hi"))\n'
+    # each kernel's pinger is its own (keep=False): on a shared store a kept definition is the store's
+    there = int(ok(b, 'server.define_agent(scripted("pinger", "hi"), keep=False)\n'
                       'there = server.new_session("pinger")\n'
                       'await (await server.send(there, "hello")).wait()\n'  # B holds its lease
                       'print(there)').strip())
-    here = int(ok(a, 'server.define_agent(scripted("pinger", "hi"))\nprint(server.new_session("pinger"))').strip())
+    here = int(ok(a, 'server.define_agent(scripted("pinger", "hi"), keep=False)\nprint(server.new_session("pinger"))')
+               .strip())
     # each run writes a Directive into the other kernel's session (twice: one landing during the
     # run moves the scripted model's position), so runs alternate between the kernels
     ping = ('server.define_agent(scripted("pinger", *[send({target}, "ping", "directive")] * 2, "{{result}}", '
-            f'tools=["send_message"], max_model_calls={limit}))')
+            f'tools=["send_message"], max_model_calls={limit}), keep=False)')
     ok(a, ping.format(target=there))
     ok(b, ping.format(target=here))
     ok(a, f'''

@@ -280,7 +280,8 @@ def test_agents_sessions_log_sql(chaz, capsys):
     ip.run_line_magic("chaz", "@assistant hi")
     capsys.readouterr()
     ip.run_line_magic("chaz", "agents")
-    assert capsys.readouterr().out.splitlines()[1].split() == ["assistant", "chaz/echo", "default", "1"]
+    row = capsys.readouterr().out.splitlines()[1].split()
+    assert row == ["assistant", "chaz/echo", "default", "1", "built-in", "-"]
     ip.run_line_magic("chaz", "sessions")
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["id", "agent", "kind", "parent", "depth", "entries", "status"]

@@ -135,6 +135,9 @@ def test_a_schedule_kept_from_an_earlier_kernel_fires_after_load(monkeypatch, tm
         assert not first.schedules.running  # Server.stop stops the scheduler
         with SessionStore(str(tmp_path / "s.duckdb")) as db:  # the one-shot came due while it was down
             db.execute("UPDATE schedules SET next_fire_at = ? WHERE id = 2", [utcnow() - timedelta(seconds=1)])
+            # bot is kept with the sessions (agent_book.py): drop it, so that the next kernel
+            # does not define it until a cell does (a schedule of an agent kept nowhere)
+            db.execute("DELETE FROM agent_definitions WHERE name = 'bot'")
         ip.run_line_magic("load_ext", "chaz_nb")
         server = chaz_nb.current()
         assert server.schedules.running

@@ -71,7 +71,8 @@ def held_note(path: str, alt: str) -> str:
 
 
 def build_server(store: Any, loop: Any, agents: Any = None, tools: Any = None) -> Any:
-    """A Server on ``store`` running its agents on ``loop`` (with the default agent)."""
+    """A Server on ``store`` running its agents on ``loop``: the agents kept in the store
+    (server/agent_book.py), ``agents`` (kept there too) and the built-in default agent."""
     from ..server.agents import SAFE_DEFAULT_TOOLS, Agent
     from ..server.facade import Server
     from ..engine.tools import ToolRegistry
@@ -81,12 +82,11 @@ def build_server(store: Any, loop: Any, agents: Any = None, tools: Any = None) -
         for name in tools.names():
             if name not in ("spawn_agent", "spawn_worker") and not name.startswith("kernel__"):
                 registry.register(tools.get(name))
-    server = Server(store, tools=registry)
-    if agents:
-        for agent in agents.values():
-            server.define_agent(agent)
-    if DEFAULT_AGENT not in server.agents:
-        server.define_agent(Agent(DEFAULT_AGENT, model=default_model(), tools=list(SAFE_DEFAULT_TOOLS)))
+    server = Server(store, tools=registry, keep_agents=True)
+    # the built-in default: never kept, and one defined with %chaz agent assistant wins
+    server.roster.define_built_in(Agent(DEFAULT_AGENT, model=default_model(), tools=list(SAFE_DEFAULT_TOOLS)))
+    for agent in (agents or {}).values():
+        server.define_agent(agent)
     server.attach_loop(loop)
     return server
 
@@ -94,9 +94,11 @@ def build_server(store: Any, loop: Any, agents: Any = None, tools: Any = None) -
 def _describe(store: Any, server: Any, note: str = "") -> str:
     model = server.agents[DEFAULT_AGENT].model if DEFAULT_AGENT in server.agents else "?"
     where = store.path
+    kept = [n for n in getattr(server, "agents_loaded", []) if n != DEFAULT_AGENT]
+    back = f" · agents kept here: {', '.join('@' + n for n in kept)} (%chaz agents)" if kept else ""
     if note:
-        return f"chaz_nb: {note} · agent {DEFAULT_AGENT} uses {model}"
-    return f"chaz_nb: sessions in {where} · agent {DEFAULT_AGENT} uses {model}"
+        return f"chaz_nb: {note} · agent {DEFAULT_AGENT} uses {model}{back}"
+    return f"chaz_nb: sessions in {where} · agent {DEFAULT_AGENT} uses {model}{back}"
 
 
 _MAGIC_LINE = re.compile(r"^(?P<indent>[ \t]*)%chaz(?:[ \t]+(?P<args>.*?))?[ \t]*$")
@@ -149,9 +151,31 @@ def load_ipython_extension(ip: Any) -> None:
     controller.set_state(state)
     _connect_sidebar(state)
     _connect_stop_control(state)
+    _watch_cells(ip)
     print(line)
     _start_schedules(state)
     _start_litellm_import()
+
+
+def _watch_cells(ip: Any) -> None:
+    """After each cell, a kept agent's tool that the cell defined joins the server."""
+    from .magics.agents import after_cell
+
+    events = getattr(ip, "events", None)
+    if events is None:
+        return
+    _unwatch_cells(ip)
+    callback = after_cell(ip)
+    events.register("post_run_cell", callback)
+    ip._chaz_after_cell = callback
+
+
+def _unwatch_cells(ip: Any) -> None:
+    callback = getattr(ip, "_chaz_after_cell", None)
+    if callback is not None:
+        with contextlib.suppress(Exception):  # unloading: never fail for it
+            ip.events.unregister("post_run_cell", callback)
+        ip._chaz_after_cell = None
 
 
 def _add_kernel(server: Any, shell: Any) -> None:
@@ -234,6 +258,7 @@ def unload_ipython_extension(ip: Any) -> None:
         with contextlib.suppress(Exception):  # unloading: never stop the unload for it
             state.unregister_stop()
         state.unregister_stop = None
+    _unwatch_cells(ip)
     try:
         _stop_server(state)
     finally:
@@ -255,7 +280,9 @@ def reopen(path: str) -> str:
     # the old server is replaced whatever its stop() says
     with contextlib.suppress(Exception):
         _stop_server(state)
-    state.server = build_server(store, state.loop, agents=old.agents, tools=old.tools)
+    # this kernel's agents go along (and are kept in the new store); the built-in one is made anew
+    carried = {n: a for n, a in old.agents.items() if old.roster.origin.get(n) != "built-in"}
+    state.server = build_server(store, state.loop, agents=carried, tools=old.tools)
     _add_kernel(state.server, state.shell)
     state.last_session = None
     state.room = None

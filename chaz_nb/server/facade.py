@@ -19,8 +19,9 @@ from ..core.store import SessionInfo, Store
 from ..engine.backends import LiteLLMBackend, ModelBackend
 from ..engine.runtime import ToolExecutor
 from ..engine.tools import ToolsLike, as_registry
-from ..errors import AgentError, ServerError
+from ..errors import ServerError
 from . import spawn as spawn_tools
+from .agent_book import AgentBook, Roster
 from .agents import Agent
 from .approvals import DEFAULT_TIMEOUT, ApprovalBook
 from .compaction import Compaction
@@ -56,6 +57,7 @@ class Server:
         max_concurrent_calls: int = 10,
         tool_timeout: float = 60.0,
         approval_timeout: float = DEFAULT_TIMEOUT,
+        keep_agents: bool = False,
     ) -> None:
         # A list of tools or plain functions is as good as a registry (most agent
         # libraries take a list); anything else is one TypeError here.
@@ -70,9 +72,14 @@ class Server:
         )
         handle = getattr(self.tools, "spawn_handle", None) or spawn_tools.install(self.tools)
         handle.set(self._engine)
-        for agent in agents.values() if isinstance(agents, Mapping) else agents:
-            self.define_agent(agent)
         self._current: dict[str, int] = {}
+        # keep_agents: definitions and current sessions kept in the store (agent_book.py);
+        # the constructor's agents are this code's own, never kept
+        self.roster = Roster(self.agents, self._current, AgentBook(store) if keep_agents else None)
+        for agent in agents.values() if isinstance(agents, Mapping) else agents:
+            self.roster.define_built_in(agent)
+        #: the agents read back from the store at start (keep_agents)
+        self.agents_loaded = self.roster.load()
         #: the kernel tool server (``add_kernel``); None until one is added
         self.kernel: Any = None
         # Parts, in hook order. Approvals first: a decision must be booked before anything
@@ -89,8 +96,9 @@ class Server:
         self.compaction = self.add_part(Compaction(self._engine, self.rooms))
         self.mcp = self.add_part(McpServers(self._engine))
         # last: asked first for a run's messages (a branch's context, fork.py)
-        self.forks = self.add_part(Forks(self._engine, self.compaction, self.recorded, self.define_agent,
-                                         self._make_current))
+        # a fork's variant (analyst@gpt-4o) is defined for its branch, not kept
+        self.forks = self.add_part(Forks(self._engine, self.compaction, self.recorded,
+                                         lambda agent: self.define_agent(agent, keep=False), self._make_current))
         self.recovered = self._engine.recover()
         self._unsubscribers = [
             *(store.subscribe(p.on_write) for p in self._engine.parts if type(p).on_write is not Part.on_write),
@@ -123,12 +131,23 @@ class Server:
         return self._engine.max_concurrent_calls
 
     # ------------------------------------------------------------ agents
-    def define_agent(self, agent: Agent) -> Agent:
-        """Define or redefine an agent (a redefinition applies from its next run)."""
-        if not isinstance(agent, Agent):
-            raise AgentError("define_agent takes a chaz_nb.Agent")
-        self.agents[agent.name] = agent
-        return agent
+    def define_agent(self, agent: Agent, *, keep: bool | None = None) -> Agent:
+        """Define or redefine an agent (a redefinition applies from its next run).
+
+        A Server built with ``keep_agents=True`` (the notebook's) keeps the definition in the
+        store (no keys, tools by name: agent_book.py), so it is back after a restart;
+        ``keep=False`` defines it for this process only."""
+        return self.roster.define(agent, keep)
+
+    def forget_agent(self, name: str) -> str:
+        """Remove a kept agent from the store and this server (its sessions stay); a built-in
+        one falls back to its built-in definition. Unknown: AgentError. Says what it did."""
+        return self.roster.forget(name)
+
+    def refresh_agents(self, name: str | None = None) -> None:
+        """On a shared store: the agents (or ``name``) as the store defines them now (a
+        notice may be lost, or still on its way); nothing on a store of one process."""
+        self.roster.refresh(name)
 
     def agent(self, name: str) -> Agent:
         return self._engine.agent(name)
@@ -138,7 +157,7 @@ class Server:
         """Start a fresh chat session with an agent and make it the agent's current one."""
         self.agent(agent_name)
         session_id = self.store.create_session(agent_name, "chat")
-        self._current[agent_name] = session_id
+        self._make_current(agent_name, session_id)
         return session_id
 
     def current_session_id(self, agent_name: str) -> int | None:
@@ -156,7 +175,7 @@ class Server:
         return self._current[agent_name]
 
     def _make_current(self, agent_name: str, session_id: int) -> None:
-        self._current[agent_name] = session_id
+        self.roster.make_current(agent_name, session_id)
 
     # ------------------------------------------------------------ forks
     def fork(
@@ -203,7 +222,7 @@ class Server:
         info = self.store.session(session_id)
         if info.kind == ROOM_KIND:
             raise ServerError(f"session {session_id} is a room; enter it with %chaz room NAME")
-        self._current[info.agent] = info.id
+        self._make_current(info.agent, info.id)
         return info
 
     def register_child_session(
@@ -324,6 +343,8 @@ class Server:
         """Shut down: stop reacting to writes and cancel every run (each records an Error entry)."""
         for unsubscribe in self._unsubscribers or ():
             unsubscribe()
+        if self.roster.book is not None:
+            self.roster.book.close()
         await self._engine.stop()
 
     # ------------------------------- schedules, rooms, compaction (see their own modules)

@@ -41,6 +41,21 @@ class Migration:
     postgres: Callable[[PgConnection], None]
 
 
+#: the agent book's tables (016), the same text on both databases
+AGENT_TABLES = """
+CREATE TABLE agent_definitions (
+    name VARCHAR PRIMARY KEY,
+    definition JSON NOT NULL,
+    created_at TIMESTAMP NOT NULL,
+    updated_at TIMESTAMP NOT NULL
+);
+CREATE TABLE agent_sessions (
+    agent VARCHAR PRIMARY KEY,
+    session_id BIGINT NOT NULL,
+    updated_at TIMESTAMP NOT NULL
+);
+"""
+
 # ------------------------------------------------------------------- DuckDB
 
 def _m001_sessions_entries(con: duckdb.DuckDBPyConnection) -> None:
@@ -234,6 +249,13 @@ def _m015_run_budgets(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("ALTER TABLE schedules ADD COLUMN budget VARCHAR")
 
 
+def _m016_agent_definitions(con: duckdb.DuckDBPyConnection) -> None:
+    # Agents defined in a notebook, kept with the sessions (server/agent_book.py): the
+    # definition as JSON (no keys, no Python code: tools by name), and each agent's current
+    # session, so both are back after a kernel restart.
+    con.execute(AGENT_TABLES)
+
+
 # --------------------------------------------------------------- PostgreSQL
 
 #: DuckDB functions the server's SQL uses, and TRY_CAST's behaviour (NULL, not an error)
@@ -366,6 +388,11 @@ def _pg_m015(cur: PgConnection) -> None:
     )
 
 
+def _pg_m016(cur: PgConnection) -> None:
+    # The same tables on a shared store: every kernel's agents are the store's.
+    cur.execute(AGENT_TABLES)
+
+
 def create_pg_audit_views(cur: PgConnection) -> None:
     """Create (or replace) the audit views. A changed view is dropped first: PostgreSQL's
     CREATE OR REPLACE VIEW cannot change a column's type or order. The views of the schema
@@ -397,6 +424,7 @@ MIGRATIONS: list[Migration] = [
     Migration("013_fork_branches", _m_fork_branches, _pg_m_fork_branches),
     Migration("014_kernel_audit_views", _m014_kernel_audit_views, _pg_m014),
     Migration("015_run_budgets", _m015_run_budgets, _pg_m015),
+    Migration("016_agent_definitions", duckdb=_m016_agent_definitions, postgres=_pg_m016),
 ]
 
 

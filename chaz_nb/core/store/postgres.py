@@ -60,8 +60,8 @@ log = logging.getLogger(__name__)
 __all__ = ["PgSessionStore"]
 CHANNEL = "chaz_entries"
 #: other channels the listener relays to ``on_notice`` callbacks (schedule changes, stop
-#: requests between kernels: server/stop_relay.py)
-NOTICE_CHANNELS = ("chaz_schedules", "chaz_stop")
+#: requests between kernels: server/stop_relay.py, agent definitions: server/agent_book.py)
+NOTICE_CHANNELS = ("chaz_schedules", "chaz_stop", "chaz_agents")
 #: advisory lock keys (first int: this project's namespace; second: what is locked)
 _WRITE_LOCK = (7261, 1)
 _LEASE_NS = 7262

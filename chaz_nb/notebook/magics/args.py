@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import shlex
 from typing import NoReturn
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from IPython.core.error import UsageError
 
@@ -40,6 +40,23 @@ class CommandParser(argparse.ArgumentParser):
 
     def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
         raise HelpShown()
+
+    def format_usage(self) -> str:
+        return self._with_literal_usage(super().format_usage)
+
+    def format_help(self) -> str:
+        return self._with_literal_usage(super().format_help)
+
+    def _with_literal_usage(self, format_: Callable[[], str]) -> str:
+        # argparse fills a usage in with ``usage % {"prog": ...}``: the "%chaz" of ours is
+        # literal text ("%c requires int or char" was what ``--help`` printed)
+        usage = self.usage
+        if usage is not None:
+            self.usage = usage.replace("%", "%%")
+        try:
+            return format_()
+        finally:
+            self.usage = usage
 
 
 def split_words(line: str, usage: str | None = None) -> list[str]:

@@ -20,6 +20,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 from ...core.controls import shown_controls, showing_controls
 from ...errors import EntryTooLarge
+from .agents import AgentCommands, adopt_tools
 from .approvals import APPROVE_USAGE, DENY_USAGE, PENDING_USAGE, ApprovalCommands
 from .args import CommandParser, HelpShown, split_words, table, usage_of
 from .turns import check_agent, open_view, parse_session, send_turn, wait_session
@@ -53,7 +54,8 @@ _HELP = """\
                             asks first), not your own tools; --tools '*' gives every tool
                             --data schema|sample|full, --data-rows N: what the kernel's tools send of your data
 %%chaz agent NAME           the same fields as a TOML body (model = "...", tools = ["a", "b"], ...)
-%chaz agents                the agents of this kernel
+%chaz agents                the agents here: where each comes from, the tools they name not defined yet
+%chaz agent NAME --forget   remove NAME from this kernel and the store (agents are kept with the sessions)
 %chaz sessions              the sessions in the database
 %chaz log [SESSION] [--limit N] [--before SEQ] [--all]
                             a session's transcript (SESSION: an id or @NAME; default: the last one):
@@ -114,7 +116,8 @@ def _agent_parser() -> CommandParser:
     p.add_argument("--model", metavar="M")
     p.add_argument("--system", metavar="S")
     p.add_argument("--tools", metavar="a,b",
-                   help="comma-separated tool names (from this notebook) or globs; default: every registered tool")
+                   help="comma-separated tool names (from this notebook) or globs; default: the session tools and "
+                        "the kernel's (kernel__*), not your own; '*': every tool")
     p.add_argument("--auto-approve", dest="auto_approve", metavar="a,b",
                    help="comma-separated tools (or globs) this agent may call without asking")
     p.add_argument("--approval-timeout", type=float, dest="approval_timeout", metavar="S",
@@ -144,6 +147,8 @@ def _agent_parser() -> CommandParser:
                    help="retries of a rate-limited, failed or dropped model call (default 2)")
     p.add_argument("--no-stream", dest="stream", action="store_const", const=False, default=None,
                    help="ask the model for whole replies (default: stream, the view shows the reply as it is written)")
+    p.add_argument("--forget", action="store_true",
+                   help="remove NAME from this kernel and the store (its sessions stay)")
     p.usage = "%chaz " + usage_of(p)
     return p
 
@@ -372,7 +377,13 @@ def define_agent(state: ExtensionState, name: str, spec: dict[str, Any], where: 
         raise UsageError(f"{where}: {exc}") from None
     except TypeError as exc:
         raise UsageError(f"{where}: {exc}") from None
-    state.server.define_agent(agent)
+    from ...errors import StoreError
+
+    try:
+        state.server.define_agent(agent)
+    except StoreError as exc:
+        raise UsageError(f"{where}: {exc}") from None
+    adopt_tools(state.shell, state.server)
     return agent
 
 
@@ -403,6 +414,9 @@ def describe_agent(agent: Agent, server: Server) -> str:
     extra = f", max depth {agent.max_depth}" if agent.max_depth is not None else ""
     if getattr(agent, "auto_approve", None):
         extra += f", auto-approves {', '.join(agent.auto_approve)}"
+    left_out = getattr(getattr(server, "roster", None), "left_out", {}).get(agent.name)
+    if left_out:  # kept with the sessions, but never a key
+        extra += f" (not stored: {', '.join(left_out)}; keys come from the environment)"
     return f"agent {agent.name}: {agent.model}, {tools}{extra}"
 
 
@@ -411,8 +425,8 @@ def describe_agent(agent: Agent, server: Server) -> str:
 
 # ------------------------------------------------------------------ the magics
 @magics_class
-class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, McpCommands, StopCommands, ForkCommands,
-                 Magics):
+class ChazMagics(AgentCommands, ApprovalCommands, SqlCommands, MultiAgentCommands, McpCommands, StopCommands,
+                 ForkCommands, Magics):
     """``%chaz`` / ``%%chaz``.
 
     Sub-command ``%chaz NAME ...`` is the method ``_cmd_NAME``; the approval, SQL/audit and
@@ -533,6 +547,11 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, McpCommands,
         except HelpShown:
             return
         where = f"%chaz agent {args.name}" if body is None else f"%%chaz agent {args.name}"
+        if args.forget:
+            others = body is not None or any(
+                v not in (None, False) for k, v in vars(args).items() if k not in ("name", "forget"))
+            self._forget_agent(args.name, others)
+            return
         spec: dict[str, Any] = {} if body is None else parse_toml(body, where)
         for key in ("model", "system", "max_depth", "max_iterations", "approval_timeout", "max_spawns",
                     "max_model_calls", "api_base", "model_timeout", "max_retries", "stream", "context_tokens",
@@ -547,21 +566,6 @@ class ChazMagics(ApprovalCommands, SqlCommands, MultiAgentCommands, McpCommands,
             spec["script"] = parse_script(args.script, where)
         agent = define_agent(state, args.name, spec, where)
         print(describe_agent(agent, state.server))
-
-    def _cmd_agents(self, rest: str) -> None:
-        if rest:
-            raise UsageError("%chaz agents takes no arguments")
-        from ...server.agents import SAFE_DEFAULT_TOOLS
-
-        server = self.state.server
-        default = list(SAFE_DEFAULT_TOOLS)
-        rows = [("agent", "model", "tools", "session")]
-        for name in sorted(server.agents):
-            a = server.agents[name]
-            tools = "*" if a.tools is None else "default" if a.tools == default else ",".join(a.tools) or "-"
-            session = server.current_session_id(name)
-            rows.append((name, a.model, tools, "-" if session is None else str(session)))
-        print(table(rows))
 
     # -- sessions
     def _cmd_sessions(self, rest: str) -> None:

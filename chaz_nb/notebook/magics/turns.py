@@ -20,6 +20,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def check_agent(server: Server, name: str) -> None:
+    # a shared store: the agent as the store defines it now (another kernel may have defined,
+    # redefined or forgotten it a moment ago, its notice still on the way); one row
+    server.refresh_agents(name)
     if name not in server.agents:
         known = ", ".join("@" + n for n in sorted(server.agents)) or "none"
         raise UsageError(
@@ -112,6 +115,7 @@ def send_turn(
     from ..controller import origin
 
     server = state.server
+    server.refresh_agents(name)  # a shared store: as the store defines it now
     if server.current_session_id(name) is None:  # a session chosen with %chaz use: served elsewhere
         check_agent(server, name)
     if not text.strip():

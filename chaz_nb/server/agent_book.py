@@ -1,0 +1,328 @@
+"""Agents kept with the sessions: their definitions and their current sessions (issue 26 §3).
+
+A notebook's agents used to live in the kernel only: after a restart ``%chaz @gpt`` was an
+unknown agent, though its sessions were still in the database. The ``AgentBook`` keeps, in the
+store (tables ``agent_definitions`` and ``agent_sessions``, migration 016):
+
+- each kept agent's definition as JSON: every ``Agent`` field but its name (model, system
+  prompt, tool names and globs, limits, options). Never a key: credential options
+  (``api_key``, a ``*_token``, header values) are left out, and every string is redacted as
+  the log is. Never Python: a tool is kept by its name, and the notebook that loads the agent
+  defines the tool again (``@chaz_nb.tool``), as it defines its functions again;
+- each agent's current session, so ``%chaz @gpt`` goes on where it was.
+
+On a shared store (PostgreSQL, several kernels) the definitions are the store's, as the
+schedules are (``schedules/table.py``): a change is a notice (``NOTIFY chaz_agents``) on which
+every other kernel reads the row again and defines (or drops) the agent; a kernel that
+loads reads them all. ``refresh`` reads the table when a notice may not have arrived (a turn
+from a cell reads its agent's row, ``%chaz agents`` every row). A ``keep=False`` definition
+is the process's own: no notice replaces it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any
+
+from ..core.redaction import is_credential_field, is_secret_name, redact_data
+from ..core.store import SharedSessions, Store, utcnow
+from ..errors import AgentError, StoreError
+from .agents import Agent
+
+log = logging.getLogger(__name__)
+
+NOTICE_CHANNEL = "chaz_agents"  # core/store/postgres.py NOTICE_CHANNELS
+#: where an agent of this kernel comes from (``%chaz agents`` shows it)
+HERE, STORED, BUILT_IN = "this kernel", "stored", "built-in"
+#: defined here with ``keep=False`` (a fork's variant): this process's own, which no notice
+#: from another kernel replaces
+LOCAL = "this kernel, not kept"
+
+#: a change heard from another kernel: (name, the agent as stored now, or None: forgotten)
+Heard = Callable[[str, "Agent | None"], None]
+
+
+@dataclass(frozen=True)
+class Kept:
+    """What ``keep`` stored: the definition, and the options left out (keys are never kept)."""
+
+    agent: Agent
+    left_out: tuple[str, ...] = ()
+
+
+def definition_of(agent: Agent, redact: Callable[[str], str]) -> tuple[dict[str, Any], list[str]]:
+    """The agent as JSON-ready data (its name aside), and the option names left out of it."""
+    data: dict[str, Any] = {f.name: getattr(agent, f.name) for f in fields(agent) if f.name != "name"}
+    options: dict[str, Any] = {}
+    left_out: list[str] = []
+    for key, value in (agent.model_options or {}).items():
+        name = str(key)
+        # a key given literally (api_key=..., a credential header): it comes from the
+        # environment again, never from the store
+        if name.endswith("headers") or is_credential_field(name) or is_secret_name(name):
+            left_out.append(name)
+            continue
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):  # an object (a client, a callback): not data to keep
+            left_out.append(name)
+            continue
+        options[name] = value
+    data["model_options"] = options
+    return redact_data(data, redact), left_out
+
+
+def agent_from(name: str, definition: dict[str, Any]) -> Agent:
+    """An Agent from a stored definition; fields a newer chaz_nb wrote are ignored."""
+    known = {f.name for f in fields(Agent)} - {"name"}
+    return Agent(name, **{k: v for k, v in definition.items() if k in known})
+
+
+class AgentBook:
+    """The kept agents of one store, and each agent's current session."""
+
+    def __init__(self, store: Store, heard: Heard | None = None) -> None:
+        self.store = store
+        #: stored rows that no longer make an Agent (name -> why), shown by ``%chaz agents``
+        self.unreadable: dict[str, str] = {}
+        self._heard_cb = heard
+        self._token = uuid.uuid4().hex[:12]
+        self._unsubscribe: Callable[[], None] | None = None
+        self.available = store.has_column("agent_definitions", "definition")  # a read-only older file
+        if isinstance(store, SharedSessions) and self.available:
+            self._unsubscribe = store.on_notice(NOTICE_CHANNEL, self._heard)
+
+    # ------------------------------------------------------------- reading
+    def load(self) -> dict[str, Agent]:
+        """Every stored agent that makes a valid Agent, by name (the others in ``unreadable``)."""
+        if not self.available:
+            return {}
+        out: dict[str, Agent] = {}
+        for name, text in self.store.execute("SELECT name, definition FROM agent_definitions ORDER BY name"):
+            agent = self._parse(name, text)
+            if agent is not None:
+                out[name] = agent
+        return out
+
+    def get(self, name: str) -> Agent | None:
+        """The stored definition of ``name`` now (None: none, or unreadable)."""
+        if not self.available:
+            return None
+        rows = self.store.execute("SELECT definition FROM agent_definitions WHERE name = ?", [name])
+        return self._parse(name, rows[0][0]) if rows else None
+
+    def _parse(self, name: str, text: Any) -> Agent | None:
+        try:
+            definition = json.loads(text) if isinstance(text, str) else text
+            if not isinstance(definition, dict):
+                raise AgentError("the stored definition is not a JSON object")
+            agent = agent_from(name, definition)
+        except (AgentError, TypeError, ValueError) as exc:
+            self.unreadable[name] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            log.warning("stored agent %s is not loaded: %s", name, self.unreadable[name])
+            return None
+        self.unreadable.pop(name, None)
+        return agent
+
+    def current_sessions(self) -> dict[str, int]:
+        """Each agent's stored current session, where that session still exists and is its."""
+        if not self.available:
+            return {}
+        rows = self.store.execute(
+            "SELECT a.agent, a.session_id FROM agent_sessions a JOIN sessions s "
+            "ON s.id = a.session_id AND s.agent = a.agent"
+        )
+        return {str(agent): int(sid) for agent, sid in rows}
+
+    # ------------------------------------------------------------- writing
+    def keep(self, agent: Agent) -> Kept:
+        """Store (or replace) the agent's definition; tell the other kernels."""
+        self._check()
+        definition, left_out = definition_of(agent, self.store.redact)
+        now = utcnow()
+        self.store.execute(
+            "INSERT INTO agent_definitions (name, definition, created_at, updated_at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (name) DO UPDATE SET definition = excluded.definition, updated_at = excluded.updated_at",
+            [agent.name, json.dumps(definition), now, now],
+        )
+        self.unreadable.pop(agent.name, None)
+        self._tell(agent.name)
+        return Kept(agent, tuple(left_out))
+
+    def forget(self, name: str) -> bool:
+        """Remove the agent's definition and current session; whether a definition was stored."""
+        self._check()
+        found = bool(self.store.execute("SELECT 1 FROM agent_definitions WHERE name = ?", [name]))
+        self.store.execute("DELETE FROM agent_definitions WHERE name = ?", [name])
+        self.store.execute("DELETE FROM agent_sessions WHERE agent = ?", [name])
+        self.unreadable.pop(name, None)
+        self._tell(name)
+        return found
+
+    def remember_session(self, agent: str, session_id: int) -> None:
+        """Record the agent's current session (one upsert: what a new session costs more)."""
+        if not self.available or self.store.read_only or self.store.closed:
+            return
+        self.store.execute(
+            "INSERT INTO agent_sessions (agent, session_id, updated_at) VALUES (?, ?, ?) "
+            "ON CONFLICT (agent) DO UPDATE SET session_id = excluded.session_id, updated_at = excluded.updated_at",
+            [agent, int(session_id), utcnow()],
+        )
+
+    def _check(self) -> None:
+        if not self.available:
+            raise StoreError(
+                f"{self.store.path} is older than agent keeping (opened read-only); open it writable once to upgrade it"
+            )
+
+    # ------------------------------------------------------------- notices
+    def _tell(self, name: str) -> None:
+        store = self.store
+        if isinstance(store, SharedSessions) and not store.closed:
+            store.notify(NOTICE_CHANNEL, json.dumps({"by": self._token, "agent": name}))
+
+    def _heard(self, payload: str) -> None:
+        """Another kernel kept or forgot an agent: read its row again and pass it on."""
+        try:
+            notice = json.loads(payload)
+            name = str(notice["agent"])
+            by = notice.get("by")
+        except (ValueError, KeyError, TypeError):
+            return
+        if by == self._token or self._heard_cb is None or self.store.closed:
+            return
+        try:
+            self._heard_cb(name, self.get(name))
+        except Exception:  # a listener must never break the notice loop
+            log.exception("agent notice for %s failed", name)
+
+    def close(self) -> None:
+        if self._unsubscribe is not None:
+            with contextlib.suppress(Exception):
+                self._unsubscribe()
+            self._unsubscribe = None
+
+
+class Roster:
+    """A server's agents by name, where each comes from, and their current sessions; with a
+    book, the kept ones are written through to the store and read back at start."""
+
+    def __init__(self, agents: dict[str, Agent], current: dict[str, int], book: AgentBook | None) -> None:
+        self.agents = agents
+        self.current = current
+        self.book = book
+        #: name -> HERE, LOCAL, STORED or BUILT_IN (``%chaz agents``'s "from")
+        self.origin: dict[str, str] = {}
+        #: definitions made in code and never kept (the notebook's ``assistant``, a Server's
+        #: constructor agents): what a forgotten agent of that name falls back to
+        self.built_in: dict[str, Agent] = {}
+        #: options ``keep`` left out, by agent (``api_key``: keys come from the environment)
+        self.left_out: dict[str, tuple[str, ...]] = {}
+        if book is not None:
+            book._heard_cb = self.heard
+
+    @property
+    def keeps(self) -> bool:
+        return self.book is not None and self.book.available and not self.book.store.read_only
+
+    def define(self, agent: Agent, keep: bool | None = None) -> Agent:
+        if not isinstance(agent, Agent):
+            raise AgentError("define_agent takes a chaz_nb.Agent")
+        if (self.keeps if keep is None else keep) and self.book is not None:
+            kept = self.book.keep(agent)  # the store first: a failed write defines nothing
+            self.left_out[agent.name] = kept.left_out
+            self.origin[agent.name] = HERE
+        else:
+            self.left_out.pop(agent.name, None)
+            self.origin[agent.name] = LOCAL
+        self.agents[agent.name] = agent
+        return agent
+
+    def define_built_in(self, agent: Agent) -> Agent:
+        """A definition made in code: never kept, and a stored one of that name wins."""
+        if not isinstance(agent, Agent):
+            raise AgentError("define_agent takes a chaz_nb.Agent")
+        self.built_in[agent.name] = agent
+        if self.origin.get(agent.name) != STORED:
+            self.agents[agent.name] = agent
+            self.origin[agent.name] = BUILT_IN
+        return agent
+
+    def load(self) -> list[str]:
+        """The stored agents and current sessions into this server; the names loaded."""
+        if self.book is None:
+            return []
+        loaded = self.book.load()
+        for name, agent in loaded.items():
+            self.agents[name] = agent
+            self.origin[name] = STORED
+        for name, sid in self.book.current_sessions().items():
+            self.current.setdefault(name, sid)
+        return sorted(loaded)
+
+    def make_current(self, name: str, session_id: int) -> None:
+        self.current[name] = session_id
+        if self.book is not None:
+            self.book.remember_session(name, session_id)
+
+    def forget(self, name: str) -> str:
+        """Remove ``name`` from the store and this server; what happened, in a few words."""
+        stored = self.book.forget(name) if self.keeps and self.book is not None else False
+        if not stored and name not in self.agents:
+            raise AgentError(f"no agent {name!r} here or in the store")
+        self._drop(name)
+        back = " (the built-in definition is back)" if name in self.built_in else ""
+        done = "removed from this kernel and the store" if stored else "removed from this kernel (it was not stored)"
+        return done + back
+
+    def _drop(self, name: str) -> None:
+        self.current.pop(name, None)
+        self.left_out.pop(name, None)
+        if name in self.built_in:
+            self.agents[name] = self.built_in[name]
+            self.origin[name] = BUILT_IN
+        else:
+            self.agents.pop(name, None)
+            self.origin.pop(name, None)
+
+    def heard(self, name: str, agent: Agent | None) -> None:
+        """Another kernel kept (``agent``) or forgot (None) ``name``: the store's word holds,
+        except over this process's own ``keep=False`` definition, which stays as it is."""
+        if self.origin.get(name) == LOCAL:
+            return
+        if agent is None:
+            if self.origin.get(name) in (HERE, STORED):
+                self._drop(name)
+            return
+        # (the current session is taken from the store at load only: from then on each
+        # kernel keeps its own, so a definition heard never moves this kernel's conversation)
+        self.agents[name] = agent
+        self.origin[name] = STORED
+        self.left_out.pop(name, None)
+
+    def refresh(self, name: str | None = None) -> None:
+        """On a shared store: the definitions (or ``name``'s) as the store has them now (a
+        notice may be lost, or not have arrived yet)."""
+        if self.book is None or not isinstance(self.book.store, SharedSessions) or not self.book.available:
+            return
+        if name is not None:
+            agent = self.book.get(name)
+            if agent != self.agents.get(name):
+                self.heard(name, agent)  # (which leaves this process's own definitions be)
+            return
+        stored = self.book.load()
+        for name in [n for n, o in self.origin.items() if o in (HERE, STORED) and n not in stored]:
+            self._drop(name)
+        for name, agent in stored.items():
+            if self.agents.get(name) != agent and self.origin.get(name) != LOCAL:
+                self.heard(name, agent)
+
+    def missing_tools(self, name: str, registered: Callable[[str], bool]) -> list[str]:
+        """The tools ``name`` lists by name (not globs) that this server does not have."""
+        tools = self.agents[name].tools or []
+        return [t for t in tools if not any(c in t for c in "*?[") and not registered(t)]

@@ -1,0 +1,164 @@
+"""Agents kept with the sessions, through IPython's test shell (issue 26 §3 and §4): an agent
+defined with ``%chaz agent``, ``%%chaz agent`` or ``define_agent`` is back after the extension
+loads again on the same database, with its current session; ``%chaz agents`` says where each
+comes from and which tools are not defined yet; ``--forget``; the safe default tools."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import chaz_nb
+from chaz_nb.core.entries import EntryType
+
+from ipython_harness import ip, one_line_error
+
+TOOLS = '''
+import chaz_nb
+
+@chaz_nb.tool
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+'''
+
+KEY = "sk-proj-4c3b2a1f0e9d8c7b6a59"
+
+
+@pytest.fixture
+def kept(monkeypatch, tmp_path):
+    """``%load_ext chaz_nb`` on a database file; ``restart()`` loads it again as a new kernel would."""
+    monkeypatch.setenv("CHAZ_DB", str(tmp_path / "sessions.duckdb"))
+    monkeypatch.delenv("CHAZ_MODEL", raising=False)
+    ip.run_line_magic("load_ext", "chaz_nb")
+
+    def restart() -> chaz_nb.Server:
+        ip.run_line_magic("unload_ext", "chaz_nb")
+        for name in ("add", "chaz_nb"):  # a new kernel has none of the notebook's objects
+            ip.user_ns.pop(name, None)
+        ip.run_line_magic("load_ext", "chaz_nb")
+        return chaz_nb.current()
+
+    yield restart
+    ip.user_ns.pop("add", None)
+    if chaz_nb.notebook.extension._state is not None:
+        ip.run_line_magic("unload_ext", "chaz_nb")
+
+
+def agents_table(capsys) -> dict[str, list[str]]:
+    capsys.readouterr()
+    ip.run_line_magic("chaz", "agents")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:6] == ["agent", "model", "tools", "session", "from", "tools"]
+    return {line.split()[0]: line for line in lines[1:] if line and not line.startswith("a tool")}
+
+
+def test_agents_defined_three_ways_are_back_after_a_restart_with_their_sessions(kept, capsys):
+    ip.run_cell(TOOLS).raise_error()
+    ip.run_line_magic("chaz", "agent gpt --model chaz/echo --tools add,kernel__* --system 'Be brief.'")
+    ip.run_cell_magic("chaz", "agent analyst", 'model = "chaz/echo"\nsystem = "You analyse."\ndata = "schema"\n')
+    ip.run_cell("chaz_nb.current().define_agent(chaz_nb.Agent('coder', model='chaz/echo', tools=[]))").raise_error()
+    ip.run_line_magic("chaz", "@gpt hello")
+    server = chaz_nb.current()
+    sid = server.current_session_id("gpt")
+    capsys.readouterr()
+
+    server = kept()
+    out = capsys.readouterr().out
+    assert "agents kept here: @analyst, @coder, @gpt (%chaz agents)" in out
+    assert server.agents["analyst"].data == "schema" and server.agents["gpt"].system == "Be brief."
+    rows = agents_table(capsys)
+    assert rows["gpt"].split() == ["gpt", "chaz/echo", "add,kernel__*", str(sid), "stored", "add"]
+    assert rows["assistant"].split()[-2:] == ["built-in", "-"]
+    assert "add" not in server.tools  # the tool's code is not kept: the notebook defines it again
+
+    ip.run_cell(TOOLS).raise_error()  # the cell that defines it: the agent has it again
+    assert "add" in server.tools
+    assert agents_table(capsys)["gpt"].split()[-1] == "-"
+    ip.run_line_magic("chaz", "@gpt hello again")
+    assert server.current_session_id("gpt") == sid  # goes on where it was
+    texts = [e.content for e in server.store.entries(sid, types=[EntryType.MESSAGE]) if e.sender == "user"]
+    assert texts == ["hello", "hello again"]
+    ip.run_line_magic("chaz", "agent gpt --model chaz/echo --tools add")  # redefined here
+    assert agents_table(capsys)["gpt"].split()[4:6] == ["this", "kernel"]
+
+
+def test_a_key_in_the_definition_is_not_stored_and_the_line_says_so(kept, capsys):
+    capsys.readouterr()
+    ip.run_cell_magic(
+        "chaz", "agent gpt", f'model = "openai/gpt-4o-mini"\n[model_options]\napi_key = "{KEY}"\ntemperature = 0.1\n'
+    )
+    out = capsys.readouterr().out
+    assert "(not stored: api_key; keys come from the environment)" in out and KEY not in out
+    server = chaz_nb.current()
+    stored = server.store.execute("SELECT definition FROM agent_definitions WHERE name = 'gpt'")[0][0]
+    assert KEY not in stored and json.loads(stored)["model_options"] == {"temperature": 0.1}
+    assert server.agents["gpt"].model_options["api_key"] == KEY  # this kernel still has what it was given
+    server = kept()
+    assert server.agents["gpt"].model_options == {"temperature": 0.1}
+
+
+def test_forget_removes_an_agent_for_good(kept, capsys):
+    ip.run_line_magic("chaz", "agent gpt --model chaz/echo")
+    ip.run_line_magic("chaz", "@gpt hi")
+    capsys.readouterr()
+    ip.run_line_magic("chaz", "agent gpt --forget")
+    assert capsys.readouterr().out.strip() == (
+        "agent gpt: removed from this kernel and the store; its sessions stay (%chaz sessions)"
+    )
+    one_line_error(capsys, "%chaz @gpt hi", "unknown agent @gpt")
+    kept()
+    one_line_error(capsys, "%chaz @gpt hi", "unknown agent @gpt")
+    one_line_error(capsys, "%chaz agent gpt --forget", "%chaz agent gpt --forget: no agent 'gpt' here or in the store")
+    one_line_error(capsys, "%chaz agent assistant --forget --model x", "takes no other options")
+    ip.run_line_magic("chaz", "config model=openai/gpt-4o-mini")  # a kept redefinition of the built-in
+    ip.run_line_magic("chaz", "agent assistant --model chaz/echo --system hi")
+    capsys.readouterr()
+    ip.run_line_magic("chaz", "agent assistant --forget")
+    assert "the built-in definition is back" in capsys.readouterr().out
+    assert chaz_nb.current().agents["assistant"].system == ""
+
+
+@pytest.mark.parametrize("line", ["agent --help", "agent gpt --help", "room --help"])
+def test_help_of_a_sub_command_prints_its_usage(chaz, capsys, line):
+    capsys.readouterr()
+    result = ip.run_cell(f"%chaz {line}")
+    assert result.error_in_exec is None, result.error_in_exec
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: %chaz {line.split()[0]}"), out
+    if line.startswith("agent"):
+        assert "--forget" in out and "not your own" in out
+
+
+# ------------------------------------------------------------ safe defaults (issue 26 §4)
+CALL_ADD = '\'[{"tool": "add", "args": {"a": 2, "b": 3}}, "got {result}"]\''
+
+
+def offered(server, name: str) -> set[str]:
+    return server.tools.scope(server.agents[name].tools).names
+
+
+def test_an_agent_without_tools_is_not_offered_a_users_tool_and_with_star_it_is(kept, capsys):
+    ip.run_cell(TOOLS).raise_error()
+    ip.run_line_magic("chaz", "agent calc --model chaz/echo --tools add")  # add is registered now
+    ip.run_line_magic("chaz", f"agent newcomer --model chaz/script --script {CALL_ADD}")
+    ip.run_line_magic("chaz", f"agent trusted --model chaz/script --tools '*' --script {CALL_ADD}")
+    server = chaz_nb.current()
+    assert "add" not in offered(server, "newcomer") and "add" in offered(server, "trusted")
+    assert {"kernel__variables", "kernel__run", "spawn_agent"} <= offered(server, "newcomer")
+    ip.run_line_magic("chaz", "@newcomer add them")
+    ip.run_line_magic("chaz", "@trusted add them")
+    results = {
+        n: [
+            e.content
+            for e in server.store.entries(server.current_session_id(n))
+            if e.entry_type is EntryType.TOOL_RESULT
+        ]
+        for n in ("newcomer", "trusted")
+    }
+    assert results["trusted"] == ["add: 5"]
+    assert results["newcomer"][0].startswith("add: unknown tool 'add'; tools available: compact, kernel__cells")
+    server = kept()  # and so after a restart: the default is stored as it was given
+    ip.run_cell(TOOLS).raise_error()
+    assert "add" not in offered(server, "newcomer") and "add" in offered(server, "trusted")
