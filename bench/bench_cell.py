@@ -50,9 +50,7 @@ from jupyter_client.manager import KernelManager  # noqa: E402
 
 from fakes.openai_server import FakeModelServer, Reply  # noqa: E402
 
-RSS = (
-    "print(next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmRSS:')) // 1024)"
-)
+RSS = "print(next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmRSS:')) // 1024)"
 
 
 class AnsweringServer(FakeModelServer):
@@ -95,10 +93,17 @@ class BenchKernel:
 
     def run(self, code: str, timeout: float = 300) -> tuple[Cell, str, str | None]:
         """Run one cell; its time (send to idle + reply), messages, stdout and error name."""
-        msg = self.kc.session.msg("execute_request", {
-            "code": code, "silent": False, "store_history": True, "user_expressions": {},
-            "allow_stdin": False, "stop_on_error": True,
-        })
+        msg = self.kc.session.msg(
+            "execute_request",
+            {
+                "code": code,
+                "silent": False,
+                "store_history": True,
+                "user_expressions": {},
+                "allow_stdin": False,
+                "stop_on_error": True,
+            },
+        )
         msg_id = msg["header"]["msg_id"]
         kinds: collections.Counter[str] = collections.Counter()
         widgets, stdout, error = 0, [], None
@@ -161,15 +166,20 @@ class Row:
 
 
 def rows_for(api: str, jai_site: str | None, before: str | None) -> tuple[list[Row], list[str]]:
-    bare = ("import litellm\n"
-            "_msgs = [{'role': 'user', 'content': 'hello'}]")
+    bare = "import litellm\n_msgs = [{'role': 'user', 'content': 'hello'}]"
     call = f"model='openai/fake', api_base={api!r}, api_key='sk-bench', messages=_msgs"
     rows = [
-        Row("bare", ROOT, [bare], f"r = await litellm.acompletion({call})\nprint(r.choices[0].message.content)",
-            "bare"),
-        Row("bare stream", ROOT, [bare],
+        Row(
+            "bare", ROOT, [bare], f"r = await litellm.acompletion({call})\nprint(r.choices[0].message.content)", "bare"
+        ),
+        Row(
+            "bare stream",
+            ROOT,
+            [bare],
             f"r = [c async for c in await litellm.acompletion({call}, stream=True, "
-            "stream_options={'include_usage': True})]\nprint(len(r))", "bare stream"),
+            "stream_options={'include_usage': True})]\nprint(len(r))",
+            "bare stream",
+        ),
     ]
     chaz = ["%load_ext chaz_nb", f"%chaz agent a --model openai/fake --api-base {api}"]
     for label, root in (("", ROOT), (" (before)", before)):
@@ -180,16 +190,26 @@ def rows_for(api: str, jai_site: str | None, before: str | None) -> tuple[list[R
     skipped = []
     marker = os.path.join(jai_site or "", "jupyter_ai_magic_commands", "__init__.py")
     if jai_site and os.path.exists(marker):
-        rows.append(Row("jupyter-ai %%ai", ROOT, [
-            f"import sys; sys.path.append({jai_site!r})",
-            "%load_ext jupyter_ai_magic_commands",
-            f"%ai alias fake openai/fake --api-base {api}",
-        ], "%%ai fake\nhello", "bare"))
+        rows.append(
+            Row(
+                "jupyter-ai %%ai",
+                ROOT,
+                [
+                    f"import sys; sys.path.append({jai_site!r})",
+                    "%load_ext jupyter_ai_magic_commands",
+                    f"%ai alias fake openai/fake --api-base {api}",
+                ],
+                "%%ai fake\nhello",
+                "bare",
+            )
+        )
     elif jai_site:
         skipped.append(f"jupyter-ai: no jupyter_ai_magic_commands in {jai_site}")
     else:
-        skipped.append("jupyter-ai: not installed beside it (pass --jai-site DIR after "
-                       "pip install --target DIR jupyter-ai-magic-commands==0.0.4 jupyter-ai-litellm==0.1.0)")
+        skipped.append(
+            "jupyter-ai: not installed beside it (pass --jai-site DIR after "
+            "pip install --target DIR jupyter-ai-magic-commands==0.0.4 jupyter-ai-litellm==0.1.0)"
+        )
     return rows, skipped
 
 
@@ -241,10 +261,14 @@ def main() -> None:
         server.close()
 
     by_name = {r.name: r for r in rows}
-    print(f"bench_cell: {args.rounds} rounds x {args.cells} cells, model answers in {args.latency * 1000:.0f} ms; "
-          f"Python {platform.python_version()}, load {os.getloadavg()[0]:.1f}")
-    print(f"{'cell':26s} {'ms/cell':>8s} {'vs bare':>8s} {'rounds (ms)':>24s} {'msgs':>5s} {'widgets':>7s} "
-          f"{'RSS MB':>7s}  messages by type (per cell)")
+    print(
+        f"bench_cell: {args.rounds} rounds x {args.cells} cells, model answers in {args.latency * 1000:.0f} ms; "
+        f"Python {platform.python_version()}, load {os.getloadavg()[0]:.1f}"
+    )
+    print(
+        f"{'cell':26s} {'ms/cell':>8s} {'vs bare':>8s} {'rounds (ms)':>24s} {'msgs':>5s} {'widgets':>7s} "
+        f"{'RSS MB':>7s}  messages by type (per cell)"
+    )
     for row in rows:
         ms = statistics.median(row.medians)
         base = statistics.median(by_name[row.base].medians)
@@ -253,17 +277,21 @@ def main() -> None:
         for c in row.cells:
             kinds.update(c.kinds)
         by_type = ", ".join(f"{k} {v / n:.1f}" for k, v in kinds.most_common())
-        print(f"{row.name:26s} {ms:8.1f} {ms / base:7.2f}x {' / '.join(f'{m:.1f}' for m in row.medians):>24s} "
-              f"{sum(c.messages for c in row.cells) / n:5.1f} {sum(c.widgets for c in row.cells) / n:7.1f} "
-              f"{row.rss_mb:7d}  {by_type}")
+        print(
+            f"{row.name:26s} {ms:8.1f} {ms / base:7.2f}x {' / '.join(f'{m:.1f}' for m in row.medians):>24s} "
+            f"{sum(c.messages for c in row.cells) / n:5.1f} {sum(c.widgets for c in row.cells) / n:7.1f} "
+            f"{row.rss_mb:7d}  {by_type}"
+        )
     jai = by_name.get("jupyter-ai %%ai")
     if jai is not None:
         j = statistics.median(jai.medians)
         for name in ("chaz", "chaz stream", "chaz (before)", "chaz stream (before)"):
             if name in by_name:
                 r = by_name[name]
-                print(f"{name} vs jupyter-ai: {statistics.median(r.medians) / j:.2f}x per cell, "
-                      f"RSS {r.rss_mb - jai.rss_mb:+d} MB")
+                print(
+                    f"{name} vs jupyter-ai: {statistics.median(r.medians) / j:.2f}x per cell, "
+                    f"RSS {r.rss_mb - jai.rss_mb:+d} MB"
+                )
     for reason in skipped:
         print(f"skipped {reason}")
 
