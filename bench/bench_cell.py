@@ -6,7 +6,7 @@ every request after ``--latency`` seconds (20 ms) through litellm's real OpenAI 
 
 - ``bare``          ``r = await litellm.acompletion(...)`` (no log, no view), whole reply
 - ``bare stream``   the same, ``stream=True``, the chunks read
-- ``chaz``          ``%chaz @a hello --no-stream`` (durable DuckDB log, live view)
+- ``chaz``          ``%chaz @a hello``, agent ``a`` defined ``--no-stream`` (durable DuckDB log, live view)
 - ``chaz stream``   ``%chaz @a hello`` (streamed, the default)
 - ``jupyter-ai``    jupyter-ai v3 ``%%ai fake`` (jupyter-ai-magic-commands, its own sync
                     ``litellm.completion``; no log) when ``--jai-site DIR`` holds it:
@@ -181,12 +181,12 @@ def rows_for(api: str, jai_site: str | None, before: str | None) -> tuple[list[R
             "bare stream",
         ),
     ]
-    chaz = ["%load_ext chaz_nb", f"%chaz agent a --model openai/fake --api-base {api}"]
+    agent = f"%chaz agent a --model openai/fake --api-base {api}"
     for label, root in (("", ROOT), (" (before)", before)):
         if root is None:
             continue
-        rows.append(Row("chaz" + label, root, chaz, "%chaz @a hello --no-stream", "bare"))
-        rows.append(Row("chaz stream" + label, root, chaz, "%chaz @a hello", "bare stream"))
+        rows.append(Row("chaz" + label, root, ["%load_ext chaz_nb", agent + " --no-stream"], "%chaz @a hello", "bare"))
+        rows.append(Row("chaz stream" + label, root, ["%load_ext chaz_nb", agent], "%chaz @a hello", "bare stream"))
     skipped = []
     marker = os.path.join(jai_site or "", "jupyter_ai_magic_commands", "__init__.py")
     if jai_site and os.path.exists(marker):
