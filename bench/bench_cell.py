@@ -23,7 +23,9 @@ Printed per row: median ms per cell and its ratio to ``bare`` (streamed rows to 
 stream``); iopub and comm messages per cell (every iopub message that arrives while the
 cell runs, its own ``status`` and ``execute_input`` left out); widgets created per cell
 (``comm_open`` of ``jupyter.widget``); and the kernel's RSS after it loaded its extension
-and ran one turn (before any other cell), all from the same run.
+and ran one turn (before any other cell), all from the same run: VmRSS, and RssAnon (its
+private part: without the pages of shared libraries such as DuckDB's, which every kernel on
+the machine shares), in MB.
 
     python bench/bench_cell.py [--rounds 3] [--cells 40] [--jai-site /tmp/jai-site] [--before DIR]
 """
@@ -50,7 +52,7 @@ from jupyter_client.manager import KernelManager  # noqa: E402
 
 from fakes.openai_server import FakeModelServer, Reply  # noqa: E402
 
-RSS = "print(next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmRSS:')) // 1024)"
+RSS = "print(*(int(l.split()[1]) // 1024 for l in open('/proc/self/status') if l.startswith(('VmRSS:', 'RssAnon:'))))"
 
 
 class AnsweringServer(FakeModelServer):
@@ -161,6 +163,7 @@ class Row:
     base: str  # the row its ratio is taken against
     kernel: BenchKernel | None = None
     rss_mb: int = 0
+    anon_mb: int = 0  # RssAnon: private memory (RSS less the shared libraries' and files' pages)
     cells: list[Cell] = field(default_factory=list)
     medians: list[float] = field(default_factory=list)
 
@@ -239,7 +242,7 @@ def main() -> None:
             _, out, error = row.kernel.run(row.cell)
             if error:
                 raise RuntimeError(f"{row.name}: {error}")
-            row.rss_mb = int(row.kernel.must(RSS).strip())
+            row.rss_mb, row.anon_mb = map(int, row.kernel.must(RSS).split())
         for _ in range(3):  # warm
             for row in rows:
                 row.kernel.run(row.cell)  # type: ignore[union-attr]
@@ -267,7 +270,7 @@ def main() -> None:
     )
     print(
         f"{'cell':26s} {'ms/cell':>8s} {'vs bare':>8s} {'rounds (ms)':>24s} {'msgs':>5s} {'widgets':>7s} "
-        f"{'RSS MB':>7s}  messages by type (per cell)"
+        f"{'RSS MB':>7s} {'anon':>5s}  messages by type (per cell)"
     )
     for row in rows:
         ms = statistics.median(row.medians)
@@ -280,7 +283,7 @@ def main() -> None:
         print(
             f"{row.name:26s} {ms:8.1f} {ms / base:7.2f}x {' / '.join(f'{m:.1f}' for m in row.medians):>24s} "
             f"{sum(c.messages for c in row.cells) / n:5.1f} {sum(c.widgets for c in row.cells) / n:7.1f} "
-            f"{row.rss_mb:7d}  {by_type}"
+            f"{row.rss_mb:7d} {row.anon_mb:5d}  {by_type}"
         )
     jai = by_name.get("jupyter-ai %%ai")
     if jai is not None:
@@ -290,7 +293,7 @@ def main() -> None:
                 r = by_name[name]
                 print(
                     f"{name} vs jupyter-ai: {statistics.median(r.medians) / j:.2f}x per cell, "
-                    f"RSS {r.rss_mb - jai.rss_mb:+d} MB"
+                    f"RSS {r.rss_mb - jai.rss_mb:+d} MB (anon {r.anon_mb - jai.anon_mb:+d} MB)"
                 )
     for reason in skipped:
         print(f"skipped {reason}")
