@@ -15,8 +15,8 @@ every request after ``--latency`` seconds (20 ms) through litellm's real OpenAI 
                     it uses the same litellm as the others; without DIR the row is skipped
                     with the reason printed.
 
-``--before DIR`` adds ``chaz`` / ``chaz stream`` rows run from another checkout of chaz_nb
-(``git archive main | tar -x -C DIR``): before/after in the same run.
+``--before [LABEL=]DIR`` (repeatable) adds ``chaz`` / ``chaz stream`` rows run from another
+checkout of chaz_nb (``git archive main | tar -x -C DIR``): before/after in the same run.
 
 Rounds are interleaved (one cell of each row in turn, ``--cells`` per round, ``--rounds``).
 Printed per row: median ms per cell and its ratio to ``bare`` (streamed rows to ``bare
@@ -168,7 +168,7 @@ class Row:
     medians: list[float] = field(default_factory=list)
 
 
-def rows_for(api: str, jai_site: str | None, before: str | None) -> tuple[list[Row], list[str]]:
+def rows_for(api: str, jai_site: str | None, before: list[str] | None) -> tuple[list[Row], list[str]]:
     bare = "import litellm\n_msgs = [{'role': 'user', 'content': 'hello'}]"
     call = f"model='openai/fake', api_base={api!r}, api_key='sk-bench', messages=_msgs"
     rows = [
@@ -185,9 +185,11 @@ def rows_for(api: str, jai_site: str | None, before: str | None) -> tuple[list[R
         ),
     ]
     agent = f"%chaz agent a --model openai/fake --api-base {api}"
-    for label, root in (("", ROOT), (" (before)", before)):
-        if root is None:
-            continue
+    trees = [("", ROOT)]
+    for spec in before or []:  # LABEL=DIR, or DIR (labelled "before")
+        label, _, root = spec.rpartition("=")
+        trees.append((f" ({label or 'before'})", root))
+    for label, root in trees:
         rows.append(Row("chaz" + label, root, ["%load_ext chaz_nb", agent + " --no-stream"], "%chaz @a hello", "bare"))
         rows.append(Row("chaz stream" + label, root, ["%load_ext chaz_nb", agent], "%chaz @a hello", "bare stream"))
     skipped = []
@@ -222,7 +224,12 @@ def main() -> None:
     ap.add_argument("--cells", type=int, default=40, help="cells of each row per round")
     ap.add_argument("--latency", type=float, default=0.020, help="the model server's answer time (s)")
     ap.add_argument("--jai-site", default=None, help="a pip --target dir holding jupyter-ai's magics")
-    ap.add_argument("--before", default=None, help="another chaz_nb checkout: its rows run beside")
+    ap.add_argument(
+        "--before",
+        action="append",
+        metavar="[LABEL=]DIR",
+        help="another chaz_nb checkout whose chaz rows run beside (repeatable)",
+    )
     ap.add_argument("--only", default=None, help="comma-separated row names to run (bare is always run)")
     args = ap.parse_args()
 
@@ -288,9 +295,9 @@ def main() -> None:
     jai = by_name.get("jupyter-ai %%ai")
     if jai is not None:
         j = statistics.median(jai.medians)
-        for name in ("chaz", "chaz stream", "chaz (before)", "chaz stream (before)"):
-            if name in by_name:
-                r = by_name[name]
+        for r in rows:
+            if r.name.startswith("chaz"):
+                name = r.name
                 print(
                     f"{name} vs jupyter-ai: {statistics.median(r.medians) / j:.2f}x per cell, "
                     f"RSS {r.rss_mb - jai.rss_mb:+d} MB (anon {r.anon_mb - jai.anon_mb:+d} MB)"
