@@ -240,13 +240,13 @@ def _warm_up(litellm: Any) -> None:
 
 
 #: modules litellm 1.110 imports inside its first real HTTP call (found by diffing sys.modules
-#: around a first call to the wire fixture). Not its tiktoken tokenizer: see ``tokenizer_ready``
+#: around a first call to the wire fixture). Not its tiktoken tokenizer: see ``tokenizer_ready``;
+#: not httpcore / h11 either: litellm's calls go through httpx2 here, and a turn never imported
+#: them (~2 MB held for nothing; issue 32)
 _FIRST_CALL_IMPORTS = (
     "litellm._service_logger",
     "litellm.integrations.prometheus_services",
     "litellm.llms.ollama.chat.transformation",
-    "httpcore",
-    "h11",
 )
 
 #: builds litellm's tiktoken tokenizer (cl100k) when imported: ~40 MB held for the kernel's life
