@@ -131,3 +131,24 @@ def test_postgres_store_and_schedule_after_a_lean_load(tmp_path, pg_url):
     assert out["loaded"] == []
     assert out["pg"] == ["hello"]
     assert out["next"] and out["after"] == ["chaz_nb.server.schedules.cron", "psycopg"]
+
+
+async def test_an_mcp_server_whose_sdk_cannot_be_imported_fails_with_the_reason(monkeypatch):
+    """The SDK is imported when the first server starts: an import that fails is that server's
+    failure (state and one-line reason), not a task that never settles."""
+    import chaz_nb.server.mcp as mcp_part
+    from chaz_nb.core.store import SessionStore
+    from chaz_nb.server import Server
+
+    def no_sdk():
+        raise ImportError("No module named 'mcp'")
+
+    monkeypatch.setattr(mcp_part, "_sdk", no_sdk)
+    server = Server(SessionStore(":memory:"))
+    try:
+        server.add_mcp_server("time", command=[sys.executable, "-m", "mcp_server_time"])
+        conn = await server.mcp.wait_settled("time", timeout=30)
+        assert conn.state == "failed"
+        assert conn.reason == "ImportError: No module named 'mcp'"
+    finally:
+        await server.stop()

@@ -300,10 +300,11 @@ class McpServers(Part):
     async def _serve(self, conn: McpServer, previous: asyncio.Task[None] | None) -> None:
         if previous is not None:
             await asyncio.wait([previous], timeout=STOP_TIMEOUT)
-        sdk = await asyncio.to_thread(_sdk)  # the first server imports the SDK, off the loop
         # the child's stderr goes to a pipe whose newest 64 KB are kept (mcp_stderr.py)
         conn.errlog = errlog = StderrTail()
         try:
+            # the first server imports the SDK, off the loop; a failed import is this server's failure
+            sdk = await asyncio.to_thread(_sdk)
             async with contextlib.AsyncExitStack() as stack:
                 # Entering the transport is only the spawn (or the HTTP client); the timeout
                 # covers the handshake, and must not wrap the transport's own task group.
