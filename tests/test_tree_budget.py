@@ -33,3 +33,39 @@ async def test_budgeted_backend_refuses_the_call_past_the_limit_before_it_is_mad
     with pytest.raises(TreeBudgetExceeded, match=r"1 model call \(max_model_calls"):
         await backend.complete("m", [])
     assert inner.calls == 1
+
+
+async def test_a_root_turn_has_one_budget_statement_before_its_first_model_call(backend_store):
+    """Issue 32: the row that opens a root's budget counts its first model call: one INSERT (one
+    durable commit) in front of the call, not an INSERT and an UPDATE; the count is in the store
+    before the call is made. DuckDB and PostgreSQL."""
+    from chaz_nb.server import Server
+    from chaz_nb.server.agents import Agent
+
+    store = backend_store
+    real = store.execute
+    statements: list[str] = []
+
+    def execute(query, params=None):
+        if "run_budgets" in query:
+            statements.append(query.split()[0])
+        return real(query, params)
+
+    store.execute = execute
+    at_call = []
+
+    class Backend:
+        async def complete(self, model, messages, tools=None, **kw):
+            at_call.append((list(statements), [tuple(r) for r in real("SELECT model_calls FROM run_budgets")]))
+            return ModelReply(content="ok")
+
+    server = Server(store, [Agent("a", max_model_calls=3)], backend=Backend())
+    try:
+        s = server.current_session("a")
+        await (await server.send(s, "hi")).wait()
+        await (await server.send(s, "again")).wait()
+    finally:
+        await server.stop()
+    assert at_call[0] == (["INSERT"], [(1,)])
+    assert at_call[1][0] == ["INSERT", "INSERT"]  # each person's turn: a tree of its own
+    assert sorted(at_call[1][1]) == [(1,), (1,)]

@@ -240,16 +240,52 @@ def _warm_up(litellm: Any) -> None:
 
 
 #: modules litellm 1.110 imports inside its first real HTTP call (found by diffing sys.modules
-#: around a first call to the wire fixture); ``default_encoding`` builds the tiktoken
-#: tokenizer, the largest of them
+#: around a first call to the wire fixture). Not its tiktoken tokenizer: see ``tokenizer_ready``;
+#: not httpcore / h11 either: litellm's calls go through httpx2 here, and a turn never imported
+#: them (~2 MB held for nothing; issue 32)
 _FIRST_CALL_IMPORTS = (
     "litellm._service_logger",
     "litellm.integrations.prometheus_services",
-    "litellm.litellm_core_utils.default_encoding",
     "litellm.llms.ollama.chat.transformation",
-    "httpcore",
-    "h11",
 )
+
+#: builds litellm's tiktoken tokenizer (cl100k) when imported: ~40 MB held for the kernel's life
+TOKENIZER_MODULE = "litellm.litellm_core_utils.default_encoding"
+_tokenizer_future: concurrent.futures.Future[None] | None = None
+
+
+def _start_tokenizer() -> concurrent.futures.Future[None]:
+    """Build litellm's tokenizer in a background thread (once); the future says when it is built."""
+    global _tokenizer_future
+    with _future_lock:
+        if _tokenizer_future is None:
+            future: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+            def run() -> None:
+                try:
+                    importlib.import_module(TOKENIZER_MODULE)
+                except Exception:  # another litellm version: the call builds what it needs
+                    log.debug("building litellm's tokenizer failed", exc_info=True)
+                future.set_result(None)
+
+            threading.Thread(target=run, name="chaz-build-tokenizer", daemon=True).start()
+            _tokenizer_future = future
+        return _tokenizer_future
+
+
+async def tokenizer_ready() -> None:
+    """litellm's tokenizer, built off the loop; awaited before a streamed call.
+
+    litellm 1.110 counts a streamed call's prompt tokens with tiktoken when the stream starts
+    (its price estimate of the stream object), whatever the provider reports later; a whole
+    reply never needs it. Building it (one 35-50 ms Rust call, ~40 MB) on the loop would stall
+    it, and building it in the import's warm-up made every kernel hold it (issue 32, a lean
+    kernel: only a kernel that streams holds it).
+    """
+    future = _tokenizer_future
+    if future is not None and future.done():
+        return
+    await asyncio.shield(asyncio.wrap_future(_start_tokenizer()))
 
 
 def start_import() -> concurrent.futures.Future[Any]:
@@ -334,6 +370,7 @@ class LiteLLMBackend:
         else:
             kwargs.update(num_retries=0, max_retries=0, timeout=timeout)
         if on_delta is not None:
+            await tokenizer_ready()
             kwargs["stream"] = True
             if _takes_stream_options(litellm, model):
                 kwargs["stream_options"] = {"include_usage": True}

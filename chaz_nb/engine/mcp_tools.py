@@ -27,17 +27,18 @@ import base64
 import binascii
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from collections.abc import Awaitable, Callable, Sequence
-
-from mcp import types
 
 from ..core.redaction import redact_then_cut
 from ..errors import McpToolRefused, ToolError
 from .tools import ApprovalMode, RiskLevel, Tool
 
+if TYPE_CHECKING:  # pragma: no cover - the SDK is imported where a server starts (server/mcp.py)
+    from mcp import types
+
 #: what a call goes through: (MCP tool name, arguments) -> the server's result
-CallFn = Callable[[str, dict[str, Any]], Awaitable[types.CallToolResult]]
+CallFn = Callable[[str, dict[str, Any]], Awaitable["types.CallToolResult"]]
 
 SEPARATOR = "__"
 _NAME_OK = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -175,6 +176,8 @@ def result_text(result: types.CallToolResult) -> str:
 
 
 def _block_text(block: Any) -> str:
+    from mcp import types  # a result came from a server: the SDK is imported already
+
     if isinstance(block, types.TextContent):
         return block.text
     if isinstance(block, (types.ImageContent, types.AudioContent)):

@@ -13,6 +13,12 @@ PostgreSQL, so two kernels drawing on one budget never pass it together. The fir
 past a limit marks the row exhausted; from then on every charge of the tree, in any kernel,
 raises ``TreeBudgetExceeded`` with the same one-line reason (tree_budget.py). The row also
 counts the schedules the tree made (``take_schedule``; schedules/__init__.py caps them).
+
+A root's row is written with its first model call counted (``open(..., first_call=True)``):
+every run calls the model before anything else, so the one ``INSERT`` that opens the budget
+also charges that call, and a turn has one budget statement (one durable commit) in front of
+its first model call instead of two (issue 32). The call is refused as before when the limit
+allows none; a run stopped before its first call leaves that call counted.
 """
 
 from __future__ import annotations
@@ -38,11 +44,16 @@ class StoredBudget(TreeBudget):
         super().__init__(root_agent, max_spawns, max_model_calls)
         self.store = store
         self.id = budget_id
+        #: model calls counted in the row already (the first call, by ``open``), not yet taken
+        self.prepaid_calls = 0
 
     def take_spawn(self) -> None:
         self._charge("spawns")
 
     def take_model_call(self) -> None:
+        if self.prepaid_calls > 0:  # counted when the row was written: no statement
+            self.prepaid_calls -= 1
+            return
         self._charge("model_calls")
 
     def _charge(self, count: str) -> None:
@@ -89,18 +100,24 @@ class Budgets:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def open(self, budget_id: str | None, agent: Agent) -> StoredBudget:
+    def open(self, budget_id: str | None, agent: Agent, first_call: bool = False) -> StoredBudget:
         """The budget ``budget_id`` (``None``: a fresh one), created with ``agent``'s limits
-        when the store has no such row yet (a root's trigger, or an entry of an older store)."""
+        when the store has no such row yet (a root's trigger, or an entry of an older store).
+
+        ``first_call`` (a root's run): a row created here counts the run's first model call
+        already (see the module doc)."""
         budget_id = budget_id or f"run:{uuid.uuid4().hex}"
+        prepaid = 1 if first_call and agent.max_model_calls >= 1 else 0
         # a root's budget is new (one round trip); a descendant's row is there already
         created = self.store.execute(
             "INSERT INTO run_budgets (id, root_agent, max_spawns, max_model_calls, spawns, model_calls, "
-            "created_at) VALUES (?, ?, ?, ?, 0, 0, ?) ON CONFLICT (id) DO NOTHING RETURNING id",
-            [budget_id, agent.name, agent.max_spawns, agent.max_model_calls, utcnow()],
+            "created_at) VALUES (?, ?, ?, ?, 0, ?, ?) ON CONFLICT (id) DO NOTHING RETURNING id",
+            [budget_id, agent.name, agent.max_spawns, agent.max_model_calls, prepaid, utcnow()],
         )
         if created:
-            return StoredBudget(self.store, budget_id, agent.name, agent.max_spawns, agent.max_model_calls)
+            budget = StoredBudget(self.store, budget_id, agent.name, agent.max_spawns, agent.max_model_calls)
+            budget.model_calls = budget.prepaid_calls = prepaid
+            return budget
         rows = self.store.execute(
             "SELECT root_agent, max_spawns, max_model_calls, spawns, model_calls, exhausted "
             "FROM run_budgets WHERE id = ?", [budget_id],

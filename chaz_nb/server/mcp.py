@@ -17,6 +17,10 @@ The whole connection (enter, serve, exit) runs inside one task because the SDK's
 are anyio task groups, whose cancel scopes must be left in the task that entered them.
 Closing a stdio connection ends the process (the SDK terminates its process group); a kernel
 that dies without closing leaves the server reading EOF on its stdin, which ends it too.
+
+The SDK (``mcp`` and its starlette/uvicorn/pydantic-settings tree, ~16 MB and ~1 s of import)
+is imported by the first server's task, on a thread (``_sdk``): a kernel that never starts an
+MCP server never holds it (issue 32, a lean kernel).
 """
 
 from __future__ import annotations
@@ -29,12 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from collections.abc import Callable, Mapping, Sequence
 
-import anyio
-from mcp import ClientSession, StdioServerParameters, stdio_client, types
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
-from mcp.shared.exceptions import MCPError
-from mcp.types import CONNECTION_CLOSED
+import types as pytypes
+from typing import TYPE_CHECKING
 
 from ..core.entries import EntryType
 from ..core.redaction import REDACTED, is_credential_field, is_secret_name, redact
@@ -44,6 +44,9 @@ from ..engine.tools import APPROVAL_MODES, RISK_LEVELS, ApprovalMode, RiskLevel,
 from ..errors import McpToolRefused, ServerError, ToolError
 from .mcp_stderr import STDERR_TAIL, StderrTail
 from .ports import Part, RunContext, ServerPort
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mcp import ClientSession, types
 
 log = logging.getLogger(__name__)
 
@@ -300,20 +303,22 @@ class McpServers(Part):
         # the child's stderr goes to a pipe whose newest 64 KB are kept (mcp_stderr.py)
         conn.errlog = errlog = StderrTail()
         try:
+            # the first server imports the SDK, off the loop; a failed import is this server's failure
+            sdk = await asyncio.to_thread(_sdk)
             async with contextlib.AsyncExitStack() as stack:
                 # Entering the transport is only the spawn (or the HTTP client); the timeout
                 # covers the handshake, and must not wrap the transport's own task group.
                 session = await self._connect(conn, stack)
                 errlog.close_writer()  # the process has its own copy: EOF once it (and its children) end
                 try:
-                    with anyio.fail_after(conn.start_timeout):
+                    with sdk.anyio.fail_after(conn.start_timeout):
                         await session.initialize()
                         listed = await self._list_tools(session)
                 except TimeoutError:
                     self._fail(conn, f"did not start within {conn.start_timeout:g} s (start_timeout)")
                     return
-                except MCPError as exc:
-                    if exc.code != CONNECTION_CLOSED:
+                except sdk.MCPError as exc:
+                    if exc.code != sdk.CONNECTION_CLOSED:
                         raise
                     self._fail(conn, "exited (or closed its output) while starting")
                     return
@@ -340,32 +345,34 @@ class McpServers(Part):
                 conn._notify()
 
     async def _connect(self, conn: McpServer, stack: contextlib.AsyncExitStack) -> ClientSession:
+        sdk = _sdk()
         if conn.command is not None:
-            params = StdioServerParameters(
+            params = sdk.StdioServerParameters(
                 command=conn.command[0], args=conn.command[1:], env=conn.env or None, cwd=conn.cwd
             )
             assert conn.errlog is not None
             errlog: Any = conn.errlog.writer  # (the SDK types it TextIO; the process is given its fd)
-            read, write = await stack.enter_async_context(stdio_client(params, errlog=errlog))
+            read, write = await stack.enter_async_context(sdk.stdio_client(params, errlog=errlog))
         else:
             assert conn.url is not None
-            client = await stack.enter_async_context(create_mcp_http_client(headers=conn.headers or None))
+            client = await stack.enter_async_context(sdk.create_mcp_http_client(headers=conn.headers or None))
 
             async def note_status(response: Any) -> None:
                 if response.status_code >= 400:
                     conn.http_error = f"HTTP {response.status_code} {response.reason_phrase}".strip()
 
             client.event_hooks = {**client.event_hooks, "response": [*client.event_hooks["response"], note_status]}
-            read, write = await stack.enter_async_context(streamable_http_client(conn.url, http_client=client))
-        return await stack.enter_async_context(ClientSession(read, write))
+            read, write = await stack.enter_async_context(sdk.streamable_http_client(conn.url, http_client=client))
+        return await stack.enter_async_context(sdk.ClientSession(read, write))
 
     @staticmethod
     async def _list_tools(session: ClientSession) -> list[types.Tool]:
         listed: list[types.Tool] = []
         cursor: str | None = None
+        sdk = _sdk()
         while True:
             page = await session.list_tools(
-                params=types.PaginatedRequestParams(cursor=cursor) if cursor else None
+                params=sdk.types.PaginatedRequestParams(cursor=cursor) if cursor else None
             )
             listed.extend(page.tools)
             cursor = page.next_cursor
@@ -406,8 +413,8 @@ class McpServers(Part):
             raise ToolError(f"MCP server {conn.name} is {conn.state}" + (f": {conn.reason}" if conn.reason else ""))
         try:
             return await session.call_tool(tool_name, arguments, read_timeout_seconds=conn.timeout)
-        except MCPError as exc:
-            if exc.code != CONNECTION_CLOSED:  # the server answered with a JSON-RPC error
+        except _sdk().MCPError as exc:
+            if exc.code != _sdk().CONNECTION_CLOSED:  # the server answered with a JSON-RPC error
                 raise ToolError(conn.mask(f"{conn.name} {tool_name}: {exc.message}")) from None
             # A closed connection means the server died: it is failed for every later call too.
             self._fail(conn, f"connection lost during {tool_name}")
@@ -495,6 +502,28 @@ def _credential_header(name: str) -> bool:
     """Whether an HTTP header called ``name`` carries a credential (its value is masked in text)."""
     return (is_credential_field(name) or is_secret_name(name.replace("-", "_"))
             or name.lower() in ("cookie", "x-api-key") or "key" in name.lower())
+
+
+_SDK: pytypes.SimpleNamespace | None = None
+
+
+def _sdk() -> pytypes.SimpleNamespace:
+    """The MCP SDK's names this module uses, imported at the first use (see the module doc)."""
+    global _SDK
+    if _SDK is None:
+        import anyio
+        from mcp import ClientSession, StdioServerParameters, stdio_client, types
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+        from mcp.shared.exceptions import MCPError
+        from mcp.types import CONNECTION_CLOSED
+
+        _SDK = pytypes.SimpleNamespace(
+            anyio=anyio, ClientSession=ClientSession, StdioServerParameters=StdioServerParameters,
+            stdio_client=stdio_client, types=types, streamable_http_client=streamable_http_client,
+            create_mcp_http_client=create_mcp_http_client, MCPError=MCPError, CONNECTION_CLOSED=CONNECTION_CLOSED,
+        )
+    return _SDK
 
 
 def _import_validators() -> None:

@@ -507,7 +507,7 @@ class RunEngine:
             return self.budgets.open(inherited, agent)
         fire = invocation.ack.get("fire_id") if invocation else None
         root = f"entry:{trigger.id}" if trigger is not None else f"fire:{fire}" if fire is not None else None
-        return self.budgets.open(root, agent)
+        return self.budgets.open(root, agent, first_call=True)
 
     def _ack_landed(self, session_id: int, ctx: RunContext, ack_write: asyncio.Future) -> None:
         """The run's Ack is committed: its id is the run id (the first callback of the Ack)."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 import builtins
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from collections.abc import Callable
 
 from ...core.store import utcnow
@@ -39,12 +39,14 @@ from ...errors import ScheduleError, TriggerError
 from ..budgets import take_schedule
 from ..ceiling import Authority, Ceiling
 from ..ports import Part, current_run
-from .cron import TRIGGER_FORMS, CronSpec, Trigger, parse_cron, parse_duration, parse_trigger, to_utc_naive
 from .loop import ONE_SHOT_RETRY, Scheduler
 from .table import DEFAULT_MAX_FAILURES, Fire, Schedule, ScheduleTable
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..ports import ServerPort
+    from .cron import (  # noqa: F401 - re-exported (at run time by __getattr__)
+        TRIGGER_FORMS, CronSpec, Trigger, parse_cron, parse_duration, parse_trigger, to_utc_naive,
+    )
 
 __all__ = [
     "CronSpec", "DEFAULT_MAX_FAILURES", "Fire", "ONE_SHOT_RETRY", "Schedule", "ScheduleError", "Schedules",
@@ -56,6 +58,20 @@ __all__ = [
 DEFAULT_MAX_PER_ORIGIN = 10
 #: seconds: the most often an agent's schedule may fire (a one-shot: the least delay)
 DEFAULT_MIN_INTERVAL = 60.0
+
+
+#: the trigger parser's names, re-exported; cron.py is imported at their first use (a kernel
+#: with no schedule never loads it: issue 32, a lean kernel)
+_CRON_NAMES = frozenset({"TRIGGER_FORMS", "CronSpec", "Trigger", "parse_cron", "parse_duration", "parse_trigger",
+                         "to_utc_naive"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _CRON_NAMES:
+        from . import cron
+
+        return getattr(cron, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Schedules(Part):
@@ -103,6 +119,8 @@ class Schedules(Part):
         if not isinstance(prompt, str) or not prompt.strip():
             raise ScheduleError("a schedule needs a wake prompt (the text the agent is woken with)")
         now = utcnow()
+        from .cron import parse_trigger, to_utc_naive  # the parser loads with the first schedule
+
         parsed = parse_trigger(trigger, now)
         if budget is not None:  # made by a run: the limits on agents' schedules
             self._check_agent_schedule(parsed, budget, now)
@@ -184,6 +202,8 @@ class Schedules(Part):
         s = self.table.live(schedule_id)
         now = utcnow()
         s.enabled, s.disabled_reason, s.consecutive_failures = True, None, 0
+        from .cron import parse_trigger
+
         trig = parse_trigger(s.trigger, now)
         if trig.kind != "once":
             s.next_fire_at = trig.first_fire(now)

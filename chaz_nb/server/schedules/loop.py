@@ -29,7 +29,6 @@ from ...core.entries import EntryType
 from ...core.store import Store, utcnow
 from ..ceiling import Ceiling
 from ..invocation import Invocation
-from .cron import parse_trigger
 from .table import Fire, Schedule, ScheduleTable
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -68,6 +67,8 @@ class Scheduler:
         missed = now - timedelta(seconds=2 * SHARED_POLL) if self.table.shared else now
         for s in self.table.all().values():  # no back-fill: recurring schedules skip missed ticks
             if s.enabled and s.kind != "once" and s.next_fire_at is not None and s.next_fire_at < missed:
+                from .cron import parse_trigger  # a schedule exists: the parser is needed now
+
                 self.table.advance(s, s.next_fire_at, parse_trigger(s.trigger, now).first_fire(now))
         self._task = loop.create_task(self._run(), name="chaz-scheduler")
 
@@ -125,6 +126,8 @@ class Scheduler:
             self.table.update(s.id, enabled=False, disabled_reason="expired")
             return
         due = s.next_fire_at or now
+        from .cron import parse_trigger
+
         next_at = parse_trigger(s.trigger, now).next_fire(due, now)
         local = inflight = self._inflight.get(s.id, 0)
         if self.table.shared and s.max_fires is not None:  # other kernels' fires in flight count too
