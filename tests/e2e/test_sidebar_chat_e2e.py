@@ -150,107 +150,13 @@ def test_chat_in_the_sidebar(lab):
 
 
 # ------------------------------------------------------------------------------ Notebook 7
-@pytest.fixture
-def notebook7(tmp_path):
-    """Notebook 7 (``python -m notebook``) on 127.0.0.1 with this checkout's extension, and a
-    Chromium page on it: the same isolation as the JupyterLab fixture (tests/e2e/conftest.py)."""
-    import os
-    import socket
-    import subprocess
-    import sys
-    import time
-    import urllib.request
-
-    import importlib.util
-
-    # this directory's conftest by its path (a bare "import conftest" may find tests/conftest.py)
-    spec = importlib.util.spec_from_file_location("chaz_e2e_conftest", Path(__file__).with_name("conftest.py"))
-    e2e = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(e2e)
-    CHROMIUM, CHROMIUM_ARGS, Lab, LabServer = e2e.CHROMIUM, e2e.CHROMIUM_ARGS, e2e.Lab, e2e.LabServer
-
-    e2e._require_browser()
-    try:
-        import notebook  # noqa: F401
-    except ImportError:
-        pytest.skip("Notebook 7 is not installed: pip install 'notebook>=7'")
-    built = REPO / "chaz_nb" / "labextension"
-    if not (built / "package.json").exists():
-        pytest.fail("the chaz-nb extension is not built in the repo: run .ci/labext.sh")
-    root, jdirs = tmp_path / "root", tmp_path / "jupyter"
-    root.mkdir()
-    ext = tmp_path / "jpath" / "labextensions"
-    ext.mkdir(parents=True)
-    (ext / "chaz-nb").symlink_to(built, target_is_directory=True)
-    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(jdirs / "config"), JUPYTER_DATA_DIR=str(jdirs / "data"),
-               JUPYTER_RUNTIME_DIR=str(jdirs / "runtime"), JUPYTER_PLATFORM_DIRS="1", PYTHONUNBUFFERED="1",
-               LITELLM_LOCAL_MODEL_COST_MAP="True",
-               JUPYTER_PATH=os.pathsep.join(p for p in [str(ext.parent), os.environ.get("JUPYTER_PATH", "")] if p),
-               PYTHONPATH=os.pathsep.join(p for p in [str(REPO), os.environ.get("PYTHONPATH", "")] if p))
-    env.pop("JUPYTER_TOKEN", None)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "notebook", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
-           "--ServerApp.port_retries=0", "--IdentityProvider.token=", "--ServerApp.password=",
-           "--ServerApp.disable_check_xsrf=True", f"--ServerApp.root_dir={root}",
-           f"--JupyterNotebookApp.user_settings_dir={jdirs / 'settings'}",
-           f"--JupyterNotebookApp.workspaces_dir={jdirs / 'workspaces'}",
-           "--JupyterNotebookApp.expose_app_in_browser=True"]
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        cmd.append("--allow-root")
-    log = tmp_path / "notebook.log"
-    with log.open("w") as fh:
-        proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=fh, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    server = LabServer(url, root, proc, log)
-    deadline = time.monotonic() + 90
-    while True:  # the server's own readiness endpoint (no fixed wait)
-        if proc.poll() is not None:
-            pytest.fail(f"Notebook 7 exited with {proc.returncode}:\n{server.log_tail()}")
-        try:
-            with urllib.request.urlopen(f"{url}/api/status", timeout=2) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            proc.terminate()
-            pytest.fail(f"Notebook 7 did not start:\n{server.log_tail()}")
-        time.sleep(0.3)
-    from playwright.sync_api import sync_playwright
-
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            try:
-                page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
-                page.set_default_timeout(30_000)
-                errors: list[str] = []
-                page.on("pageerror", lambda exc: errors.append(str(exc) + "\n" + str(exc.stack)))
-                helper = Lab(page, server, tmp_path / "shots")
-                helper.page_errors = errors
-                yield helper
-            finally:
-                browser.close()
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-
-
-def test_chat_in_the_notebook7_sidebar(notebook7):
+@pytest.mark.parametrize("lab_server", ["notebook"], indirect=True)
+def test_chat_in_the_notebook7_sidebar(lab):
     """Notebook 7: the sidebar from View → Left Sidebar, a message from its box, the reply."""
-    nb = notebook7
+    nb = lab
     page = nb.page
     nb.write_notebook("nb7.ipynb", [_code("%load_ext chaz_nb\n%chaz agent echo --model chaz/echo\n%chaz new @echo")])
-    page.goto(f"{nb.server.url}/notebooks/nb7.ipynb")
-    page.wait_for_function("() => !!window.jupyterapp", timeout=60_000)
-    page.wait_for_selector(".jp-NotebookPanel .jp-Notebook", timeout=60_000)
-    nb.wait_kernel_idle()
+    nb.open("nb7.ipynb")
     nb.run_all(timeout=120)
 
     # as a user finds it: View → Left Sidebar → the Chaz panel
