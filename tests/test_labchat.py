@@ -19,44 +19,11 @@ from chaz_nb.notebook.labcomm import register_comm_target
 
 from ipython_harness import ip
 from waiting import calls, until
+from fakes.comm import FakeComm, FakeManager
 
 
-class FakeComm:
-    """The frontend end of one comm: what the kernel sent, and a way to send to it."""
-
-    _n = 0
-
-    def __init__(self):
-        FakeComm._n += 1
-        self.comm_id = f"chat-{FakeComm._n}"
-        self.sent: list[dict] = []
-
-    def send(self, data):
-        json.dumps(data)  # JSON on the wire
-        self.sent.append(data)
-
-    def on_msg(self, cb):
-        self._on_msg = cb
-
-    def on_close(self, cb):
-        self._on_close = cb
-
-    def close(self):
-        pass
-
-    def receive(self, data):
-        self._on_msg({"content": {"comm_id": self.comm_id, "data": data}})
-
-    def of(self, kind: str) -> list[dict]:
-        return [m for m in self.sent if m.get("type") == kind]
 
 
-class FakeManager:
-    def __init__(self):
-        self.targets = {}
-
-    def register_target(self, name, fn):
-        self.targets[name] = fn
 
 
 def open_comm(server) -> tuple[FakeComm, object, object]:

@@ -15,6 +15,7 @@ from chaz_nb.notebook import labcomm
 from chaz_nb.notebook.labcomm import LabBridge, build_state, register_comm_target
 
 from waiting import calls, until
+from fakes.comm import FakeComm, FakeManager
 
 
 class EntryType(str, enum.Enum):
@@ -89,36 +90,6 @@ class FakeServer:
         return True, f"{decision}d delete_file"
 
 
-class FakeComm:
-    _n = 0
-
-    def __init__(self):
-        FakeComm._n += 1
-        self.comm_id = f"comm-{FakeComm._n}"
-        self.sent = []
-        self.closed = False
-        self._on_msg = None
-        self._on_close = None
-
-    def send(self, data):
-        json.dumps(data)  # must be JSON-serialisable, as on the wire
-        self.sent.append(data)
-
-    def on_msg(self, cb):
-        self._on_msg = cb
-
-    def on_close(self, cb):
-        self._on_close = cb
-
-    def close(self):
-        self.closed = True
-
-    # frontend -> kernel
-    def receive(self, data):
-        self._on_msg({"content": {"comm_id": self.comm_id, "data": data}})
-
-    def frontend_close(self):
-        self._on_close({"content": {"comm_id": self.comm_id, "data": {}}})
 
 
 class FakeScheduler:
@@ -327,12 +298,6 @@ def test_close_unsubscribes_and_closes_comms(env):
     assert late.closed and late.sent == []
 
 
-class FakeManager:
-    def __init__(self):
-        self.targets = {}
-
-    def register_target(self, name, f):
-        self.targets[name] = f
 
 
 def test_register_comm_target_with_fake_kernel():
