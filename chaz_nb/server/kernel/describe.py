@@ -208,6 +208,8 @@ def _chunks(n: int) -> range:
 def _null_count(series: Any) -> tuple[int, bool]:
     """(nulls, whether it is an estimate) of one column, in GIL-sized chunks."""
     n = len(series)
+    if series.dtype.kind in "iub" and type(series.dtype).__module__ == "numpy":
+        return 0, False  # a numpy int or bool column cannot hold a missing value
     python_objects = series.dtype.kind == "O" and getattr(series.dtype, "storage", None) != "pyarrow"
     if python_objects and n > NULL_SAMPLE:
         import numpy as np
