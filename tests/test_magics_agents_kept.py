@@ -120,7 +120,7 @@ def test_forget_removes_an_agent_for_good(kept, capsys):
     assert chaz_nb.current().agents["assistant"].system == ""
 
 
-@pytest.mark.parametrize("line", ["agent --help", "agent gpt --help", "room --help"])
+@pytest.mark.parametrize("line", ["agent --help", "agent gpt --help", "room --help", "sql --help"])
 def test_help_of_a_sub_command_prints_its_usage(chaz, capsys, line):
     capsys.readouterr()
     result = ip.run_cell(f"%chaz {line}")

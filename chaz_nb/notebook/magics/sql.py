@@ -25,6 +25,15 @@ from ..views.display import esc as _esc
 
 SQL_USAGE = "usage: %chaz sql [-o|--out NAME [--relation]] [--db PATH] [--max-rows N] QUERY"
 AUDIT_USAGE = "usage: %chaz audit [SESSION]"
+SQL_HELP = "\n".join([
+    SQL_USAGE,
+    "  read-only SQL over the session log's tables and views (entries, sessions, runs, tool_calls, ...)",
+    "  -o, --out NAME   also put the result in the variable NAME (a pandas DataFrame)",
+    "  --relation       with -o: DuckDB's relation instead of a DataFrame",
+    "  --db PATH        query another notebook's DuckDB file, read-only",
+    "  --max-rows N     rows shown and kept (default 1,000)",
+    "  %%chaz sql [options] puts the query in the cell body",
+])
 
 #: characters of a value shown in a table cell before it folds into <details>
 CELL_CHARS = 80
@@ -237,6 +246,9 @@ class SqlCommands(MagicsHost):
     def _run_sql(self, options: list[str], query: str) -> Any:
         from ...core.sqlquery import DEFAULT_MAX_ROWS, SQLFailed, SQLRefused, run_query
 
+        if {"-h", "--help"} & set(options) or query.strip() in ("-h", "--help"):
+            print(SQL_HELP)
+            return None
         args = _sql_parser().parse_args(options)
         if not query.strip():
             raise UsageError(f"%chaz sql: no query; {SQL_USAGE}, e.g. %chaz sql SELECT * FROM runs LIMIT 5")
