@@ -209,3 +209,18 @@ async def test_on_postgresql_the_definitions_are_the_stores_and_other_kernels_he
     finally:
         await close(a)
         await close(b)
+
+
+async def test_a_kernels_own_definition_is_not_replaced_by_its_redacted_stored_copy(location):
+    """The store keeps a secret-looking string redacted; reading the row back before a turn
+    (PostgreSQL) must not swap this kernel's whole definition for that copy (the
+    02_approvals notebook's script carries a demo token: its turns changed on PostgreSQL)."""
+    server = await restarted(location)
+    token = "ghp_demo0000000000000000000000000000000"
+    server.define_agent(Agent("ops", model="chaz/script", tools=[], script=[f"token {token}"]))
+    server.roster.refresh("ops")
+    server.roster.refresh()
+    assert server.agents["ops"].script == [f"token {token}"]
+    [(text,)] = server.store.execute("SELECT definition FROM agent_definitions WHERE name = 'ops'")
+    assert token not in str(text)  # what is stored is redacted
+    await close(server)

@@ -299,11 +299,26 @@ class Roster:
             if self.origin.get(name) in (HERE, STORED):
                 self._drop(name)
             return
+        if self._stores_as(name, agent):
+            return  # the row is this kernel's own definition as stored (secrets redacted): keep ours whole
         # (the current session is taken from the store at load only: from then on each
         # kernel keeps its own, so a definition heard never moves this kernel's conversation)
         self.agents[name] = agent
         self.origin[name] = STORED
         self.left_out.pop(name, None)
+
+    def _stores_as(self, name: str, stored: Agent) -> bool:
+        """Whether this kernel's ``name`` would be stored as ``stored`` is: the same definition,
+        whose stored copy lacks only what ``keep`` redacts or leaves out."""
+        ours = self.agents.get(name)
+        if ours is None or self.book is None or self.origin.get(name) not in (HERE, STORED):
+            return False
+        redact = self.book.store.redact
+
+        def form(agent: Agent) -> str:
+            return json.dumps(definition_of(agent, redact)[0], sort_keys=True, default=str)
+
+        return form(ours) == form(stored)
 
     def refresh(self, name: str | None = None) -> None:
         """On a shared store: the definitions (or ``name``'s) as the store has them now (a
