@@ -481,6 +481,26 @@ async def test_a_stop_request_stops_the_sessions_parked_run_then_sends_a_fresh_s
     bridge.close()
 
 
+async def test_the_sidebar_hears_a_run_end_idle_with_no_write_after_its_closing_entry(store):
+    """The run's closing entry is written while the run is still on (status running); the loop
+    ends after it with no further write: that end must reach the sidebar as an idle state."""
+    from chaz_nb.server import Server
+    from chaz_nb.server.agents import Agent
+
+    server = Server(store, [Agent("w", model="chaz/echo")])
+    s = server.current_session("w")
+    # each write is sent at once (no throttle): the last state sent is the one after the last event
+    bridge = LabBridge(server, call_later=lambda delay, fn: fn())
+    comm = FakeComm()
+    bridge.open(comm, {})
+    await server.send(s, "hello")
+    await server.wait_idle()
+    states = [m for m in comm.sent if m["type"] == "state"]
+    assert "running" in [m["sessions"][0]["status"] for m in states]
+    assert states[-1]["sessions"][0]["status"] == "idle", [m["sessions"][0]["status"] for m in states]
+    bridge.close()
+
+
 @pytest.mark.parametrize(
     ("session_id", "ok", "message"),
     [(1, True, "session 1 has no run to stop"), (999, False, "no session 999"),

@@ -112,6 +112,23 @@ def test_every_agent_and_tool_string_is_escaped():
     assert EVIL in render_text(es)
 
 
+def test_the_html_view_shows_bidi_zero_width_and_ansi_characters_by_name():
+    """The lab's cell shows ``<U+202E>``; the ipywidgets HTML view of the same entries does too."""
+    hidden = "\u202eand be quick \u2066x\u2069\u200b \x1b[31m"
+    es = [
+        entry(1, "Message", "me\u202e", hidden),
+        entry(2, "ToolCall", "calc\u2067", "", tool_call_id="c", tool_name="ad\u202ed",
+              payload={"arguments": {"a\u202e": hidden}}),
+        entry(3, "ToolResult", "calc", "", tool_call_id="c", tool_name="ad\u202ed",
+              payload={"output": hidden, "is_error": False}),
+        entry(4, "Error", "calc", hidden),
+    ]
+    html = render_html(es, header=hidden)
+    assert "&lt;U+202E&gt;and be quick &lt;U+2066&gt;x&lt;U+2069&gt;&lt;U+200B&gt; &lt;U+001B&gt;[31m" in html
+    assert "ad&lt;U+202E&gt;d" in html and "me&lt;U+202E&gt;" in html
+    assert not any(c in html for c in "\u202e\u2066\u2067\u2069\u200b\x1b")
+
+
 def test_message_attachments_are_chips_with_their_names_escaped():
     attachments = [{"name": "sales", "type": "DataFrame", "shape": [3, 2]}, {"name": EVIL}, {"nope": 1}, "x"]
     es = [entry(1, "Message", "user", "why so many nulls?", payload={"attachments": attachments})]

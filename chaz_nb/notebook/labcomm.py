@@ -28,7 +28,8 @@ Only this server interface is used: ``server.store.subscribe(cb) -> unsubscribe`
 ``server.store.sessions()``, ``server.store.latest(session_id)``, ``server.store.read_page(...)``,
 ``server.session_status(session_id)``, ``server.pending_approvals()``,
 ``server.decide(request_id, decision, reason=None, decided_by="user")`` and
-``server.request_stop(session_id, by="user")``.
+``server.request_stop(session_id, by="user")``; optionally ``server.subscribe_stream`` and
+``server.subscribe_run_end(cb)`` (a run's end: idle with no write, so the state is sent again).
 
 Nothing here prints: sends from background callbacks go over the comm only, and
 failures are logged to the ``chaz_nb.labcomm`` logger (which has a NullHandler,
@@ -44,6 +45,7 @@ import json
 import logging
 import threading
 import time
+from types import SimpleNamespace
 from typing import Any
 from collections.abc import Callable
 
@@ -221,6 +223,13 @@ class LabBridge:
                 self._unsubscribe_stream = subscribe_stream(None, self._on_write)
             except Exception:  # noqa: BLE001
                 log.warning("could not subscribe to reply streams", exc_info=True)
+        self._unsubscribe_end: Callable[[], Any] | None = None
+        subscribe_run_end = getattr(server, "subscribe_run_end", None)
+        if subscribe_run_end is not None:
+            try:  # a run's end: idle, with no write after its closing entry (the Stop goes)
+                self._unsubscribe_end = subscribe_run_end(self._on_run_end)
+            except Exception:  # noqa: BLE001
+                log.warning("could not subscribe to run ends", exc_info=True)
 
     # -- scheduling ---------------------------------------------------------
 
@@ -258,6 +267,10 @@ class LabBridge:
             self.schedule_broadcast()
         except Exception:  # noqa: BLE001
             log.debug("scheduling a broadcast failed", exc_info=True)
+
+    def _on_run_end(self, session_id: int) -> None:
+        """A session's run loop is over: its status changed with no write. Never raises."""
+        self._on_write(SimpleNamespace(session_id=session_id))
 
     def schedule_broadcast(self) -> None:
         """Broadcast the state soon, at most once per interval."""
@@ -467,6 +480,10 @@ class LabBridge:
             except Exception:  # noqa: BLE001
                 log.debug("unsubscribe failed", exc_info=True)
             self._unsubscribe = None
+        if self._unsubscribe_end is not None:
+            with contextlib.suppress(Exception):
+                self._unsubscribe_end()
+            self._unsubscribe_end = None
         if self._unsubscribe_stream is not None:
             try:
                 self._unsubscribe_stream()

@@ -307,6 +307,11 @@ class Server:
         Returns the function that unsubscribes."""
         return self._engine.streams.subscribe(session_id, callback)
 
+    def subscribe_run_end(self, callback: Callable[[int], None]) -> Callable[[], None]:
+        """Call ``callback(session_id)`` when a session's run loop is over (its status is idle
+        now; no entry is written then). Returns the function that unsubscribes."""
+        return self._engine.streams.subscribe_ended(callback)
+
     def current_stream(self, session_id: int) -> StreamEvent | None:
         """The reply being written in ``session_id`` now, if a run is streaming one."""
         return self._engine.streams.current(session_id)

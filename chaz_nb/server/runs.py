@@ -331,6 +331,7 @@ class RunEngine:
             finally:
                 if self._states.get(session_id) is state:
                     del self._states[session_id]
+                    self.streams.ended(session_id)
 
         state.task = self.loop().create_task(_held(), name=name)
         return True
@@ -386,6 +387,7 @@ class RunEngine:
             restart = state.stop_by is not None and state.queued is not None
             self._forget_handles(state.futures + ([] if restart else state.queued_futures))
             self._states.pop(session_id, None)
+            self.streams.ended(session_id)  # idle now: no write says so, followers hear it here
             if not restart:
                 self._spawn.pop(session_id, None)
             completion = self._completions.pop(session_id, None)

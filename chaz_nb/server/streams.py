@@ -5,7 +5,8 @@ so far of each session's run and calls the subscribers with a ``StreamEvent`` (s
 the whole text so far, ``done``). When the run's reply lands (its Message, its Error, a
 silent-turn Ack) or a tool call of the run is written (the text of that step is superseded),
 the engine calls ``clear`` and subscribers get one event with ``done=True`` and no text: a
-view drops its partial block then, and shows the entry instead.
+view drops its partial block then, and shows the entry instead. Apart from the stream events,
+``subscribe_ended`` followers hear when a session's run loop is over (idle; no entry says so).
 
 Subscribers run on the kernel loop, synchronously, once per delta: they must only store the
 text and arm their own throttled refresh (views/base.py), never render per delta.
@@ -42,6 +43,7 @@ class StreamHub:
     def __init__(self) -> None:
         self._text: dict[int, tuple[int, str]] = {}  # session -> (run id, text so far)
         self._listeners: dict[int | None, list[StreamListener]] = {}
+        self._ended: list[Callable[[int], None]] = []
 
     def subscribe(self, session_id: int | None, callback: StreamListener) -> Callable[[], None]:
         """Call ``callback(event)`` for each stream event of ``session_id`` (``None``: every
@@ -78,6 +80,27 @@ class StreamHub:
             return
         del self._text[session_id]
         self._publish(StreamEvent(session_id, held[0], "", done=True))
+
+    def subscribe_ended(self, callback: Callable[[int], None]) -> Callable[[], None]:
+        """Call ``callback(session_id)`` each time a session's run loop is over (it is idle
+        now). Returns the function that unsubscribes."""
+        self._ended.append(callback)
+
+        def unsubscribe() -> None:
+            with contextlib.suppress(ValueError):
+                self._ended.remove(callback)
+
+        return unsubscribe
+
+    def ended(self, session_id: int) -> None:
+        """The session's run loop is over: its status is idle now. The loop ends after its
+        closing entry with no write of its own, so a follower showing the status (the lab
+        sidebar) learns it here. Not a stream event: a session that streamed nothing has none."""
+        for callback in list(self._ended):
+            try:
+                callback(session_id)
+            except Exception:  # a follower's problem must not break the run's end
+                log.exception("run-end listener %r failed", callback)
 
     def _publish(self, event: StreamEvent) -> None:
         for callback in [*self._listeners.get(event.session_id, ()), *self._listeners.get(None, ())]:

@@ -13,7 +13,9 @@
  *
  * Pure DOM, no JupyterLab imports (unit tested in jsdom).
  */
-import { nameHidden } from './code';
+import { visible } from './code';
+
+export { visible };
 import { el, isSessionBundle, renderPartial, renderTranscript } from './transcript';
 import {
   EarlierLoader,
@@ -50,16 +52,6 @@ export function parseMessage(raw: string): { agent: string | null; text: string 
 export function isSendKey(ev: KeyboardEvent): boolean {
   return (
     ev.key === 'Enter' && !ev.shiftKey && !ev.altKey && !ev.ctrlKey && !ev.metaKey && !ev.isComposing
-  );
-}
-
-// C0 and C1 control characters but tab, newline and carriage return (ESC starts an ANSI escape)
-const CONTROL = /[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f]/g;
-
-/** `text` with each control, bidi and zero-width character named: `<U+001B>[31m`, `<U+202E>`. */
-export function visible(text: string): string {
-  return nameHidden(
-    text.replace(CONTROL, c => `<U+${c.charCodeAt(0).toString(16).toUpperCase().padStart(4, '0')}>`)
   );
 }
 

@@ -32,6 +32,16 @@ export function nameHidden(text: string): string {
   return text.replace(HIDDEN, c => `<U+${c.charCodeAt(0).toString(16).toUpperCase().padStart(4, '0')}>`);
 }
 
+// C0 and C1 control characters but tab, newline and carriage return (ESC starts an ANSI escape)
+const CONTROL = /[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f]/g;
+
+/** `text` with each control, bidi and zero-width character named: `<U+001B>[31m`, `<U+202E>`. */
+export function visible(text: string): string {
+  return nameHidden(
+    text.replace(CONTROL, c => `<U+${c.charCodeAt(0).toString(16).toUpperCase().padStart(4, '0')}>`)
+  );
+}
+
 /** The code of a call whose arguments are exactly `{code: TEXT}`; else null. */
 export function codeOf(args: unknown): string | null {
   if (!args || typeof args !== 'object' || Array.isArray(args)) {
@@ -59,7 +69,7 @@ function make<K extends keyof HTMLElementTagNameMap>(
 /** A numbered code block (hidden characters named). */
 export function renderCode(doc: Document, code: string, maxLines = MAX_CODE_LINES): HTMLElement {
   const pre = make(doc, 'pre', 'chaz-code');
-  const lines = nameHidden(code).split('\n');
+  const lines = visible(code).split('\n');
   lines.slice(0, maxLines).forEach((line, i) => {
     const row = make(doc, 'span', 'chaz-code-line');
     row.appendChild(make(doc, 'span', 'chaz-code-no', String(i + 1)));
@@ -140,14 +150,14 @@ export function renderChips(doc: Document, attachments: unknown): HTMLElement | 
       continue;
     }
     const item = a as { [k: string]: unknown };
-    const chip = make(doc, 'span', 'chaz-chip', `📎 ${nameHidden(String(item.name))}`);
+    const chip = make(doc, 'span', 'chaz-chip', `📎 ${visible(String(item.name))}`);
     const detail = ['type', 'shape']
       .map(k => item[k])
       .filter(v => v !== undefined && v !== null && v !== '')
       .map(v => (typeof v === 'string' ? v : JSON.stringify(v)))
       .join(' ');
     if (detail) {
-      chip.title = nameHidden(detail);
+      chip.title = visible(detail);
     }
     row.appendChild(chip);
   }

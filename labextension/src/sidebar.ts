@@ -17,7 +17,7 @@ import { Widget } from '@lumino/widgets';
 
 import { ChatView, isAgentName } from './chat';
 import { ChazClient, ConnectionStatus } from './client';
-import { codeOf, renderCode } from './code';
+import { codeOf, renderCode, visible } from './code';
 import { argsPreview, el, formatJSON, formatTime } from './transcript';
 import {
   IDecidedMessage,
@@ -231,7 +231,7 @@ export class ChazPanel extends Widget {
       card.querySelectorAll('button').forEach(b => (b.disabled = false));
       const err = card.querySelector('.chaz-card-error');
       if (err) {
-        err.textContent = msg.message || 'The kernel refused the decision.';
+        err.textContent = visible(msg.message || 'The kernel refused the decision.');
       }
     }
     this._say(
@@ -382,7 +382,7 @@ export class ChazPanel extends Widget {
       card.appendChild(renderCode(doc, code));
     } else {
       const args = el(doc, 'pre', 'chaz-pre chaz-card-args', formatJSON(p.arguments_display ?? {}));
-      args.title = argsPreview(p.arguments_display, 400);
+      args.title = visible(argsPreview(p.arguments_display, 400));
       card.appendChild(args);
     }
 

@@ -3,9 +3,10 @@
  *
  * No JupyterLab imports here: this module is used by the MIME renderer and is
  * unit tested in jsdom. Every agent/tool/user authored string goes into the DOM
- * through `textContent` (see `el`), never through innerHTML.
+ * through `textContent` (see `el`), never through innerHTML, with its control, bidi and
+ * zero-width characters named (`<U+202E>`), so none can reorder or hide text.
  */
-import { codeOf, nameHidden, renderChips, renderCodeBlock } from './code';
+import { codeOf, renderChips, renderCodeBlock, visible } from './code';
 import { EarlierLoader, IEntry, IPage, ISessionBundle } from './types';
 
 /** Longest tool output / argument text drawn in full; the rest is elided. */
@@ -24,7 +25,7 @@ export type TranscriptItem =
     }
   | { kind: 'approval'; request: IEntry | null; decision: IEntry | null };
 
-/** Create an element with a class and optional text (set via textContent). */
+/** Create an element with a class and optional text (set via textContent, controls named: `visible`). */
 export function el<K extends keyof HTMLElementTagNameMap>(
   doc: Document,
   tag: K,
@@ -36,7 +37,7 @@ export function el<K extends keyof HTMLElementTagNameMap>(
     node.className = className;
   }
   if (text !== undefined && text !== null) {
-    node.textContent = text;
+    node.textContent = visible(text);
   }
   return node;
 }
@@ -284,7 +285,7 @@ function entryHead(
   const time = formatTime(createdAt);
   if (time) {
     const t = el(doc, 'span', 'chaz-time', time);
-    t.title = String(createdAt);
+    t.title = visible(String(createdAt));
     head.appendChild(t);
   }
   return head;
@@ -378,7 +379,7 @@ function renderTool(
   summary.appendChild(el(doc, 'span', 'chaz-tool-name', name));
   if (call) {
     summary.appendChild(
-      el(doc, 'span', 'chaz-tool-args', `(${nameHidden(argsPreview(callPayload.arguments))})`)
+      el(doc, 'span', 'chaz-tool-args', `(${argsPreview(callPayload.arguments)})`)
     );
   }
   if (request || decision) {
@@ -440,7 +441,7 @@ function appendArguments(doc: Document, body: HTMLElement, args: unknown, label:
     return;
   }
   body.appendChild(el(doc, 'div', 'chaz-label', label));
-  body.appendChild(el(doc, 'pre', 'chaz-pre chaz-tool-arguments', nameHidden(clip(formatJSON(args ?? {})))));
+  body.appendChild(el(doc, 'pre', 'chaz-pre chaz-tool-arguments', clip(formatJSON(args ?? {}))));
 }
 
 /** Words for an ApprovalDecision outcome. */

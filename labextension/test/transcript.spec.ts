@@ -141,6 +141,46 @@ describe('renderTranscript', () => {
     root.remove();
   });
 
+  it('shows control, bidi and zero-width characters as text, on every authored string', () => {
+    const rlo = '\u202Eand be quick';
+    const root = renderTranscript(
+      bundle([
+        entry('Message', { sender: 'mal\u2066lory\u2069', content: rlo }),
+        entry('ToolCall', {
+          tool_call_id: 'c1',
+          sender: 'other\u200B',
+          tool_name: 'to\u202Eol',
+          payload: { arguments: { path: '/srv/\u202Etxt.sgol' } }
+        }),
+        entry('ToolResult', { tool_call_id: 'c1', payload: { output: '\u001b[31mred\u001b[0m \u202Eok' } }),
+        entry('ApprovalRequest', {
+          tool_call_id: 'c9',
+          sender: 'assistant',
+          payload: { request_id: 'r9', agent: 'ag\u202Ee', tool_name: 'sh\u2067', arguments_display: { cmd: 'x\u202E' } }
+        }),
+        entry('ApprovalDecision', {
+          payload: { request_id: 'r9', decision: 'deny', decided_by: 'p\u202E', reason: 'no\u202E' }
+        }),
+        entry('Error', { content: 'bad \u0007\u202E' })
+      ])
+    );
+    const text = (sel: string): string | null | undefined => root.querySelector(sel)?.textContent;
+    expect(text('.chaz-type-message .chaz-content')).toBe('<U+202E>and be quick');
+    expect(text('.chaz-type-message .chaz-sender')).toBe('mal<U+2066>lory<U+2069>');
+    expect(text('.chaz-tool .chaz-tool-name')).toBe('to<U+202E>ol');
+    expect(text('.chaz-tool-args')).toBe('(path="/srv/<U+202E>txt.sgol")');
+    expect(text('.chaz-tool-output')).toBe('<U+001B>[31mred<U+001B>[0m <U+202E>ok');
+    expect(text('.chaz-tool-out')).toContain('<U+001B>[31mred');
+    expect(text('.chaz-tool-by')).toBe('called by other<U+200B>');
+    expect(text('.chaz-approval .chaz-sender')).toBe('ag<U+202E>e');
+    expect(text('.chaz-approval .chaz-tool-name')).toBe('sh<U+2067>');
+    expect(text('.chaz-approval-args')).toContain('x<U+202E>');
+    expect(text('.chaz-approval-outcome')).toBe('denied by p<U+202E>: no<U+202E>');
+    expect(text('.chaz-type-error .chaz-content')).toBe('bad <U+0007><U+202E>');
+    // not one character that reorders or hides text is left in the cell
+    expect(root.textContent).not.toMatch(/[\u0000-\u0008\u000b-\u001f\u200b-\u200f\u202a-\u202e\u2066-\u2069]/);
+  });
+
   it('folds a ToolCall and its ToolResult into one collapsible row', () => {
     const root = renderTranscript(
       bundle([

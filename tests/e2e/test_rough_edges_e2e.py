@@ -8,6 +8,7 @@ wait apart ("ran … after … waiting for approval"), no agent name at the row'
 "is working" Ack under the idle badge, a count that says "in this cell", and sit where the live
 view sat (no jump). ``%chaz sql`` over the 18 columns of ``tool_calls`` must keep every cell on
 one line, scroll sideways and show formatted floats; ``%chaz audit``'s cells do not wrap.
+The message's right-to-left override is shown as ``<U+202E>`` in the finished transcript.
 Light and dark screenshots are kept in ``test-artifacts/rough_edges/``.
 """
 
@@ -46,7 +47,10 @@ script = [
 
 SQL = "%chaz sql SELECT *, 6.9099999999998545::DOUBLE AS raw_float FROM tool_calls"
 
-CELLS = [TOOLS, AGENT, "%chaz @analyst tidy the sales table", SQL, "%chaz audit"]
+#: the message holds a right-to-left override: the cell shows it by name, never reversed
+ASK = "%chaz @analyst tidy the sales table \u202eand be quick"
+
+CELLS = [TOOLS, AGENT, ASK, SQL, "%chaz audit"]
 
 #: the frame and header of a view (the live one: .chaz-session-view; the finished one: .chaz-transcript)
 LOOK = """([cell, frameSel]) => {
@@ -171,6 +175,10 @@ def test_the_rough_edges_are_gone(lab):
     assert "analyst" not in summary, summary
     # 3. an ended Ack is not "working"
     assert "is working" not in finished.inner_text()
+    # control characters in what a person wrote are shown as text, not obeyed (reversed)
+    asked = finished.locator(".chaz-type-message .chaz-content").first.inner_text()
+    assert asked == "tidy the sales table <U+202E>and be quick", asked
+    assert "\u202e" not in finished.inner_text()
     # 6. the count says what it counts
     assert re.fullmatch(r"\d+ entries in this cell", finished.locator(".chaz-count").inner_text())
     _keep(lab, "finished-light")

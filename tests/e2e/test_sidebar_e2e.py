@@ -308,12 +308,17 @@ def test_approvals_notebook_from_sidebar(lab):
     card.locator(".chaz-reason").fill("not from the e2e test")
     card.locator(".chaz-deny").click()
     _wait(lambda: cards.count() == 0, timeout=60, what="the approvals to be consumed")
-    statuses = lab.sidebar.locator(".chaz-session .chaz-status")
-    _wait(lambda: statuses.count() >= 1 and all(s == "idle" for s in statuses.all_inner_texts()),
-          timeout=120, what="all sessions idle")
     # the waiting cell's view ends as the static transcript, drawn by the chaz renderer
     transcript = waiting.locator(".chaz-transcript")
     transcript.wait_for(timeout=60_000)
+    _wait(lambda: transcript.locator(".chaz-status").inner_text() == "idle", timeout=60, what="the cell idle")
+    # the run is over: within a moment the sidebar says idle too, and its Stop is gone (no write
+    # follows the run's closing entry: the run's end itself is pushed)
+    statuses = lab.sidebar.locator(".chaz-session .chaz-status")
+    _wait(lambda: statuses.count() >= 1 and all(s == "idle" for s in statuses.all_inner_texts()),
+          timeout=5, what="all sessions idle in the sidebar once the cell is")
+    _wait(lambda: lab.sidebar.locator(".chaz-session .chaz-stop").count() == 0, timeout=5,
+          what="no Stop in the sidebar once the run is over")
     text = transcript.inner_text()
     assert "Staging is done. Production: deploy was denied by the user: not from the e2e test" in text
     # each gated call is one tool row that says who decided (no separate approval rows)
@@ -321,4 +326,44 @@ def test_approvals_notebook_from_sidebar(lab):
     assert len(outcomes) == 2 and "approve" in outcomes[0] and "not from the e2e test" in outcomes[1]
     assert transcript.locator(".chaz-approval").count() == 0
     lab.shot("approvals-done")
+    assert lab.page_errors == []
+
+
+SLOW_AGENT = """%%chaz agent slow
+model = "chaz/echo"
+stream = false
+model_options = {metadata = {chaz_delay = 1.5}}
+"""
+
+
+def _run_cell(lab, index: int, timeout: float = 120) -> None:
+    lab.page.evaluate(
+        "(i) => { const nb = window.jupyterapp.shell.currentWidget.content; nb.activeCellIndex = i;"
+        " return window.jupyterapp.commands.execute('notebook:run-cell'); }",
+        index,
+    )
+    lab.page.wait_for_timeout(300)
+    lab.wait_kernel_idle(timeout)
+
+
+def test_the_sidebar_says_idle_and_drops_stop_once_a_run_ends(lab):
+    """A run whose reply comes after a quiet second: its closing entry is the last write, the run
+    ends after it. Within a moment of the cell going idle the sidebar says idle, with no Stop."""
+    page = lab.page
+    lab.write_notebook("idle.ipynb", [_code("%load_ext chaz_nb"), _code(SLOW_AGENT), _code("%chaz @slow hello")])
+    lab.open("idle.ipynb")
+    lab.palette("Chaz: show sessions")
+    lab.sidebar.wait_for(state="visible")
+    for i in range(2):  # chaz loaded and the agent defined: the sidebar connects before the run
+        _run_cell(lab, i)
+    lab.wait_sidebar_status("connected", timeout=60)
+    _run_cell(lab, 2)
+    transcript = page.locator(".jp-Cell").nth(2).locator(".chaz-transcript")
+    transcript.wait_for(timeout=60_000)
+    _wait(lambda: transcript.locator(".chaz-status").inner_text() == "idle", timeout=60, what="the cell idle")
+    assert "echo: hello" in transcript.inner_text()
+    status = lab.sidebar.locator(".chaz-session .chaz-status")
+    _wait(lambda: status.count() == 1 and status.first.inner_text() == "idle", timeout=5,
+          what="the sidebar to say idle once the cell is")
+    assert lab.sidebar.locator(".chaz-session .chaz-stop").count() == 0
     assert lab.page_errors == []
