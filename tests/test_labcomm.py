@@ -675,3 +675,34 @@ def test_a_field_over_the_bound_is_refused_whole_and_nothing_decided(env):
     comm.receive({"type": "page", "session_id": 1, "request_id": ["r"] * 100_000})
     assert comm.sent[0] == {"type": "page", "request_id": "", "ok": False,
                             "message": comm.sent[0]["message"]} and "'request_id' is over" in comm.sent[0]["message"]
+
+
+@pytest.mark.parametrize("kind", ["stop", "decide"])
+def test_any_failure_of_a_message_is_a_one_line_reply_not_a_kernel_traceback(store, kind):
+    """handle_msg is the comm's one guard: a bug past the checks (here a stopped run that
+    cannot describe itself, a decision that returns garbage) is a one-line error reply."""
+    from chaz_nb.server import Server
+    from chaz_nb.server.agents import Agent
+
+    class Unsayable:
+        def describe(self) -> str:
+            raise RuntimeError("cannot say\nwhat stopped")
+
+    server = Server(store, [Agent("w", model="chaz/echo")])
+    sid = server.current_session("w")
+    server.request_stop = lambda session_id, by: [Unsayable()]
+    server.decide = lambda *a, **k: None
+    bridge = LabBridge(server, call_later=lambda delay, fn: None)
+
+    def garbled(comm, request_id, result):
+        raise KeyError("oops")
+
+    bridge._decided_result = garbled  # a bug after the decision was taken
+    comm = FakeComm()
+    bridge.open(comm, {})
+    comm.sent.clear()
+    comm.receive({"type": kind, "session_id": sid, "request_id": "r1", "decision": "approve"})
+    answer = comm.sent[0]
+    expected = {"stop": ("stopped", "RuntimeError: cannot say what stopped"), "decide": ("decided", "KeyError: 'oops'")}
+    assert (answer["type"], answer["ok"], answer["message"]) == (*expected[kind][:1], False, expected[kind][1])
+    bridge.close()

@@ -146,3 +146,28 @@ def test_no_code_asks_a_store_what_it_is_by_getattr():
             if asks or (isinstance(node, ast.Attribute) and node.attr == "shares_sessions"):
                 found.append(f"{_where(path, node.lineno)} {ast.unparse(node)}")
     assert found == []
+
+
+#: what the notebook layer may import from core/: pure helpers over entries and text (no store,
+#: no connection); everything else it reaches through the server package's public names
+NOTEBOOK_CORE = {"chaz_nb.core.entries", "chaz_nb.core.controls", "chaz_nb.core.redaction"}
+
+
+def test_the_notebook_layer_reaches_the_server_only_through_the_facade():
+    """The notebook imports ``chaz_nb.server`` (``Server``, ``Agent`` and the value types and
+    helpers its ``__init__`` names) and core's pure helpers, never a server or core module."""
+    from chaz_nb import server
+
+    found = []
+    for path in _modules():
+        if _dotted(path)[1:2] != ["notebook"]:
+            continue
+        for line, module, names in _imports(path):
+            parts = module.split(".")
+            if parts[:2] == ["chaz_nb", "server"]:
+                bad = len(parts) > 2 or [n for n in names if n not in server.__all__]
+            else:
+                bad = parts[:2] == ["chaz_nb", "core"] and module not in NOTEBOOK_CORE
+            if bad:
+                found.append(f"{_where(path, line)} imports {module} {names}")
+    assert found == []

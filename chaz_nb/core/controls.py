@@ -32,6 +32,12 @@ def shown_controls(text: str) -> str:
     return _CONTROLS.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
 
 
+def name_hidden(text: str) -> str:
+    """``text`` with each control, bidi and zero-width character named (``<U+202E>``), as the
+    approval card shows it (views that show code a tool gets use it too)."""
+    return shown_controls(text)
+
+
 class ShownControlsStream:
     """A text stream that writes to ``inner`` with control characters shown (``shown_controls``)."""
 

@@ -48,7 +48,8 @@ def open_store(path: str) -> tuple[Any, str]:
 
     Returns ``(store, note)``; ``note`` is empty, or says why another file is used.
     """
-    from ..core.store import SessionStore, StoreLockedError
+    from ..errors import StoreLockedError
+    from ..server import SessionStore
 
     try:
         return SessionStore.open(path), ""
@@ -73,8 +74,7 @@ def held_note(path: str, alt: str) -> str:
 def build_server(store: Any, loop: Any, agents: Any = None, tools: Any = None) -> Any:
     """A Server on ``store`` running its agents on ``loop``: the agents kept in the store
     (server/agent_book.py), ``agents`` (kept there too) and the built-in default agent."""
-    from ..server.agents import SAFE_DEFAULT_TOOLS, Agent
-    from ..server.facade import Server
+    from ..server import SAFE_DEFAULT_TOOLS, Agent, Server
     from ..engine.tools import ToolRegistry
 
     registry = ToolRegistry()

@@ -20,8 +20,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import ToolError
-from ..server.kernel.describe import safe_repr
-from ..server.kernel.run import CellOutput, record_exception, run_source
+from ..server import CellOutput, record_exception, run_source, safe_repr
 from . import kernel_loop
 
 #: seconds between two checks of whether the user's cell has ended (the event wakes sooner)

@@ -376,7 +376,6 @@ class ChatHub:
 
     def _write(self, data: dict) -> tuple[int, str]:
         from ..core.entries import EntryType
-        from ..core.store import served_elsewhere
 
         text = data.get("text")
         if not isinstance(text, str):
@@ -421,7 +420,7 @@ class ChatHub:
         if str(enum_value(info.kind)) == "room":
             server.rooms.say(sid, text, explicit=agent, sender="user", payload=payload)
             return sid, f"sent to room session {sid}" + (f" (@{agent} answers)" if agent else "")
-        if info.agent not in server.agents and not served_elsewhere(server.store, sid):
+        if info.agent not in server.agents and not server.served_elsewhere(sid):
             raise ChatError(
                 f"send: no kernel serves session {sid} now and @{info.agent} is not defined here; "
                 f"define it (%chaz agent {info.agent} --model M) to serve it from this kernel"

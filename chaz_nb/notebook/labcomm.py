@@ -364,6 +364,25 @@ class LabBridge:
         if not isinstance(data, dict):
             return
         kind = data.get("type")
+        try:
+            self._dispatch(comm, kind, data)
+        except Exception as exc:  # noqa: BLE001 - the one guard: a failed message is a one-line reply, never a kernel traceback
+            log.debug("chaz comm message %r failed", kind, exc_info=True)
+            self._failed(comm, kind, data, " ".join(f"{type(exc).__name__}: {exc}".split()))
+
+    def _failed(self, comm: Any, kind: Any, data: dict, message: str) -> None:
+        """The one-line error reply to a message of ``kind`` (in the form its answer takes)."""
+        if kind == "decide":
+            self._decided(comm, str(data.get("request_id") or ""), False, message)
+        elif kind == "stop":
+            self._stopped(comm, data.get("session_id"), False, message)
+        elif kind == "page":
+            self._send(comm, {"type": "page", "request_id": str(data.get("request_id") or ""), "ok": False,
+                              "message": message})
+        else:
+            self._send(comm, {"type": "error", "request": _jsonable(kind), "message": message})
+
+    def _dispatch(self, comm: Any, kind: Any, data: dict) -> None:
         if kind in CHAT_TYPES:  # (bounds its own fields: a Message may be longer than a reason)
             self.chat.handle(comm, data)
             return
@@ -405,21 +424,16 @@ class LabBridge:
         if arguments is not None and (decision != "approve" or not isinstance(arguments, (dict, str))):
             self._decided(comm, request_id, False, "edited arguments go with approve, as a JSON object")
             return
-        try:
-            if arguments is None:
-                result = self.server.decide(request_id, decision, reason=reason, decided_by="user")
-            else:
-                result = self.server.decide(request_id, decision, reason=reason, decided_by="user",
-                                            arguments=arguments)
-        except Exception as exc:  # noqa: BLE001
-            log.debug("decide failed", exc_info=True)
-            self._decided(comm, request_id, False, f"{type(exc).__name__}: {exc}")
-            return
+        # a failure (unknown request, a bad edit) is handle_msg's one-line reply
+        if arguments is None:
+            result = self.server.decide(request_id, decision, reason=reason, decided_by="user")
+        else:
+            result = self.server.decide(request_id, decision, reason=reason, decided_by="user", arguments=arguments)
         if inspect.isawaitable(result):
             async def finish() -> None:
                 try:
                     res = await result
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:  # noqa: BLE001 - a task after handle_msg returned: its own reply
                     self._decided(comm, request_id, False, f"{type(exc).__name__}: {exc}")
                     return
                 self._decided_result(comm, request_id, res)
@@ -436,12 +450,8 @@ class LabBridge:
         if not isinstance(session_id, int) or isinstance(session_id, bool):
             self._stopped(comm, session_id, False, f"stop needs a session id (a number), not {session_id!r}")
             return
-        try:
-            stopped = self.server.request_stop(session_id, by="user")
-        except Exception as exc:  # noqa: BLE001 - e.g. no such session: said on the comm
-            log.debug("stop failed", exc_info=True)
-            self._stopped(comm, session_id, False, f"{type(exc).__name__}: {exc}")
-            return
+        # a failure (e.g. no such session) is handle_msg's one-line reply
+        stopped = self.server.request_stop(session_id, by="user")
         # each stopped run writes its cancelled Ack as it unwinds; the state follows the writes
         message = "; ".join(run.describe() for run in stopped) or f"session {session_id} has no run to stop"
         self._stopped(comm, session_id, True, message)
@@ -474,22 +484,13 @@ class LabBridge:
             # teardown: a loop already closed must not stop the rest of close()
             with contextlib.suppress(Exception):
                 handle.cancel()
-        if self._unsubscribe is not None:
-            try:
-                self._unsubscribe()
-            except Exception:  # noqa: BLE001
+        for unsubscribe in (self._unsubscribe, self._unsubscribe_stream, self._unsubscribe_end):
+            try:  # store writes, reply streams, run ends
+                if unsubscribe is not None:
+                    unsubscribe()
+            except Exception:  # noqa: BLE001 - teardown: one failed unsubscribe must not keep the other
                 log.debug("unsubscribe failed", exc_info=True)
-            self._unsubscribe = None
-        if self._unsubscribe_end is not None:
-            with contextlib.suppress(Exception):
-                self._unsubscribe_end()
-            self._unsubscribe_end = None
-        if self._unsubscribe_stream is not None:
-            try:
-                self._unsubscribe_stream()
-            except Exception:  # noqa: BLE001
-                log.debug("stream unsubscribe failed", exc_info=True)
-            self._unsubscribe_stream = None
+        self._unsubscribe = self._unsubscribe_stream = self._unsubscribe_end = None
         for comm in list(self.comms.values()):
             # a comm whose kernel side is gone may raise on close; the others still close
             with contextlib.suppress(Exception):

@@ -59,12 +59,6 @@ def mask_arguments(t: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
     return {k: (MASK if k in t.sensitive_params else v) for k, v in arguments.items()}
 
 
-def name_hidden(text: str) -> str:
-    """``text`` with each control, bidi and zero-width character named (``<U+202E>``), as the
-    approval card shows it (views that show code a tool gets use it too)."""
-    return shown_controls(text)
-
-
 def shown_arguments(t: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
     """Arguments as the person deciding sees them: sensitive ones masked, and each character
     that reorders or hides text, or is a control (ANSI), named (``<U+202E>``,

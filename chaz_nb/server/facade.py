@@ -15,11 +15,13 @@ from typing import Any, TypeVar
 from collections.abc import Callable, Iterable, Mapping
 
 from ..core.entries import Entry, EntryType
-from ..core.store import SessionInfo, Store
+from ..core.paging import newest_first
+from ..core.store import SessionInfo, Store, served_elsewhere
 from ..engine.backends import LiteLLMBackend, ModelBackend
 from ..engine.runtime import ToolExecutor
 from ..engine.tools import ToolsLike, as_registry
 from ..errors import ServerError
+from . import remote
 from . import spawn as spawn_tools
 from .agent_book import AgentBook, Roster
 from .agents import Agent
@@ -298,6 +300,23 @@ class Server:
 
     def running_sessions(self) -> list[int]:
         return self._engine.running_sessions()
+
+    def served_elsewhere(self, session_id: int) -> bool:
+        """Whether another live process serves the session (only a shared store can say yes)."""
+        return served_elsewhere(self.store, session_id)
+
+    def session_writes(self, session_id: int) -> Callable[[Callable[[], None]], Callable[[], None]]:
+        """Subscribe to the session's writes, whichever process writes them (remote.py): call the
+        result with a wake-up function; it returns the function that unsubscribes."""
+        return remote.session_writes(self.store, session_id)
+
+    def last_trigger_seq(self, session_id: int) -> int:
+        """The seq just before the session's latest user Message or Directive (0 if none)."""
+        # newest first, a page at a time: the trigger is near the end of the log
+        for e in newest_first(self.store, session_id, types=(EntryType.MESSAGE, EntryType.DIRECTIVE)):
+            if e.entry_type is EntryType.DIRECTIVE or e.sender not in self.agents:
+                return e.seq - 1
+        return 0
 
     # ------------------------------------------------------------ streams
     def subscribe_stream(self, session_id: int | None, callback: StreamListener) -> Callable[[], None]:

@@ -50,7 +50,7 @@ def after_cell(shell: Any) -> Any:
 
 
 def tools_cell(agent: Any) -> str:
-    from ...server.agents import SAFE_DEFAULT_TOOLS
+    from ...server import SAFE_DEFAULT_TOOLS
 
     if agent.tools is None or "*" in agent.tools:
         return "*"

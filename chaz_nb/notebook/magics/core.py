@@ -32,8 +32,7 @@ from .stop import STOP_USAGE, StopCommands
 from .fork import COMPARE_USAGE, FORK_USAGE, REPLAY_USAGE, ForkCommands, forked_note
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ...server.agents import Agent
-    from ...server.facade import Server
+    from ...server import Agent, Server
     from ..controller import ExtensionState
 
 USE_USAGE = "usage: %chaz use SESSION"
@@ -313,7 +312,7 @@ def parse_toml(body: str, where: str) -> dict[str, Any]:
 
 
 def _agent_keys() -> set[str]:
-    from ...server.agents import Agent
+    from ...server import Agent
 
     return {f.name for f in fields(Agent)} - {"name"}
 
@@ -361,7 +360,8 @@ def resolve_tools(names: list[str] | str | None, shell: Any, server: Server, whe
 
 
 def define_agent(state: ExtensionState, name: str, spec: dict[str, Any], where: str) -> Any:
-    from ...server.agents import SAFE_DEFAULT_TOOLS, Agent, AgentError
+    from ...errors import AgentError
+    from ...server import SAFE_DEFAULT_TOOLS, Agent
 
     spec = dict(spec)
     if isinstance(spec.get("auto_approve"), str):
@@ -399,7 +399,7 @@ def describe_agent(agent: Agent, server: Server) -> str:
     It names the tools the agent got: the safe default (an agent defined without ``tools``)
     by its parts, ``*`` as every tool with today's count, so nobody hands out a tool by accident.
     """
-    from ...server.agents import DEFAULT_DATA_ROWS, KERNEL_DEFAULT_TOOLS, SAFE_DEFAULT_TOOLS, SESSION_TOOLS
+    from ...server import DEFAULT_DATA_ROWS, KERNEL_DEFAULT_TOOLS, SAFE_DEFAULT_TOOLS, SESSION_TOOLS
 
     if agent.tools is None or "*" in agent.tools:
         tools = f"every registered tool ({len(server.tools)} now, and any registered later)"
@@ -709,11 +709,4 @@ def _agent_spec(agent: Agent, **changes: Any) -> dict[str, Any]:
 
 def _last_trigger_seq(server: Server, session: int) -> int:
     """The seq just before the session's latest user Message or Directive (0 if none)."""
-    from ...core.entries import EntryType
-    from ...core.paging import newest_first
-
-    # newest first, a page at a time: the trigger is near the end of the log
-    for e in newest_first(server.store, session, types=(EntryType.MESSAGE, EntryType.DIRECTIVE)):
-        if e.entry_type is EntryType.DIRECTIVE or e.sender not in server.agents:
-            return e.seq - 1
-    return 0
+    return server.last_trigger_seq(session)

@@ -18,7 +18,7 @@ from .host import MagicsHost
 from .turns import open_view, parse_session, wait_session
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ...core.store import SessionInfo
+    from ...server import SessionInfo
 
 
 def _fork_parser() -> CommandParser:
@@ -53,7 +53,7 @@ COMPARE_USAGE = "usage: %chaz compare A B"
 
 def forked_note(info: SessionInfo) -> str:
     """``forked from session 3 at #12`` for a fork, else ''."""
-    from ...server.fork import forked_label
+    from ...server import forked_label
 
     return forked_label(info.forked_from, info.forked_at_seq) if info.forked_from is not None else ""
 

@@ -21,7 +21,7 @@ from .args import CommandParser, split_words, table, usage_of
 from .host import MagicsHost
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ...server.mcp import McpServer
+    from ...server import McpServer
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -34,7 +34,7 @@ from .args import CommandParser, HelpShown, split_words, table
 from .host import MagicsHost
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ...server.rooms import Room
+    from ...server import Room
 
 SCHEDULE_USAGE = (
     'usage: %chaz schedule add @NAME "CRON|every 30s|at ISO|in 10m" prompt... '
@@ -207,8 +207,7 @@ class MultiAgentCommands(MagicsHost):
         raise UsageError(f"unknown %chaz schedule action {action!r}; {SCHEDULE_USAGE}")
 
     def _schedule_add(self, args: str) -> None:
-        from ...server.facade import ServerError
-        from ...core.store import StoreError
+        from ...errors import ServerError, StoreError
         from .turns import check_agent
 
         spec = parse_schedule_add(args)
@@ -225,7 +224,7 @@ class MultiAgentCommands(MagicsHost):
 
     # ---------------------------------------------------------------- rooms
     def _cmd_room(self, rest: str) -> None:
-        from ...server.facade import ServerError
+        from ...errors import ServerError
 
         state = self.state
         server = state.server
@@ -314,7 +313,7 @@ class MultiAgentCommands(MagicsHost):
 
         Returns False when no room is current (the caller then talks to NAME's own session).
         """
-        from ...server.facade import ServerError
+        from ...errors import ServerError
         from ..controller import origin
         from .turns import check_agent, open_view, wait_session
 
@@ -350,8 +349,7 @@ class MultiAgentCommands(MagicsHost):
 
     # ----------------------------------------------------------- compaction
     def _cmd_compact(self, rest: str) -> None:
-        from ...server.compaction import CompactionError
-        from ...errors import WaitInterrupted
+        from ...errors import CompactionError, WaitInterrupted
         from ..kernel_loop import wait_run
         from .turns import parse_session
 

@@ -244,7 +244,8 @@ class SqlCommands(MagicsHost):
         return self._run_sql(options, cell)
 
     def _run_sql(self, options: list[str], query: str) -> Any:
-        from ...core.sqlquery import DEFAULT_MAX_ROWS, SQLFailed, SQLRefused, run_query
+        from ...errors import SQLFailed, SQLRefused
+        from ...server import DEFAULT_MAX_ROWS, run_query
 
         if {"-h", "--help"} & set(options) or query.strip() in ("-h", "--help"):
             print(SQL_HELP)

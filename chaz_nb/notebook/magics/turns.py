@@ -10,12 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
-from ...core.store import served_elsewhere
 from ...errors import StoreError
 from ..views.session import DEFAULT_PAGE
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ...server.facade import Server
+    from ...server import Server
     from ..controller import ExtensionState
 
 
@@ -121,7 +120,7 @@ def send_turn(
     if not text.strip():
         raise UsageError(f"%chaz: nothing to send to @{name}; write the text after @{name}")
     session = server.current_session(name)
-    if name not in server.agents and not served_elsewhere(server.store, session):
+    if name not in server.agents and not server.served_elsewhere(session):
         raise UsageError(
             f"%chaz: no kernel serves session {session} now and @{name} is not defined here; "
             f"define it (%chaz agent {name} --model M) to serve the session from this kernel"
@@ -175,15 +174,15 @@ def wait_session(state: ExtensionState, session: int, handle: Any, view: Any) ->
     from ...errors import WaitInterrupted
     from ..kernel_loop import wait_run
 
-    from ...server import remote
+    from ...server import REMOTE_POLL_INTERVAL, RemoteRun
 
     server = state.server
     # A run another kernel serves is followed by its status (read from the log): the wait also
     # ends, rather than hang, if that kernel dies before it answers (its lease frees). That
     # status moves with the session's entries, so they wake the wait; the slow poll is for the
     # serving kernel's death, which no entry announces (remote.py).
-    future = handle.future if handle is not None and not isinstance(handle, remote.RemoteRun) else None
-    elsewhere = future is None and served_elsewhere(server.store, session)
+    future = handle.future if handle is not None and not isinstance(handle, RemoteRun) else None
+    elsewhere = future is None and server.served_elsewhere(session)
     if view is not None:
         view.set_waiting(True)  # the Stop row says whether a click can act during the wait
     try:
@@ -192,8 +191,8 @@ def wait_session(state: ExtensionState, session: int, handle: Any, view: Any) ->
             is_parked=lambda: server.session_status(session) == "parked",
             future=future,
             loop=state.loop,
-            wake=remote.session_writes(server.store, session) if elsewhere else None,
-            poll_interval=remote.REMOTE_POLL_INTERVAL if elsewhere else None,
+            wake=server.session_writes(session) if elsewhere else None,
+            poll_interval=REMOTE_POLL_INTERVAL if elsewhere else None,
         )
     finally:
         if view is not None:

@@ -21,7 +21,7 @@ import threading
 from typing import Any
 from collections.abc import Callable
 
-from ...server.approvals import name_hidden
+from ...core.controls import name_hidden
 from .code import CODE_CSS, code_html, code_of, code_text
 from .display import StaticFallbackView
 from .display import esc as _esc

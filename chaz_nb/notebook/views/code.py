@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...server.approvals import name_hidden
+from ...core.controls import name_hidden
 from .display import esc
 
 #: lines of code drawn in a view (the log has all of them)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from .display import StaticFallbackView, esc
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ...server.compare import Comparison, RunSummary, Side
+    from ...server import Comparison, RunSummary, Side
 
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
 #: characters of a reply or a tool call shown per cell

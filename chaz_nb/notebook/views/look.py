@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ...server.approvals import name_hidden
+from ...core.controls import name_hidden
 from .code import CODE_CSS
 from .display import esc as _esc
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 from collections.abc import Iterable
 
-from ...server.approvals import name_hidden
+from ...core.controls import name_hidden
 from .code import code_html, code_of
 from .display import esc as _esc
 from .look import (  # noqa: F401 - re-exported with the transcript
