@@ -57,6 +57,23 @@ def esc(value: Any) -> str:
     return html.escape(shown_controls("" if value is None else str(value)), quote=True)
 
 
+def close_widget(widget: Any) -> None:
+    """Close an ipywidget and the Layout and Style widgets it owns.
+
+    ipywidgets' ``close`` closes only the widget itself: its ``layout`` and ``style`` (widgets
+    of their own, with a comm each) would stay in the kernel's widget registry for the kernel's
+    life, ~19 of them a finished cell (issue 32). Reads the traits without creating them, and
+    never raises (teardown: a widget whose comm is gone may).
+    """
+    if widget is None:
+        return
+    values = getattr(widget, "_trait_values", {})
+    for part in (widget, values.get("layout"), values.get("style")):
+        if part is not None and hasattr(part, "close"):
+            with contextlib.suppress(Exception):
+                part.close()
+
+
 class StaticFallbackView:
     """Mixin: ``bundle``, rich repr, and display / update through a display_id."""
 

@@ -56,7 +56,7 @@ from collections.abc import Callable
 
 from ...core.redaction import redact
 from .base import LiveView
-from .display import OUTPUT_METADATA, WIDGET_MIME, clip_json
+from .display import OUTPUT_METADATA, WIDGET_MIME, clip_json, close_widget
 from .display import esc as _esc
 from .transcript import (  # noqa: F401 - re-exported: the pure transcript lives there
     DETAIL_CHARS,
@@ -481,11 +481,7 @@ class SessionView(LiveView):
         for w in [self._header_widget, self._status_widget, self._footer_widget,
                   self._earlier_widget, self._earlier_button, self._earlier_row,
                   *[c.widget for c in self._chunks], box]:
-            if w is None:
-                continue
-            # teardown: a widget whose comm is gone may raise; close the rest
-            with contextlib.suppress(Exception):
-                w.close()
+            close_widget(w)  # with its layout and style; never raises
         for aw in self._approval_widgets.values():
             # teardown: one card failing to close must not keep the others open
             with contextlib.suppress(Exception):
@@ -534,8 +530,7 @@ class SessionView(LiveView):
     def _rebuild_rows(self) -> None:
         """Render every row again (rows moved: an earlier page was put in front)."""
         for c in self._chunks:
-            with contextlib.suppress(Exception):  # a widget whose comm is gone may raise
-                c.widget.close()
+            close_widget(c.widget)
         self._chunks = []
         self._render_rows(set(range(len(self.transcript.rows))))
         dirty: set[int] = set()

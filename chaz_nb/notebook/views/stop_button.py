@@ -19,14 +19,13 @@ button carries the class ``chaz-stop-session-N`` so the extension knows which se
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import weakref
 from typing import Any
 from collections.abc import Callable
 
-from .display import esc
+from .display import close_widget, esc
 
 log = logging.getLogger("chaz_nb.notebook.views.stop_button")
 log.addHandler(logging.NullHandler())
@@ -167,5 +166,4 @@ class StopButton:
         self.closed = True
         _live.discard(self)
         for w in (self.button, self.note, self.widget):
-            with contextlib.suppress(Exception):  # teardown: a widget whose comm is gone
-                w.close()
+            close_widget(w)  # with its layout and style; never raises
