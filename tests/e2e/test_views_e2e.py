@@ -125,7 +125,9 @@ RELEASE_CELLS = [
     "%chaz @calc what is 2 + 3?",
     "%chaz @assistant hello <b>one</b>",
     "%chaz @assistant hello two",
-    "from ipywidgets.widgets import widget as _w\nprint('widgets alive:', len(_w._instances))",
+    # the kernel's one shared default Layout and Styles (views/display.py: plain) are not a cell's
+    "from ipywidgets.widgets import widget as _w\nfrom chaz_nb.notebook.views.display import _SHARED\n"
+    "print('widgets alive:', len(set(map(id, _w._instances.values())) - set(map(id, _SHARED.values()))))",
 ]
 
 

@@ -25,7 +25,7 @@ import weakref
 from typing import Any
 from collections.abc import Callable
 
-from .display import close_widget, esc
+from .display import close_widget, esc, plain
 
 log = logging.getLogger("chaz_nb.notebook.views.stop_button")
 log.addHandler(logging.NullHandler())
@@ -78,11 +78,11 @@ class StopButton:
         self._loop = loop
         self._thread = threading.get_ident()
         self.session_id = session_id
-        self.button = w.Button(description="Stop", icon="stop", button_style="danger")
+        self.button = w.Button(description="Stop", icon="stop", button_style="danger", **plain("ButtonStyle"))
         self.button.add_class("chaz-stop")
         self.button.add_class(f"{SESSION_CLASS}{int(session_id)}")
-        self.note = w.HTML("")
-        self.widget = w.HBox([self.button, self.note])
+        self.note = w.HTML("", **plain("HTMLStyle"))
+        self.widget = w.HBox([self.button, self.note])  # its own Layout: the row is shown and hidden
         self.widget.add_class("chaz-stop-row")
         self.widget.layout.display = "none"
         self.button.disabled = True
