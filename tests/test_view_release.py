@@ -89,3 +89,29 @@ def test_a_parked_view_keeps_its_card_and_stop_until_the_decision_then_lets_go(c
     parked_cell = final_output(outputs, view.display_id)
     assert WIDGET_MIME not in parked_cell
     assert "wipe" in parked_cell["text/html"]
+
+
+def test_a_turn_opens_no_layout_or_style_of_its_own_but_the_stop_rows(chaz, monkeypatch):
+    from ipywidgets import Layout, Widget
+    from ipywidgets.widgets.widget_style import Style
+
+    ip.run_line_magic("chaz", "@assistant warm up")  # the kernel's shared Layout and Styles exist now
+    made: list = []
+    monkeypatch.setattr(Widget, "_widget_construction_callback", made.append)
+    ip.run_line_magic("chaz", "@assistant hello")
+    looks = [type(w).__name__ for w in made if isinstance(w, (Layout, Style))]
+    assert looks == ["Layout"], looks  # the Stop row's: it is shown and hidden
+
+
+def test_a_shared_look_that_was_closed_is_made_again_and_never_closed_with_a_view():
+    import ipywidgets as w
+
+    from chaz_nb.notebook.views.display import close_widget, plain
+
+    first = w.HTML("a", **plain("HTMLStyle"))
+    close_widget(first)
+    assert first.comm is None and plain()["layout"].comm is not None  # the shared one stays open
+    plain()["layout"].close()  # e.g. Widget.close_all()
+    second = w.HTML("b", **plain("HTMLStyle"))
+    assert second.layout.comm is not None and second.layout is not first.layout
+    close_widget(second)
