@@ -257,13 +257,30 @@ def test_pending_approve_deny_from_cells(chaz, capsys):
     assert decisions == [("approve", "user"), ("deny", "user")]
 
 
+class _Opened(list):
+    """``state.views`` that also remembers every view the cells opened (the kernel lets go of a
+    finished one; a test still reads what its output showed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.opened: list = []
+
+    def append(self, view) -> None:
+        self.opened.append(view)
+        super().append(view)
+
+
 def _views(session):
     from chaz_nb.notebook import extension
 
-    return [v for v in extension._state.views if getattr(v, "session_id", None) == session]
+    views = extension._state.views
+    return [v for v in getattr(views, "opened", views) if getattr(v, "session_id", None) == session]
 
 
 def test_each_cell_view_covers_its_own_step_of_the_run(chaz, capsys):
+    from chaz_nb.notebook import extension
+
+    extension._state.views = _Opened()
     ip.run_line_magic("chaz", "@ops ship it")
     sid = chaz.current_session("ops")
     [parks] = _views(sid)

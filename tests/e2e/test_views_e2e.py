@@ -116,3 +116,64 @@ def test_saved_notebook_reopens_without_widget_errors(lab):
     assert grid is not None
     rgb = [int(x) for x in grid[grid.index("(") + 1 : grid.index(")")].split(",")[:3]]
     assert sum(rgb) < 3 * 160, f"grid line {grid} is bright on the dark theme"
+
+
+RELEASE_CELLS = [
+    "%env CHAZ_DB=:memory:\n%load_ext chaz_nb",
+    CELLS[1],
+    CELLS[2],
+    "%chaz @calc what is 2 + 3?",
+    "%chaz @assistant hello <b>one</b>",
+    "%chaz @assistant hello two",
+    # the kernel's one shared default Layout and Styles (views/display.py: plain) are not a cell's
+    "from ipywidgets.widgets import widget as _w\nfrom chaz_nb.notebook.views.display import _SHARED\n"
+    "print('widgets alive:', len(set(map(id, _w._instances.values())) - set(map(id, _SHARED.values()))))",
+]
+
+
+def _turns_show_their_transcripts(page) -> None:
+    cells = page.locator(".jp-Cell")
+    assert "2 + 3 = 5" in cells.nth(3).inner_text()
+    assert "hello <b>one</b>" in cells.nth(4).inner_text()  # escaped: shown as text
+    assert "hello two" in cells.nth(5).inner_text()
+    body = page.locator(".jp-NotebookPanel").inner_text()
+    assert "model not found" not in body and "Error displaying widget" not in body
+
+
+def test_finished_turns_let_go_of_their_widgets_and_still_show_their_transcripts(lab):
+    """Issue 32 §2: a finished turn's cell shows its transcript from the static output (no
+    widget view in the page), the kernel holds no widget of it, and after a save and a page
+    reload (the kernel still running) the transcripts are the same."""
+    page = lab.page
+    lab.write_notebook("release.ipynb", [_code(src) for src in RELEASE_CELLS])
+    lab.open("release.ipynb")
+    lab.run_all()
+
+    cells = page.locator(".jp-Cell")
+    _wait(lambda: "widgets alive:" in cells.nth(6).inner_text(), what="the probe cell's output")
+    _turns_show_their_transcripts(page)
+    for i in (3, 4, 5):
+        assert cells.nth(i).locator(".jupyter-widgets").count() == 0, f"cell {i} still shows a widget view"
+    assert "widgets alive: 0" in cells.nth(6).inner_text()
+    lab.shot("release-live")
+
+    cells.nth(0).click()
+    page.keyboard.press("Escape")
+    page.keyboard.press("Control+s")
+    page.wait_for_function(
+        "() => !window.jupyterapp.shell.currentWidget.context.model.dirty", timeout=30_000
+    )
+    page.reload()
+    page.wait_for_function("() => !!window.jupyterapp", timeout=60_000)
+    page.wait_for_selector(".jp-NotebookPanel .jp-Notebook .jp-Cell", timeout=60_000)
+    _wait(lambda: "hello two" in page.locator(".jp-Cell").nth(5).inner_text(), what="the reopened notebook")
+    page.wait_for_timeout(3000)  # the widget manager gives up on missing models after ~2 s
+    lab.shot("release-reloaded")
+    _turns_show_their_transcripts(page)
+
+    saved = json.loads((lab.server.root / "release.ipynb").read_text())
+    for i, needle in ((3, "2 + 3 = 5"), (4, "hello &lt;b&gt;one&lt;/b&gt;"), (5, "hello two")):
+        [out] = [o for o in saved["cells"][i]["outputs"] if o.get("output_type") == "display_data"]
+        assert WIDGET_MIME not in out["data"], i
+        html = out["data"]["text/html"]
+        assert needle in ("".join(html) if isinstance(html, list) else html), i  # (saved as lines)

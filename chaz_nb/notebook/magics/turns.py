@@ -200,7 +200,9 @@ def wait_session(state: ExtensionState, session: int, handle: Any, view: Any) ->
     if view is not None:
         if outcome.state == "interrupted":
             view.set_waiting(False, interrupted=True)
-        view.flush(final=True)
+        view.flush(final=True)  # a run that is over: the static output, the widgets closed
+        if not view.following:  # let go of it (a view that still follows stays, see open_view)
+            state.views[:] = [v for v in state.views if v.following]
     if outcome.state == "parked" and view is None:
         asks = [p for p in server.pending_approvals() if p.get("session_id") == session]
         what = ", ".join(f"{p.get('tool_name')} (risk {p.get('risk_level')})" for p in asks) or "an approval"

@@ -14,7 +14,6 @@ prints: a click is handled from the kernel's comm handler, output goes through t
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import threading
@@ -23,7 +22,7 @@ from collections.abc import Callable
 
 from ...core.controls import name_hidden
 from .code import CODE_CSS, code_html, code_of, code_text
-from .display import StaticFallbackView
+from .display import StaticFallbackView, close_widget
 from .display import esc as _esc
 
 log = logging.getLogger("chaz_nb.notebook.views.approval")
@@ -350,9 +349,7 @@ re-rendering its static bundle).
             return
         for wdg in [*self.buttons.values(), self.edit_button, self.editor, self.reason, self._status, self._head,
                     self._row, self._edit_row, box]:
-            # teardown: a widget whose comm is gone may raise; close the rest
-            with contextlib.suppress(Exception):
-                wdg.close()
+            close_widget(wdg)  # with its layout and style; never raises
 
     # ---------------------------------------------------------- text / html
     def outcome(self) -> str:

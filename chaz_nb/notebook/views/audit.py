@@ -34,6 +34,7 @@ from typing import Any
 from collections.abc import Callable
 
 from .base import LiveView
+from .display import close_widget
 from .display import esc as _esc
 
 log = logging.getLogger("chaz_nb.notebook.views.audit")
@@ -486,9 +487,7 @@ class AuditView(LiveView):
         box, self._box = self._box, None
         if box is not None:
             for w in [*self._widgets, box]:
-                # teardown: a widget whose comm is gone may raise; close the rest
-                with contextlib.suppress(Exception):
-                    w.close()
+                close_widget(w)  # with its layout and style; never raises
 
     # ------------------------------------------------------------ widget
     def _build_widget(self) -> None:

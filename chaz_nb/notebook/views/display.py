@@ -57,6 +57,56 @@ def esc(value: Any) -> str:
     return html.escape(shown_controls("" if value is None else str(value)), quote=True)
 
 
+#: the kernel's one default Layout and Style widgets, shared by the view widgets that keep the
+#: defaults (see ``plain``)
+_SHARED: dict[str, Any] = {}
+
+
+def plain(style: str | None = None) -> dict[str, Any]:
+    """``layout=`` (and ``style=``: ``"HTMLStyle"`` or ``"ButtonStyle"``)
+    for a view widget that keeps the defaults: one Layout and one Style widget per kernel.
+
+    Every DOMWidget otherwise brings a Layout and a Style widget of its own, ~19 a cell, each a
+    comm opened with the cell and closed with it (issue 32). Never for a widget whose layout
+    or style changes (a row shown and hidden has its own). A shared one that was closed (e.g.
+    ``Widget.close_all()``) is made again.
+    """
+    from ipywidgets.widgets import widget_button, widget_layout, widget_string
+
+    classes = {
+        "Layout": widget_layout.Layout,
+        "HTMLStyle": widget_string.HTMLStyle,
+        "ButtonStyle": widget_button.ButtonStyle,
+    }
+    kw: dict[str, Any] = {}
+    for key, cls in (("layout", "Layout"), ("style", style)):
+        if cls is None:
+            continue
+        shared = _SHARED.get(cls)
+        if shared is None or getattr(shared, "comm", None) is None:
+            shared = _SHARED[cls] = classes[cls]()
+        kw[key] = shared
+    return kw
+
+
+def close_widget(widget: Any) -> None:
+    """Close an ipywidget and the Layout and Style widgets it owns.
+
+    ipywidgets' ``close`` closes only the widget itself: its ``layout`` and ``style`` (widgets
+    of their own, with a comm each) would stay in the kernel's widget registry for the kernel's
+    life, ~19 of them a finished cell (issue 32). Reads the traits without creating them, and
+    never raises (teardown: a widget whose comm is gone may).
+    """
+    if widget is None:
+        return
+    values = getattr(widget, "_trait_values", {})
+    shared = [id(s) for s in _SHARED.values()]
+    for part in (widget, values.get("layout"), values.get("style")):
+        if part is not None and hasattr(part, "close") and id(part) not in shared:
+            with contextlib.suppress(Exception):
+                part.close()
+
+
 class StaticFallbackView:
     """Mixin: ``bundle``, rich repr, and display / update through a display_id."""
 

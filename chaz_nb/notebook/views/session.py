@@ -56,7 +56,7 @@ from collections.abc import Callable
 
 from ...core.redaction import redact
 from .base import LiveView
-from .display import OUTPUT_METADATA, WIDGET_MIME, clip_json
+from .display import OUTPUT_METADATA, WIDGET_MIME, clip_json, close_widget, plain
 from .display import esc as _esc
 from .transcript import (  # noqa: F401 - re-exported: the pure transcript lives there
     DETAIL_CHARS,
@@ -481,11 +481,7 @@ class SessionView(LiveView):
         for w in [self._header_widget, self._status_widget, self._footer_widget,
                   self._earlier_widget, self._earlier_button, self._earlier_row,
                   *[c.widget for c in self._chunks], box]:
-            if w is None:
-                continue
-            # teardown: a widget whose comm is gone may raise; close the rest
-            with contextlib.suppress(Exception):
-                w.close()
+            close_widget(w)  # with its layout and style; never raises
         for aw in self._approval_widgets.values():
             # teardown: one card failing to close must not keep the others open
             with contextlib.suppress(Exception):
@@ -499,23 +495,26 @@ class SessionView(LiveView):
         except ImportError:  # pragma: no cover - ipywidgets is a dependency
             return
         self._w = w
-        self._header_widget = w.HTML(self._header_html())
-        self._status_widget = w.HTML("")
+        html = plain("HTMLStyle")  # the widgets with default looks share one Layout and Style
+        self._header_widget = w.HTML(self._header_html(), **html)
+        self._status_widget = w.HTML("", **html)
         if self.footer:
             self._footer_widget = w.HTML(
-                f"<div class='chaz-transcript chaz-s'><div class='chaz-footer'>{_esc(self.footer)}</div></div>"
+                f"<div class='chaz-transcript chaz-s'><div class='chaz-footer'>{_esc(self.footer)}</div></div>", **html
             )
         if self._stop_request is not None:
             from .stop_button import StopButton
 
             self.stop_button = StopButton(self._stop_request, self.session_id, loop=self._loop)
             self.stop_button.show(self.status() != "idle")
-        self._earlier_widget = w.HTML("")
-        self._earlier_button = w.Button(description="show earlier", tooltip="load the previous page of entries")
+        self._earlier_widget = w.HTML("", **html)
+        self._earlier_button = w.Button(
+            description="show earlier", tooltip="load the previous page of entries", **plain("ButtonStyle")
+        )
         self._earlier_button.on_click(lambda _b: self.show_earlier())
-        self._earlier_row = w.HBox([self._earlier_button, self._earlier_widget])
+        self._earlier_row = w.HBox([self._earlier_button, self._earlier_widget], **plain())
         self._earlier_row.add_class("chaz-earlier")
-        self._box = w.VBox([self._header_widget, self._status_widget])
+        self._box = w.VBox([self._header_widget, self._status_widget], **plain())
         self._box.add_class("chaz-session-view")
         self._render_rows(set(range(len(self.transcript.rows))))
         self._set_children()
@@ -534,8 +533,7 @@ class SessionView(LiveView):
     def _rebuild_rows(self) -> None:
         """Render every row again (rows moved: an earlier page was put in front)."""
         for c in self._chunks:
-            with contextlib.suppress(Exception):  # a widget whose comm is gone may raise
-                c.widget.close()
+            close_widget(c.widget)
         self._chunks = []
         self._render_rows(set(range(len(self.transcript.rows))))
         dirty: set[int] = set()
@@ -568,7 +566,7 @@ class SessionView(LiveView):
         while covered < len(rows):
             last = self._chunks[-1] if self._chunks else None
             if last is None or last.rows >= self.chunk_rows or last.card is not None:
-                self._chunks.append(_Chunk(self._w.HTML(""), covered))
+                self._chunks.append(_Chunk(self._w.HTML("", **plain("HTMLStyle")), covered))
                 new_chunks = True
             chunk = self._chunks[-1]
             take = min(self.chunk_rows - chunk.rows, len(rows) - covered)
@@ -602,7 +600,7 @@ class SessionView(LiveView):
         keep = row - chunk.start + 1
         dirty = {ci}
         if keep < chunk.rows:  # rows after the carded one move to a chunk of their own
-            rest = _Chunk(self._w.HTML(""), row + 1, chunk.rows - keep, chunk.card)
+            rest = _Chunk(self._w.HTML("", **plain("HTMLStyle")), row + 1, chunk.rows - keep, chunk.card)
             chunk.rows = keep
             self._chunks.insert(ci + 1, rest)
             dirty.add(ci + 1)

@@ -19,14 +19,13 @@ button carries the class ``chaz-stop-session-N`` so the extension knows which se
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import weakref
 from typing import Any
 from collections.abc import Callable
 
-from .display import esc
+from .display import close_widget, esc, plain
 
 log = logging.getLogger("chaz_nb.notebook.views.stop_button")
 log.addHandler(logging.NullHandler())
@@ -79,11 +78,11 @@ class StopButton:
         self._loop = loop
         self._thread = threading.get_ident()
         self.session_id = session_id
-        self.button = w.Button(description="Stop", icon="stop", button_style="danger")
+        self.button = w.Button(description="Stop", icon="stop", button_style="danger", **plain("ButtonStyle"))
         self.button.add_class("chaz-stop")
         self.button.add_class(f"{SESSION_CLASS}{int(session_id)}")
-        self.note = w.HTML("")
-        self.widget = w.HBox([self.button, self.note])
+        self.note = w.HTML("", **plain("HTMLStyle"))
+        self.widget = w.HBox([self.button, self.note])  # its own Layout: the row is shown and hidden
         self.widget.add_class("chaz-stop-row")
         self.widget.layout.display = "none"
         self.button.disabled = True
@@ -167,5 +166,4 @@ class StopButton:
         self.closed = True
         _live.discard(self)
         for w in (self.button, self.note, self.widget):
-            with contextlib.suppress(Exception):  # teardown: a widget whose comm is gone
-                w.close()
+            close_widget(w)  # with its layout and style; never raises
