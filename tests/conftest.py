@@ -86,20 +86,10 @@ def backend_store(request):
     s.close()
 
 
-PARK_TOOL = """
-import chaz_nb
-
-@chaz_nb.tool(approval="always")
-def wipe(path: str) -> str:
-    '''Delete a file.'''
-    return f"wiped {path}"
-"""
-
-
 @pytest.fixture
 def parked(chaz, capsys):
     """A janitor run parked on its wipe call (in IPython's test shell); the session id."""
-    from ipython_harness import ip
+    from ipython_harness import PARK_TOOL, ip
 
     ip.run_cell(PARK_TOOL).raise_error()
     ip.run_line_magic(

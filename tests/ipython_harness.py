@@ -7,6 +7,16 @@ from IPython.testing.globalipapp import get_ipython
 
 ip = get_ipython()
 
+#: a cell that defines a tool every call of which waits for a person (a run parks on it)
+PARK_TOOL = """
+import chaz_nb
+
+@chaz_nb.tool(approval="always")
+def wipe(path: str) -> str:
+    '''Delete a file.'''
+    return f"wiped {path}"
+"""
+
 
 def one_line_error(capsys, cell: str, needle: str) -> str:
     """Run a cell that must fail with a one-line UsageError (no traceback)."""

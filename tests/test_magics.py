@@ -12,7 +12,7 @@ from chaz_nb.core.entries import EntryType
 from chaz_nb.notebook import extension
 from chaz_nb.notebook.magics.core import parse_message_line
 
-from ipython_harness import ip, one_line_error
+from ipython_harness import PARK_TOOL, ip, one_line_error
 
 
 def entries(server, agent):
@@ -133,16 +133,6 @@ def test_no_wait_returns_at_once_and_wait_finishes_it(chaz, capsys):
     capsys.readouterr()
     ip.run_line_magic("chaz", "wait")
     assert capsys.readouterr().out.strip() == f"session {sid} is idle"
-
-
-PARK_TOOL = """
-import chaz_nb
-
-@chaz_nb.tool(approval="always")
-def wipe(path: str) -> str:
-    '''Delete a file.'''
-    return f"wiped {path}"
-"""
 
 
 def test_a_run_that_parks_on_an_approval_stops_the_wait(chaz, capsys):

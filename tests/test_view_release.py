@@ -9,7 +9,7 @@ import pytest
 from chaz_nb.notebook import controller
 from chaz_nb.notebook.views.display import WIDGET_MIME
 
-from ipython_harness import ip
+from ipython_harness import PARK_TOOL, ip
 
 
 def live_widgets() -> int:
@@ -61,7 +61,6 @@ def test_finished_turns_hold_no_widgets_and_their_output_is_the_html_transcript(
 def test_a_parked_view_keeps_its_card_and_stop_until_the_decision_then_lets_go(chaz, outputs):
     ip.run_line_magic("chaz", "@assistant warm up")
     before = live_widgets()
-    from conftest import PARK_TOOL
 
     ip.run_cell(PARK_TOOL).raise_error()
     ip.run_line_magic(
