@@ -179,19 +179,22 @@ async def test_everything_from_the_agent_is_escaped(store):
     await handle.wait()
 
 
+class NoServer:
+    """A server that decides nothing (the card's buttons are not pressed here)."""
+
+    class store:
+        @staticmethod
+        def subscribe(cb):
+            return lambda: None
+
+    approvals = None
+
+    def decide(self, *a, **k):
+        return False, "nope"
+
+
 def test_widget_bundle_without_a_server_entry_is_static():
-    class Fake:
-        class store:
-            @staticmethod
-            def subscribe(cb):
-                return lambda: None
-
-        approvals = None
-
-        def decide(self, *a, **k):
-            return False, "nope"
-
-    w = ApprovalWidget(Fake(), {"request_id": "r1", "tool_name": "t<b>", "agent": "a", "session_id": 1,
+    w = ApprovalWidget(NoServer(), {"request_id": "r1", "tool_name": "t<b>", "agent": "a", "session_id": 1,
                                 "risk_level": "low", "arguments_display": {"x": "<i>"}}, widget=False)
     assert WIDGET_MIME not in w.bundle()
     assert "t&lt;b&gt;" in w.html() and "&lt;i&gt;" in w.html()
@@ -509,18 +512,7 @@ def test_approve_has_one_colour_in_the_cell_and_in_the_sidebar():
     import pathlib
     import re
 
-    class Fake:
-        class store:
-            @staticmethod
-            def subscribe(cb):
-                return lambda: None
-
-        approvals = None
-
-        def decide(self, *a, **k):
-            return False, "nope"
-
-    w = ApprovalWidget(Fake(), {"request_id": "r1", "tool_name": "t", "agent": "a", "session_id": 1,
+    w = ApprovalWidget(NoServer(), {"request_id": "r1", "tool_name": "t", "agent": "a", "session_id": 1,
                                 "risk_level": "low", "arguments_display": {}})
     assert "chaz-ap-approve" in w.buttons["approve"]._dom_classes
     w.close()

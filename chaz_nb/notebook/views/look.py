@@ -96,7 +96,8 @@ TRANSCRIPT_CSS = (
 )
 
 
-def _json(value: Any) -> str:
+def as_json_text(value: Any) -> str:
+    """A payload value as text: a string as it is, anything else as JSON."""
     if isinstance(value, str):
         return value
     try:
@@ -115,7 +116,7 @@ def args_preview(arguments: Any, limit: int = SUMMARY_CHARS) -> str:
     elif arguments is None:
         text = ""
     else:
-        text = " ".join(_json(arguments).split())
+        text = " ".join(as_json_text(arguments).split())
     text = name_hidden(text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 

@@ -11,7 +11,6 @@ Every string that comes from an agent, a tool or a user passes through ``html.es
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 from collections.abc import Iterable
@@ -23,6 +22,7 @@ from .look import (  # noqa: F401 - re-exported with the transcript
     SUMMARY_CHARS,
     TRANSCRIPT_CSS,
     args_preview,
+    as_json_text,
     count_label,
     entry_head_html,
     fmt_duration,
@@ -48,22 +48,13 @@ def _short(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def _json(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    try:
-        return json.dumps(value, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):  # pragma: no cover - payloads are JSON already
-        return str(value)
-
-
 def _arguments_html(arguments: Any, text: str) -> str:
     """A call's arguments in the unfolded row: the code of a code call (``kernel__run``) as a
     numbered code block, else the JSON text."""
     code = code_of(arguments)
     if code is not None:
         return f"<div class='chaz-label'>code</div>{code_html(code)}"
-    text = name_hidden(text or _json(arguments))
+    text = name_hidden(text or as_json_text(arguments))
     pre = f"<pre class='chaz-pre chaz-tool-arguments'>{_esc(text[:DETAIL_CHARS])}</pre>"
     return f"<div class='chaz-label'>arguments</div>{pre}"
 
@@ -163,7 +154,7 @@ class Row:
     def text(self, card: bool = True) -> str:
         e = self.entry
         if self.kind == "tool":
-            args = _json((e.payload or {}).get("arguments", ""))
+            args = as_json_text((e.payload or {}).get("arguments", ""))
             line = f"  ⚙ {self._tool_name()}{self._call(args)}"
             note = self._approval_note()
             if note:
@@ -275,7 +266,7 @@ class Row:
     def _tool_html(self, card: bool) -> str:
         e = self.entry
         payload = e.payload or {}
-        args = _json(payload.get("arguments", ""))
+        args = as_json_text(payload.get("arguments", ""))
         cls = "chaz-entry chaz-tool"
         rp = (self.result.payload or {}) if self.result is not None else {}
         if rp.get("is_error"):
@@ -355,7 +346,7 @@ def _approval_line(e: Any) -> str:
     """One line for an ApprovalRequest (what is asked) or an ApprovalDecision (who decided what)."""
     p = e.payload or {}
     if entry_type(e) == "ApprovalRequest":
-        args = _json(p.get("arguments_display", {}))
+        args = as_json_text(p.get("arguments_display", {}))
         return (
             f"⚠ {p.get('agent', e.sender)} asks to run {p.get('tool_name', e.tool_name)}"
             f"({_short(args, SUMMARY_CHARS)}) · risk {p.get('risk_level', '?')}"
