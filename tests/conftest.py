@@ -89,17 +89,9 @@ def backend_store(request):
 @pytest.fixture
 def parked(chaz, capsys):
     """A janitor run parked on its wipe call (in IPython's test shell); the session id."""
-    from ipython_harness import PARK_TOOL, ip
+    from ipython_harness import park_janitor
 
-    ip.run_cell(PARK_TOOL).raise_error()
-    ip.run_line_magic(
-        "chaz",
-        "agent janitor --model chaz/script --tools wipe --script "
-        "'[{\"tool\": \"wipe\", \"args\": {\"path\": \"/tmp/x\"}}, \"done: {result}\"]'",
-    )
-    ip.run_line_magic("chaz", "@janitor clean up")  # returns when the run parks
-    sid = chaz.current_session("janitor")
-    assert chaz.session_status(sid) == "parked"
+    sid = park_janitor(chaz)
     capsys.readouterr()
     return sid
 

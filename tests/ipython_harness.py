@@ -18,6 +18,21 @@ def wipe(path: str) -> str:
 """
 
 
+def park_janitor(server) -> int:
+    """Define the ``wipe`` tool and a scripted ``janitor`` that calls it, send it a message, and
+    return its session id: the run is parked on the wipe call's approval."""
+    ip.run_cell(PARK_TOOL).raise_error()
+    ip.run_line_magic(
+        "chaz",
+        "agent janitor --model chaz/script --tools wipe --script "
+        "'[{\"tool\": \"wipe\", \"args\": {\"path\": \"/tmp/x\"}}, \"done: {result}\"]'",
+    )
+    ip.run_line_magic("chaz", "@janitor clean up")  # returns when the run parks
+    sid = server.current_session("janitor")
+    assert server.session_status(sid) == "parked"
+    return sid
+
+
 def one_line_error(capsys, cell: str, needle: str) -> str:
     """Run a cell that must fail with a one-line UsageError (no traceback)."""
     capsys.readouterr()

@@ -9,7 +9,7 @@ import pytest
 from chaz_nb.notebook import controller
 from chaz_nb.notebook.views.display import WIDGET_MIME
 
-from ipython_harness import PARK_TOOL, ip
+from ipython_harness import ip, park_janitor
 
 
 def live_widgets() -> int:
@@ -62,15 +62,7 @@ def test_a_parked_view_keeps_its_card_and_stop_until_the_decision_then_lets_go(c
     ip.run_line_magic("chaz", "@assistant warm up")
     before = live_widgets()
 
-    ip.run_cell(PARK_TOOL).raise_error()
-    ip.run_line_magic(
-        "chaz",
-        "agent janitor --model chaz/script --tools wipe --script "
-        '\'[{"tool": "wipe", "args": {"path": "/tmp/x"}}, "done: {result}"]\'',
-    )
-    ip.run_line_magic("chaz", "@janitor clean up")  # returns when the run parks
-    sid = chaz.current_session("janitor")
-    assert chaz.session_status(sid) == "parked"
+    sid = park_janitor(chaz)
     [view] = [v for v in controller.current_state().views if v.session_id == sid]
     # a person is asked: the view is live, its card's buttons and its Stop row work
     assert view.following and view.widget is not None
