@@ -220,8 +220,11 @@ class ChatHub:
             )
             return
         watch = _Watch(comm, sid)
-        self.watches[comm_key(comm)] = watch
+        # the reset goes out before the watch is followed: the bridge's flush may run on a timer
+        # thread, and a delta sent to a watch still being reset arrived before its reset
         self._reply(comm, self._reset(watch, info))
+        self.watches[comm_key(comm)] = watch
+        watch.dirty = True  # what was written between the page read and now: the next flush sends it
 
     def _reset(self, watch: _Watch, info: Any) -> dict:
         """The ``reset`` message of a watch: the newest page as the cell view's bundle."""
