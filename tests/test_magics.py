@@ -365,10 +365,10 @@ def _mentions(text, flag):
 
 
 def test_every_flag_a_parser_accepts_is_in_its_usage_and_the_full_usage():
-    from chaz_nb.notebook.magics import core as magics, multi as magics_multi, sql as magics_sql
+    from chaz_nb.notebook.magics import multi as magics_multi, sql as magics_sql, usage as magics
 
     parsers = [
-        (magics._agent_parser(), magics._agent_parser().usage),
+        (magics.agent_parser(), magics.agent_parser().usage),
         (magics_sql._sql_parser(), magics_sql.SQL_USAGE),
         (magics_multi._room_parser(), magics_multi.ROOM_USAGE),
     ]
@@ -377,7 +377,7 @@ def test_every_flag_a_parser_accepts_is_in_its_usage_and_the_full_usage():
         for flag in _flags(parser):
             assert _mentions(usage, flag), (flag, usage)
             assert _mentions(magics.USAGE, flag), flag
-    for flag in _flags(magics._agent_parser()):
+    for flag in _flags(magics.agent_parser()):
         assert _mentions(magics.HELP, flag), flag
 
 
@@ -496,7 +496,7 @@ def test_log_bad_paging_values_get_one_line_errors(chaz, capsys, line, needle):
 
 def test_wait_looks_back_for_its_trigger_a_page_at_a_time(chaz, monkeypatch):
     from chaz_nb.core.store import NewEntry
-    from chaz_nb.notebook.magics import core
+    from chaz_nb.notebook.magics import sessions
 
     session = chaz.new_session("assistant")
     items = [NewEntry(session, EntryType.MESSAGE, "assistant", f"reply {i}") for i in range(1, 451)]
@@ -506,11 +506,11 @@ def test_wait_looks_back_for_its_trigger_a_page_at_a_time(chaz, monkeypatch):
     read_page = chaz.store.read_page
     monkeypatch.setattr(chaz.store, "read_page", lambda *a, **k: pages.append(k) or read_page(*a, **k))
     monkeypatch.setattr(chaz.store, "entries", lambda *a, **k: pytest.fail("read the whole session"))
-    assert core._last_trigger_seq(chaz, session) == 9
+    assert sessions._last_trigger_seq(chaz, session) == 9
     assert [p["before_seq"] for p in pages] == [None, 251, 51]
     chaz.store.append(session, EntryType.DIRECTIVE, "user", "the new trigger")  # seq 451
     pages.clear()
-    assert core._last_trigger_seq(chaz, session) == 450 and len(pages) == 1
+    assert sessions._last_trigger_seq(chaz, session) == 450 and len(pages) == 1
 
 
 def test_max_tool_output_from_the_magic_and_toml(chaz):

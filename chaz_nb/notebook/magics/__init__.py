@@ -1,7 +1,9 @@
 """The ``%chaz`` magics: one ``Magics`` class (core.py) and a module per group of sub-commands.
 
-``args.py`` holds the argument-parsing rules every sub-command uses; ``approvals.py``,
-``sql.py`` and ``multi.py`` hold their sub-commands as functions of the typed per-kernel state.
+``args.py`` holds the argument-parsing rules every sub-command uses, ``usage.py`` the usage and
+help text, ``address.py`` the ``@NAME text`` line; ``define.py`` (agents), ``sessions.py``,
+``approvals.py``, ``sql.py``, ``multi.py`` and the others hold their sub-commands as mixins of
+``ChazMagics`` working on the typed per-kernel state.
 """
 
 from .core import ChazMagics
