@@ -21,7 +21,7 @@ from jsonschema.exceptions import best_match
 
 from ..engine.tools import Tool, ToolError
 from ..errors import ApprovalError
-from .approvals import MASK, mask_arguments
+from .approval_rules import MASK, mask_arguments
 
 #: the hint every refused edit ends with
 STAYS_OPEN = "the request stays open: fix the arguments and approve again"

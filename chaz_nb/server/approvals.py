@@ -1,4 +1,7 @@
-"""Tool approvals: the approval proxy, decisions, and deny-by-default timeouts.
+"""Tool approvals: the book of requests and decisions, and deny-by-default timeouts.
+
+The proxy every run's tools go through is approval_proxy.py; which call needs approval, which
+decision counts and how arguments are shown are approval_rules.py.
 
 Before a tool that needs approval runs, the proxy writes an ApprovalRequest entry in the
 session where the call happens and parks the run until the matching ApprovalDecision entry
@@ -21,22 +24,31 @@ kernels never both write it.
 from __future__ import annotations
 
 import asyncio
-import fnmatch
 import json
 import logging
-import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from collections.abc import Iterable, Sequence
 
-from ..core.controls import shown_controls
 from ..core.entries import Entry, EntryType
-from ..core.redaction import redact_data
 from ..core.store import Store
-from ..engine.runtime import ToolExecutor, ToolOutcome
-from ..engine.tools import Tool, ToolError
+from ..engine.runtime import ToolExecutor
+from ..engine.tools import Tool
 from ..errors import ApprovalError
+from .approval_proxy import ApprovalProxy
+from .approval_rules import (
+    DECISIONS,
+    DEFAULT_TIMEOUT,
+    MAX_REASON_CHARS,
+    NOT_IGNORED,
+    OPEN_REQUEST,
+    SYSTEM,
+    decision_text,
+    describe_decision,
+    describe_payload,
+    effective_decision,
+    shown_arguments,
+)
 from .ports import Part
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -44,61 +56,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .ports import ServerPort
 
 log = logging.getLogger(__name__)
-
-#: ``forked``: the request was open where its session was forked; the branch closes it (fork.py)
-DECISIONS = ("approve", "deny", "approve_all", "timed_out", "forked")
-DEFAULT_TIMEOUT = 300.0
-#: the longest reason kept with a decision (the sidebar, the card's box and the magic all bring one)
-MAX_REASON_CHARS = 2_000
-MASK = "••••••"
-SYSTEM = "system"
-
-
-def mask_arguments(t: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
-    """Arguments as shown to the person: sensitive parameters masked."""
-    return {k: (MASK if k in t.sensitive_params else v) for k, v in arguments.items()}
-
-
-def shown_arguments(t: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
-    """Arguments as the person deciding sees them: sensitive ones masked, and each character
-    that reorders or hides text, or is a control (ANSI), named (``<U+202E>``,
-    core/controls.py), so a right-to-left override cannot make ``/srv/\u202etxt.sgol`` read as
-    ``/srv/logs.txt`` in the card; the tool gets them as sent."""
-    return redact_data(mask_arguments(t, arguments), shown_controls)
-
-
-def auto_approved(tool_name: str, chain: Sequence[frozenset[str]]) -> bool:
-    """True when every level of the spawn chain auto-approves the tool.
-
-    A child's policy can only be stricter than its parent's: the chain holds the
-    auto-approve patterns of the agent and of every ancestor, and all must agree.
-    """
-    if not chain:
-        return False
-    return all(any(fnmatch.fnmatchcase(tool_name, p) for p in level) for level in chain)
-
-
-def named_in_chain(tool_name: str, chain: Sequence[frozenset[str]]) -> bool:
-    """True when every level of the chain names the tool exactly (no glob)."""
-    return bool(chain) and all(tool_name in level for level in chain)
-
-
-def needs_approval(t: Tool, chain: Sequence[frozenset[str]]) -> bool:
-    if t.approval == "always":
-        # cannot be waived, but for a tool that lets an auto_approve naming it exactly do so
-        return not (t.waived_by_name and named_in_chain(t.name, chain))
-    if t.approval == "unless_auto_approved":
-        return not auto_approved(t.name, chain)
-    return False
-
-
-def effective_decision(decisions: Iterable[Entry]) -> Entry | None:
-    """``timed_out`` wins over any other decision; otherwise the first in entry order."""
-    decisions = sorted(decisions, key=lambda e: e.id)
-    for d in decisions:
-        if d.payload.get("decision") == "timed_out":
-            return d
-    return decisions[0] if decisions else None
 
 
 @dataclass
@@ -150,7 +107,7 @@ class ApprovalBook(Part):
         """ApprovalRequest entries of every session (every kernel's, on a shared store) that no
         decision has closed, oldest first. A decision the serving server ignored (an agent's, a
         bad value: an Error names it as ``ignored_entry``) does not close its request."""
-        return self.port.store.find_entries(EntryType.APPROVAL_REQUEST, _OPEN_REQUEST)
+        return self.port.store.find_entries(EntryType.APPROVAL_REQUEST, OPEN_REQUEST)
 
     def pending(self) -> list[dict[str, Any]]:
         """Open requests, oldest first (from the log: every kernel's on a shared store)."""
@@ -193,7 +150,7 @@ class ApprovalBook(Part):
         """The request's decisions the serving server did not ignore (an Error names those)."""
         return self.port.store.find_entries(
             EntryType.APPROVAL_DECISION,
-            "json_extract_string(payload, '$.request_id') = ? AND " + _NOT_IGNORED.format(d="entries"),
+            "json_extract_string(payload, '$.request_id') = ? AND " + NOT_IGNORED.format(d="entries"),
             [request_id],
         )
 
@@ -229,7 +186,7 @@ class ApprovalBook(Part):
             return False, str(exc)
         existing = self.decision_of(request_id)
         if existing is not None:
-            return False, f"request {request_id} was already decided: {_describe(existing)}"
+            return False, f"request {request_id} was already decided: {describe_decision(existing)}"
         pending = self._open.get(request_id)
         request = pending.entry if pending else self._find_request(request_id)
         if request is None:
@@ -251,14 +208,14 @@ class ApprovalBook(Part):
                 self._edited[request_id] = edited  # before the write: on_write finds it
         try:
             self.port.store.append(
-                request.session_id, EntryType.APPROVAL_DECISION, decided_by, _decision_text(payload),
+                request.session_id, EntryType.APPROVAL_DECISION, decided_by, decision_text(payload),
                 tool_call_id=request.tool_call_id, tool_name=request.tool_name, payload=payload,
             )
         except BaseException:
             if edited is not None and request_id not in self._decided:
                 self._edited.pop(request_id, None)
             raise
-        return True, f"{request.payload.get('tool_name')}: {_describe_payload(payload)}"
+        return True, f"{request.payload.get('tool_name')}: {describe_payload(payload)}"
 
     def _edit_of(self, request: Entry, arguments: dict[str, Any] | str) -> dict[str, Any] | None:
         """The arguments the tool gets from an edit (None: the edit changes nothing), checked
@@ -340,7 +297,7 @@ class ApprovalBook(Part):
         if first is not None and entry.payload.get("decision") != "timed_out":
             self.port.store.append(
                 entry.session_id, EntryType.ERROR, SYSTEM,
-                f"second decision for request {request_id} ignored: already decided ({_describe(first)})",
+                f"second decision for request {request_id} ignored: already decided ({describe_decision(first)})",
                 payload={"request_id": request_id, "ignored_entry": entry.id},
             )
             return
@@ -464,7 +421,7 @@ class ApprovalBook(Part):
         payload = {"request_id": request_id, "decision": decision, "reason": reason, "decided_by": SYSTEM,
                    "run_id": pending.entry.payload.get("run_id")}
         self.port.store.append(
-            pending.entry.session_id, EntryType.APPROVAL_DECISION, SYSTEM, _decision_text(payload),
+            pending.entry.session_id, EntryType.APPROVAL_DECISION, SYSTEM, decision_text(payload),
             tool_call_id=pending.entry.tool_call_id, tool_name=pending.entry.tool_name, payload=payload,
         )
 
@@ -533,7 +490,7 @@ class ApprovalBook(Part):
                 "run_id": request.payload.get("run_id"),
             }
             store.append(
-                request.session_id, EntryType.APPROVAL_DECISION, SYSTEM, _decision_text(payload),
+                request.session_id, EntryType.APPROVAL_DECISION, SYSTEM, decision_text(payload),
                 tool_call_id=request.tool_call_id, tool_name=request.tool_name, payload=payload,
             )
         if session_id is not None:
@@ -546,101 +503,3 @@ class ApprovalBook(Part):
                 self._grant(d)
         return len(rows)
 
-
-#: (on the decision ``{d}``) no Error says the serving server ignored it
-_NOT_IGNORED = """
-    NOT EXISTS (
-        SELECT 1 FROM entries x
-        WHERE x.session_id = {d}.session_id AND x.entry_type = 'Error'
-          AND json_extract_string(x.payload, '$.ignored_entry') = CAST({d}.id AS VARCHAR)
-          AND json_extract_string(x.payload, '$.request_id') = json_extract_string({d}.payload, '$.request_id'))
-"""
-
-#: (on the outer ``entries``) an ApprovalRequest no counted decision closes
-_OPEN_REQUEST = """
-    NOT EXISTS (
-        SELECT 1 FROM entries d
-        WHERE d.entry_type = 'ApprovalDecision'
-          AND json_extract_string(d.payload, '$.request_id') = json_extract_string(entries.payload, '$.request_id')
-          AND NOT EXISTS (
-            SELECT 1 FROM entries x
-            WHERE x.session_id = d.session_id AND x.entry_type = 'Error'
-              AND json_extract_string(x.payload, '$.ignored_entry') = CAST(d.id AS VARCHAR)
-              AND json_extract_string(x.payload, '$.request_id') = json_extract_string(d.payload, '$.request_id')))
-"""
-
-
-class ApprovalProxy:
-    """A ToolExecutor that asks before running tools that need approval."""
-
-    def __init__(self, book: ApprovalBook, ctx: RunContext, inner: ToolExecutor) -> None:
-        self.book = book
-        self.ctx = ctx
-        self.inner = inner
-        self.approve_all = False  # set by an approve_all decision, for the rest of this run
-
-    def schemas(self) -> list[dict[str, Any]]:
-        return self.inner.schemas()
-
-    async def call(self, call_id: str, name: str, arguments: dict[str, Any]) -> ToolOutcome:
-        try:
-            t = self.ctx.scope.get(name)
-        except ToolError:
-            return await self.inner.call(call_id, name, arguments)  # reports the unknown tool
-        if not needs_approval(t, self.ctx.auto_approve):
-            return await self.inner.call(call_id, name, arguments)
-        granted = self.book.session_grant(self.ctx.session_id, self.ctx.agent.name, name)
-        if t.approval != "always" and (self.approve_all or granted):
-            outcome = await self.inner.call(call_id, name, arguments)
-            outcome.extra.update({"approval": "approved", "decided_by": "approve_all"})
-            return outcome
-        try:
-            t.validate(arguments)  # never ask a person about a call that cannot run
-        except ToolError as exc:
-            return ToolOutcome(str(exc), is_error=True)
-        started = time.perf_counter()
-        # (the ToolCall entry is committed already: no tool runs before it, runs.py)
-        decision = await self.book.request(self.ctx, t, call_id, arguments)
-        # the edited arguments an approve gave (taken whatever the verdict: nothing keeps them)
-        edited = self.book.take_edit(str(decision.payload.get("request_id")))
-        waited = round((time.perf_counter() - started) * 1000, 3)
-        verdict = decision.payload.get("decision")
-        info = {
-            "request_id": decision.payload.get("request_id"),
-            "decided_by": decision.payload.get("decided_by", decision.sender),
-            "approval_wait_ms": waited,
-        }
-        if verdict in ("approve", "approve_all"):
-            if verdict == "approve_all":
-                self.approve_all = True
-            # an edit changes the arguments only: the call stays a call to ``name``
-            outcome = await self.inner.call(call_id, name, arguments if edited is None else edited)
-            outcome.extra.update({"approval": "approved", **info})
-            if edited is not None:
-                outcome.extra.update({"edited": True, "arguments": mask_arguments(t, edited)})
-            return outcome
-        reason = decision.payload.get("reason")
-        if verdict == "timed_out":
-            text = f"{name} was not run: approval timed out ({reason or 'no decision'}); denied by default"
-            approval = "timeout"
-        else:
-            text = f"{name} was denied by the user" + (f": {reason}" if reason else "")
-            approval = "denied"
-        return ToolOutcome(text, is_error=True, extra={"approval": approval, **info})
-
-
-def _decision_text(payload: dict[str, Any]) -> str:
-    edited = " with edited arguments" if payload.get("edited") else ""
-    return f"{payload['decision']} {payload['request_id']}{edited}" + (
-        f": {payload['reason']}" if payload.get("reason") else ""
-    )
-
-
-def _describe_payload(payload: dict[str, Any]) -> str:
-    who = payload.get("decided_by") or "?"
-    text = f"{payload.get('decision')}{' with edited arguments' if payload.get('edited') else ''} by {who}"
-    return text + (f" ({payload['reason']})" if payload.get("reason") else "")
-
-
-def _describe(entry: Entry) -> str:
-    return _describe_payload({**entry.payload, "decided_by": entry.payload.get("decided_by", entry.sender)})

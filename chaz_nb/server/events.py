@@ -25,7 +25,7 @@ from ..core.redaction import redact_then_cut
 from ..core.store import NewEntry, Store
 from ..engine.runtime import ToolCallEvent, ToolResultEvent
 from ..engine.tools import ToolRegistry
-from .approvals import mask_arguments
+from .approval_rules import mask_arguments
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.entries import Entry, EntryType
 from ..core.redaction import redact_data
 from ..engine.runtime import ToolExecutor, ToolOutcome
-from .approvals import mask_arguments
+from .approval_rules import mask_arguments
 from .ports import Part
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -1,0 +1,79 @@
+"""The approval proxy: the ToolExecutor every run's tools go through (ApprovalBook.wrap_executor).
+
+A call that needs approval (approval_rules.py) is validated, then parks on the book's request
+until a decision comes; an approve runs it (with the edited arguments, if any), a deny or a
+timeout answers the model with an error.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..engine.runtime import ToolExecutor, ToolOutcome
+from ..engine.tools import ToolError
+from .approval_rules import mask_arguments, needs_approval
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .approvals import ApprovalBook
+    from .ports import RunContext
+
+
+class ApprovalProxy:
+    """A ToolExecutor that asks before running tools that need approval."""
+
+    def __init__(self, book: ApprovalBook, ctx: RunContext, inner: ToolExecutor) -> None:
+        self.book = book
+        self.ctx = ctx
+        self.inner = inner
+        self.approve_all = False  # set by an approve_all decision, for the rest of this run
+
+    def schemas(self) -> list[dict[str, Any]]:
+        return self.inner.schemas()
+
+    async def call(self, call_id: str, name: str, arguments: dict[str, Any]) -> ToolOutcome:
+        try:
+            t = self.ctx.scope.get(name)
+        except ToolError:
+            return await self.inner.call(call_id, name, arguments)  # reports the unknown tool
+        if not needs_approval(t, self.ctx.auto_approve):
+            return await self.inner.call(call_id, name, arguments)
+        granted = self.book.session_grant(self.ctx.session_id, self.ctx.agent.name, name)
+        if t.approval != "always" and (self.approve_all or granted):
+            outcome = await self.inner.call(call_id, name, arguments)
+            outcome.extra.update({"approval": "approved", "decided_by": "approve_all"})
+            return outcome
+        try:
+            t.validate(arguments)  # never ask a person about a call that cannot run
+        except ToolError as exc:
+            return ToolOutcome(str(exc), is_error=True)
+        started = time.perf_counter()
+        # (the ToolCall entry is committed already: no tool runs before it, runs.py)
+        decision = await self.book.request(self.ctx, t, call_id, arguments)
+        # the edited arguments an approve gave (taken whatever the verdict: nothing keeps them)
+        edited = self.book.take_edit(str(decision.payload.get("request_id")))
+        waited = round((time.perf_counter() - started) * 1000, 3)
+        verdict = decision.payload.get("decision")
+        info = {
+            "request_id": decision.payload.get("request_id"),
+            "decided_by": decision.payload.get("decided_by", decision.sender),
+            "approval_wait_ms": waited,
+        }
+        if verdict in ("approve", "approve_all"):
+            if verdict == "approve_all":
+                self.approve_all = True
+            # an edit changes the arguments only: the call stays a call to ``name``
+            outcome = await self.inner.call(call_id, name, arguments if edited is None else edited)
+            outcome.extra.update({"approval": "approved", **info})
+            if edited is not None:
+                outcome.extra.update({"edited": True, "arguments": mask_arguments(t, edited)})
+            return outcome
+        reason = decision.payload.get("reason")
+        if verdict == "timed_out":
+            text = f"{name} was not run: approval timed out ({reason or 'no decision'}); denied by default"
+            approval = "timeout"
+        else:
+            text = f"{name} was denied by the user" + (f": {reason}" if reason else "")
+            approval = "denied"
+        return ToolOutcome(text, is_error=True, extra={"approval": approval, **info})
+
