@@ -61,3 +61,16 @@ def test_entry_to_json_is_json_safe():
     e = Entry(1, 2, 3, EntryType.TOOL_RESULT, "a", "x", "c1", "add", {"output": "5"}, datetime(2026, 1, 1))
     data = json.loads(json.dumps(e.to_json()))
     assert data["type"] == "ToolResult" and data["created_at"] == "2026-01-01T00:00:00"
+
+
+def test_a_payload_is_read_through_its_json_types():
+    from chaz_nb.core.entries import json_int, json_number, json_str
+
+    assert (json_str("gpt"), json_str(5), json_str(None)) == ("gpt", None, None)
+    # a flag is no count: True is an int to Python, never a run id or a token count here
+    assert (json_int(7), json_int(True), json_int(7.0), json_int("7")) == (7, None, None, None)
+    assert (json_number(0.25), json_number(2), json_number("0.25")) == (0.25, 2, None)
+    ack = Entry(9, 1, 2, EntryType.ACK, "bot", "", payload={"trigger_id": 8})
+    reply = Entry(10, 1, 3, EntryType.MESSAGE, "bot", "hi", payload={"run_id": 9})
+    flagged = Entry(11, 1, 4, EntryType.ERROR, "bot", "x", payload={"run_id": True})
+    assert (ack.run_id, reply.run_id, flagged.run_id) == (9, 9, None)

@@ -15,7 +15,7 @@ import contextlib
 import re
 import sys
 from collections.abc import Iterator
-from typing import Any, TextIO
+from typing import TextIO
 
 #: C0 controls but tab and newline, DEL and the C1 controls, a CR not ending a line, and the
 #: characters that reorder or hide text (bidi controls, zero-width characters, BOM)
@@ -48,7 +48,7 @@ class ShownControlsStream:
         self.inner.write(shown_controls(text))
         return len(text)
 
-    def __getattr__(self, name: str) -> Any:  # flush, isatty, encoding... of the stream it wraps
+    def __getattr__(self, name: str) -> object:  # flush, isatty, encoding... of the stream it wraps
         return getattr(self.inner, name)
 
 

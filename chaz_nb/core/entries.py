@@ -10,12 +10,15 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
-from typing import Any
 from collections.abc import Iterable
 
 
+#: a value of JSON as ``json.loads`` gives it
+JSONValue = None | bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"]
 #: a JSON object as stored (an entry's payload, a session's metadata)
-JsonObject = dict[str, Any]
+JsonObject = dict[str, JSONValue]
+#: one message of a model's context (OpenAI format: ``role``, ``content``, ...)
+ChatMessage = dict[str, JSONValue]
 
 
 class EntryType(str, Enum):
@@ -43,6 +46,22 @@ CONTEXT_TYPES = frozenset({EntryType.MESSAGE, EntryType.DIRECTIVE, EntryType.SUM
 SUMMARY_PREFIX = "Summary of the conversation so far:\n"
 
 
+def json_str(value: JSONValue) -> str | None:
+    """A payload's field as text: the value if it is a string, else None."""
+    return value if isinstance(value, str) else None
+
+
+def json_int(value: JSONValue) -> int | None:
+    """A payload's field as a whole number (an id, a count): the value if it is one (not a
+    bool), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def json_number(value: JSONValue) -> float | None:
+    """A payload's field as a number (a cost, a duration): the value if it is one, else None."""
+    return value if isinstance(value, (int, float)) else None
+
+
 @dataclass(frozen=True)
 class Entry:
     """One committed row of a session log."""
@@ -55,7 +74,7 @@ class Entry:
     content: str
     tool_call_id: str | None = None
     tool_name: str | None = None
-    payload: dict[str, Any] = field(default_factory=dict)
+    payload: JsonObject = field(default_factory=dict)
     created_at: datetime | None = None
 
     @property
@@ -63,9 +82,9 @@ class Entry:
         """The run this entry belongs to (a run's opening Ack is the run itself)."""
         if self.entry_type is EntryType.ACK and "trigger_id" in self.payload:
             return self.id
-        return self.payload.get("run_id")
+        return json_int(self.payload.get("run_id"))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """A JSON-safe dict (``type`` for the entry type, ISO ``created_at``)."""
         return {
             "id": self.id,
@@ -102,7 +121,7 @@ def build_context(
     system: str = "",
     label_other_agents: frozenset[str] | set[str] = frozenset(),
     context_tokens: int | None = None,
-) -> list[dict[str, Any]]:
+) -> list[ChatMessage]:
     """OpenAI-format messages for ``agent_name`` from a session log.
 
     As in docs/design.md ("Entry types"): Message and Directive are in context, the session agent's own
@@ -114,7 +133,7 @@ def build_context(
     With ``context_tokens`` the context is filled newest-first within that budget (see
     ``fit_to_budget``).
     """
-    messages: list[dict[str, Any]] = []
+    messages: list[ChatMessage] = []
     if system:
         messages.append({"role": "system", "content": system})
     for entry in context_slice(entries):
@@ -141,19 +160,19 @@ def approx_tokens(text: str) -> int:
     return -(-len(text) // 4) if text else 0
 
 
-def fit_to_budget(messages: list[dict[str, Any]], max_tokens: int) -> list[dict[str, Any]]:
+def fit_to_budget(messages: list[ChatMessage], max_tokens: int) -> list[ChatMessage]:
     """Keep the system prompt and the Summary, then fill newest-first within ``max_tokens``.
 
     The newest message is always kept, even when it alone is over the budget.
     """
-    head: list[dict[str, Any]] = []
+    head: list[ChatMessage] = []
     rest = list(messages)
     while rest and rest[0]["role"] == "system":
         head.append(rest.pop(0))
     if rest and rest[0]["role"] == "user" and str(rest[0]["content"]).startswith(SUMMARY_PREFIX):
         head.append(rest.pop(0))
     used = sum(approx_tokens(str(m["content"] or "")) for m in head)
-    kept: list[dict[str, Any]] = []
+    kept: list[ChatMessage] = []
     for message in reversed(rest):
         cost = approx_tokens(str(message["content"] or ""))
         if kept and used + cost > max_tokens:

@@ -17,7 +17,6 @@ logging). ``RedactingFilter`` does the same for any handler one adds for other l
 from __future__ import annotations
 
 import logging
-from typing import Any
 from collections.abc import Callable
 
 from .controls import shown_controls
@@ -68,7 +67,7 @@ def install() -> None:
     if getattr(previous, _MARK, False):
         return
 
-    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+    def factory(*args: object, **kwargs: object) -> logging.LogRecord:
         record = previous(*args, **kwargs)
         if _covered(record.name):
             redact_record(record)

@@ -28,7 +28,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -127,7 +126,7 @@ def _prime(con: psycopg.Connection, role: str | None, timeout_ms: int) -> None:
     con.execute(sql.SQL("; ").join(steps))
 
 
-def _run_one(con: psycopg.Connection, statement: str, params: Sequence[Any]) -> tuple[list[str], list[tuple]]:
+def _run_one(con: psycopg.Connection, statement: str, params: Sequence[object]) -> tuple[list[str], list[tuple]]:
     cur = con.cursor()
     if params:  # Parse/Bind/Execute with the values bound
         cur.execute(statement, list(params))
@@ -153,7 +152,7 @@ def _refuse_shadowed(con: psycopg.Connection, names: Collection[str]) -> None:
 def run_read_only(
     url: str,
     statements: Sequence[str],
-    params: Sequence[Any] | None = None,
+    params: Sequence[object] | None = None,
     *,
     role: str | None = None,
     max_rows: int | None = None,

@@ -29,7 +29,7 @@ grammar than the server's: what only the newer one knows is a node kind not on `
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Iterable
 
 import pglast  # the postgres extra; sqlquery says how to install it when it is missing
 import pglast.ast
@@ -124,7 +124,7 @@ def _refused(what: str, why: str) -> SQLRefused:
     return exc
 
 
-def _names(items: Any) -> list[str]:
+def _names(items: Iterable[object] | None) -> list[str]:
     return [getattr(item, "sval", "") for item in items or ()]
 
 
@@ -137,7 +137,7 @@ def _qualified(names: list[str]) -> str | None:
     return None
 
 
-def _check_function(node: Any) -> None:
+def _check_function(node: pglast.ast.FuncCall) -> None:
     names = _names(node.funcname)
     name = _qualified(names)
     if name is None or name not in PURE_FUNCTIONS:
@@ -150,7 +150,7 @@ def unqualified_functions(statements: list[str]) -> set[str]:
     names: set[str] = set()
     for text in statements:
         for raw in pglast.parse_sql(text):
-            stack: list[Any] = [raw]
+            stack: list[object] = [raw]
             while stack:
                 node = stack.pop()
                 if isinstance(node, (list, tuple)):
@@ -158,18 +158,18 @@ def unqualified_functions(statements: list[str]) -> set[str]:
                 elif isinstance(node, pglast.ast.Node):
                     if isinstance(node, pglast.ast.FuncCall) and len(node.funcname or ()) == 1:
                         names.add(_names(node.funcname)[0])
-                    stack.extend(getattr(node, slot) for slot in node.__slots__)  # type: ignore[attr-defined]
+                    stack.extend(getattr(node, slot) for slot in node)  # (a Node iterates its field names)
     return names
 
 
-def _check_type(node: Any) -> None:
+def _check_type(node: pglast.ast.TypeName) -> None:
     names = _names(node.names)
     name = _qualified(names)
     if name is None or name not in PURE_TYPES:
         raise _refused(f"the type {'.'.join(names)}", "casts to it may run code or look up the server's objects")
 
 
-def _check_relation(node: Any) -> None:
+def _check_relation(node: pglast.ast.RangeVar) -> None:
     catalog, schema, name = node.catalogname, node.schemaname, node.relname or ""
     if catalog or name.startswith("pg_") or (schema or "").startswith("pg_"):
         shown = ".".join(p for p in (catalog, schema, name) if p)
@@ -177,15 +177,12 @@ def _check_relation(node: Any) -> None:
                        "query tool_calls, runs, approvals or messages")
 
 
-_CHECKS = {"FuncCall": _check_function, "TypeName": _check_type, "RangeVar": _check_relation}
-
-
-def _walk(tree: Any) -> None:
+def _walk(tree: object) -> None:
     """Refuse the first node of ``tree`` (a pglast AST) that is not a pure read. Every node is
     an ``ast.Node`` whatever field holds it, so nothing is reached without being looked at."""
     stack = [tree]
     while stack:
-        node: Any = stack.pop()
+        node = stack.pop()
         if isinstance(node, (list, tuple)):
             stack.extend(reversed(node))
             continue
@@ -199,11 +196,14 @@ def _walk(tree: Any) -> None:
             raise _refused(*_NODE_WHY[kind])
         if kind not in NODES:
             raise _refused(_spelled(kind), "on PostgreSQL %chaz sql runs plain SELECTs of the store's views and tables")
-        check = _CHECKS.get(kind)
-        if check is not None:
-            check(node)
-        slots = node.__slots__  # type: ignore[attr-defined]  # pglast: {field name: its C type}
-        stack.extend(getattr(node, slot) for slot in reversed(list(slots)))
+        if isinstance(node, pglast.ast.FuncCall):
+            _check_function(node)
+        elif isinstance(node, pglast.ast.TypeName):
+            _check_type(node)
+        elif isinstance(node, pglast.ast.RangeVar):
+            _check_relation(node)
+        slots = list(node)  # a Node iterates its field names (pglast: the keys of its __slots__)
+        stack.extend(getattr(node, slot) for slot in reversed(slots))
 
 
 def _spelled(node_kind: str) -> str:
@@ -227,9 +227,9 @@ def check_statement(text: str) -> None:
         raise SQLFailed(f"PostgreSQL's parser: {exc}") from None
     if len(stmts) != 1:
         raise _refused("several statements in one", "each statement is checked and sent on its own")
-    stmt: Any = stmts[0].stmt
+    stmt = stmts[0].stmt
     kind = type(stmt).__name__
-    if kind == "ExplainStmt":
+    if isinstance(stmt, pglast.ast.ExplainStmt):
         inner = type(stmt.query).__name__
         if inner != "SelectStmt":
             what = WRITING_NODES.get(inner) or _spelled(inner).removeprefix("the ").removesuffix(" clause").upper()

@@ -17,8 +17,10 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any
-from collections.abc import Callable
+from typing import overload
+from collections.abc import Callable, Container, Mapping
+
+from .entries import JsonObject, JSONValue
 
 REDACTED = "[REDACTED]"
 
@@ -71,7 +73,7 @@ def secret_values(environ: dict[str, str] | None = None) -> list[str]:
     return sorted(values, key=len, reverse=True)
 
 
-_cache: tuple[dict[Any, Any], list[str]] | None = None
+_cache: tuple[dict[object, object], list[str]] | None = None
 
 
 def _current_secret_values() -> list[str]:
@@ -113,7 +115,17 @@ def is_credential_field(name: str) -> bool:
     return bool(_CREDENTIAL_FIELD.fullmatch(name))
 
 
-def redact_data(value: Any, redact_text: Callable[[str], str] = redact) -> Any:
+@overload
+def redact_data(value: str, redact_text: Callable[[str], str] = redact) -> str: ...
+@overload
+def redact_data(value: Mapping[str, JSONValue], redact_text: Callable[[str], str] = redact) -> JsonObject: ...
+@overload
+def redact_data(value: Mapping[str, object], redact_text: Callable[[str], str] = redact) -> Mapping[str, object]: ...
+@overload
+def redact_data(value: object, redact_text: Callable[[str], str] = redact) -> object: ...
+
+
+def redact_data(value: object, redact_text: Callable[[str], str] = redact) -> object:
     """``value`` (JSON-like data) with every string redacted: dict keys as well as values.
 
     The value under a credential name (``x-api-key``, ``Authorization``...) is masked whole;
@@ -122,7 +134,7 @@ def redact_data(value: Any, redact_text: Callable[[str], str] = redact) -> Any:
     if isinstance(value, str):
         return redact_text(value)
     if isinstance(value, dict):
-        out: dict[Any, Any] = {}
+        out: dict[object, object] = {}
         for key, item in value.items():
             if isinstance(key, str):
                 if is_credential_field(key) and item is not None and not isinstance(item, (bool, dict, list, tuple)):
@@ -146,7 +158,7 @@ def redact_json_text(text: str, redact_text: Callable[[str], str] = redact) -> s
     return text if redacted == value else json.dumps(redacted, ensure_ascii=False)
 
 
-def _unique(key: str, taken: dict[Any, Any]) -> str:
+def _unique(key: str, taken: Container[object]) -> str:
     if key not in taken:
         return key
     n = 2

@@ -43,13 +43,21 @@ import os
 import re
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 from collections.abc import Callable
 
 import duckdb
 
+from .entries import JsonObject, JSONValue
 from .store import LOCKED_DOWN, SessionStore, Store, read_only_transaction
 from ..errors import SQLFailed, SQLRefused
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas
+
+    from .store.pgsql import PgResult
+
+T = TypeVar("T")
 
 ALLOWED = {"SELECT", "EXPLAIN"}
 #: informational pragmas that change nothing
@@ -74,7 +82,8 @@ class QueryResult:
     columns: list[str]
     rows: list[tuple]
     total_rows: int
-    relation: Any  # duckdb.DuckDBPyRelation over the same query
+    #: DuckDB's relation over the same query (PgResult on PostgreSQL; None: EXPLAIN and PRAGMA may have none)
+    relation: duckdb.DuckDBPyRelation | PgResult | None
     source: str
     #: said first, above the rows (a PostgreSQL query run as a role that may write)
     warning: str = ""
@@ -83,10 +92,12 @@ class QueryResult:
     def truncated(self) -> bool:
         return self.total_rows > len(self.rows)
 
-    def df(self) -> Any:
+    def df(self) -> pandas.DataFrame:
         """The whole result as a pandas DataFrame (pandas is an optional extra)."""
+        if self.relation is None:  # (%chaz sql asks only a result that has one)
+            raise SQLFailed("this statement's result is no relation, so there is no DataFrame of it")
         try:
-            import pandas  # noqa: F401
+            import pandas  # noqa: F401 - only whether it is installed
         except ImportError:
             raise ImportError(
                 "pandas is not installed: pip install 'chaz_nb[pandas]' (or use -o with --relation)"
@@ -111,7 +122,7 @@ _parser_lock = threading.Lock()
 _parser_con: duckdb.DuckDBPyConnection | None = None
 
 
-def _parse_tree(query: str) -> dict[str, Any] | None:
+def _parse_tree(query: str) -> JsonObject | None:
     """DuckDB's parse tree of one SELECT, or None when DuckDB cannot serialize it."""
     global _parser_con
     with _parser_lock:  # one private, locked-down instance: json_serialize_sql only parses
@@ -125,7 +136,7 @@ def _parse_tree(query: str) -> dict[str, Any] | None:
     return None if tree.get("error") else tree
 
 
-def _acting_parts(tree: Any) -> tuple[set[str], set[str]]:
+def _acting_parts(tree: JSONValue) -> tuple[set[str], set[str]]:
     """(writing statements inside the tree, acting functions it calls)."""
     writes: set[str] = set()
     functions: set[str] = set()
@@ -151,7 +162,7 @@ def _tokens(text: str) -> list[tuple[str, str]]:
     """(kind, text) of the tokens of ``text``, comments left out."""
     try:
         marks = duckdb.tokenize(text)
-    except Exception:  # noqa: BLE001 - a text the tokenizer gives up on: no tokens
+    except (TypeError, duckdb.Error):  # text it cannot encode (a lone surrogate): no tokens
         return []
     out = []
     for i, (start, kind) in enumerate(marks):
@@ -182,7 +193,7 @@ def _explained(text: str) -> tuple[bool, str]:
     return analyze, inner
 
 
-def _statement_kind(st: Any) -> str:
+def _statement_kind(st: duckdb.Statement) -> str:
     try:
         return st.type.name
     except ValueError:  # a statement type newer than DuckDB's Python enum (UPDATE EXTENSIONS)
@@ -254,11 +265,11 @@ def open_read_only(path: str) -> duckdb.DuckDBPyConnection:
         raise SQLFailed(one_line(exc)) from None
 
 
-def _fetch_all(con: duckdb.DuckDBPyConnection, query: str) -> list[Any]:
+def _fetch_all(con: duckdb.DuckDBPyConnection, query: str) -> list[tuple[object, ...]]:
     return con.execute(query).fetchall()
 
 
-def _read_only(con: duckdb.DuckDBPyConnection, run: Callable[[], Any]) -> Any:
+def _read_only(con: duckdb.DuckDBPyConnection, run: Callable[[], T]) -> T:
     """``run()`` in a read-only transaction of its own on ``con``."""
     with read_only_transaction(con):
         return run()

@@ -28,7 +28,6 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import Any
 
 from .entries import Entry, EntryType
 from .redaction import redact_data, redact_then_cut
@@ -53,7 +52,7 @@ class NewEntry:
     content: str = ""
     tool_call_id: str | None = None
     tool_name: str | None = None
-    payload: dict[str, Any] | None = None
+    payload: Mapping[str, object] | None = None
 
 
 #: What UTF-8 cannot encode: a lone surrogate (a tool's or model's JSON can carry ``"\\ud800"``).
@@ -81,7 +80,7 @@ class StorableFields:
     content: str
     tool_call_id: str | None
     tool_name: str | None
-    payload: dict[str, Any]
+    payload: Mapping[str, object]
 
 
 #: the most characters one entry holds (its content and the strings of its payload), unless
@@ -110,7 +109,7 @@ def max_entry_chars(environ: Mapping[str, str] | None = None) -> int:
     return value
 
 
-def _text_size(value: Any) -> int:
+def _text_size(value: object) -> int:
     """Characters of the strings in ``value`` (JSON-like data), keys too."""
     if isinstance(value, str):
         return len(value)
@@ -154,7 +153,7 @@ def storable_fields(
                 )
             cap = _clip_cap(item, limit)
 
-    def clean(value: Any) -> str:
+    def clean(value: object) -> str:
         if cap is not None:
             text = as_text(value)
             if len(text) > cap:
@@ -184,7 +183,7 @@ def _clip_cap(item: NewEntry, limit: int) -> int:
     return max(cap, _MIN_PART)
 
 
-def _string_lengths(value: Any) -> list[int]:
+def _string_lengths(value: object) -> list[int]:
     if isinstance(value, str):
         return [len(value)]
     if isinstance(value, dict):
@@ -201,7 +200,7 @@ def _clip_note(limit: int | None) -> Callable[[int], str]:
     return note
 
 
-def payload_text(payload: dict[str, Any]) -> str:
+def payload_text(payload: Mapping[str, object]) -> str:
     """``payload`` as the JSON text both stores write.
 
     Python's json reads ``NaN`` and ``Infinity`` (a model's tool arguments can hold them) but
@@ -214,7 +213,7 @@ def payload_text(payload: dict[str, Any]) -> str:
         return json.dumps(_finite(payload), default=str, ensure_ascii=False, allow_nan=False)
 
 
-def _finite(value: Any) -> Any:
+def _finite(value: object) -> object:
     if isinstance(value, float) and not math.isfinite(value):
         return json.dumps(value)  # "NaN", "Infinity", "-Infinity"
     if isinstance(value, dict):
@@ -224,7 +223,7 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def as_text(value: Any) -> str:
+def as_text(value: object) -> str:
     if isinstance(value, str):
         return value
     return "" if value is None else str(value)
@@ -232,7 +231,7 @@ def as_text(value: Any) -> str:
 
 def _new_entry(
     session_id: int, entry_type: EntryType | str, sender: str, content: str,
-    tool_call_id: str | None, tool_name: str | None, payload: dict[str, Any] | None,
+    tool_call_id: str | None, tool_name: str | None, payload: Mapping[str, object] | None,
 ) -> NewEntry:
     return NewEntry(session_id, EntryType(entry_type), sender, content, tool_call_id, tool_name, payload)
 
@@ -280,7 +279,7 @@ class GroupCommitWriter:
         *,
         tool_call_id: str | None = None,
         tool_name: str | None = None,
-        payload: dict[str, Any] | None = None,
+        payload: Mapping[str, object] | None = None,
     ) -> Entry:
         """Write one entry in one transaction, then run the on_write callbacks with it."""
         item = _new_entry(session_id, entry_type, sender, content, tool_call_id, tool_name, payload)
@@ -314,7 +313,7 @@ class GroupCommitWriter:
         *,
         tool_call_id: str | None = None,
         tool_name: str | None = None,
-        payload: dict[str, Any] | None = None,
+        payload: Mapping[str, object] | None = None,
     ) -> Entry:
         """``append`` through the group commit."""
         item = _new_entry(session_id, entry_type, sender, content, tool_call_id, tool_name, payload)

@@ -65,7 +65,7 @@ class PendingRequest:
 
     @property
     def request_id(self) -> str:
-        return self.entry.payload["request_id"]
+        return str(self.entry.payload["request_id"])
 
     def to_json(self) -> dict[str, Any]:
         p = self.entry.payload
@@ -120,10 +120,10 @@ class ApprovalBook(Part):
             open_now = self.open_requests()
             if not open_now:
                 raise ApprovalError("no pending approval requests")
-            return (open_now[-1] if ref == "last" else open_now[0]).payload["request_id"]
+            return str((open_now[-1] if ref == "last" else open_now[0]).payload["request_id"])
         if ref in self._open or ref in self._decided:
             return ref
-        open_ids = {e.payload["request_id"]: e.id for e in self.open_requests()}
+        open_ids = {str(e.payload["request_id"]): e.id for e in self.open_requests()}
         if ref in open_ids:
             return ref
         matches = [rid for rid in [*open_ids, *self._open, *self._decided] if rid.startswith(ref)]
@@ -132,7 +132,7 @@ class ApprovalBook(Part):
         if ref:
             stored = self._find_request(ref)
             if stored is not None:
-                matches.append(stored.payload["request_id"])
+                matches.append(str(stored.payload["request_id"]))
         matches = sorted(set(matches))
         if len(matches) == 1:
             return matches[0]
@@ -223,8 +223,9 @@ class ApprovalBook(Part):
         from .approval_edits import check_edit, merge_edit, parse_edit  # (imports this module)
 
         edited = parse_edit(arguments)
-        request_id = request.payload["request_id"]
-        shown = request.payload.get("arguments_display") or {}
+        request_id = str(request.payload["request_id"])
+        shown = request.payload.get("arguments_display")
+        shown = shown if isinstance(shown, dict) else {}
         basis = self._edit_basis.get(request_id)
         # another kernel's request: its tool as this server knows it, and no model arguments
         t, original = basis if basis is not None else (self._tool_named(request), None)
@@ -239,7 +240,7 @@ class ApprovalBook(Part):
         """What an edited decision records: both argument sets, as the log keeps arguments."""
         from .approval_edits import recorded_edit
 
-        basis = self._edit_basis.get(request.payload["request_id"])
+        basis = self._edit_basis.get(str(request.payload["request_id"]))
         t = basis[0] if basis is not None else self._tool_named(request)
         return {"edited": True, "original_arguments": request.payload.get("arguments_display"),
                 "arguments": recorded_edit(t, edited)}
@@ -252,13 +253,13 @@ class ApprovalBook(Part):
         return self._edited.pop(request_id, None)
 
     def decide_all(self, decision: str, reason: str | None = None, decided_by: str = "user") -> list[tuple[bool, str]]:
-        return [self.decide(e.payload["request_id"], decision, reason, decided_by) for e in self.open_requests()]
+        return [self.decide(str(e.payload["request_id"]), decision, reason, decided_by) for e in self.open_requests()]
 
     # ---------------------------------------------------- on_write callback
     def on_write(self, entry: Entry) -> None:
         if entry.entry_type is EntryType.APPROVAL_REQUEST:
             request_id = entry.payload.get("request_id")
-            if request_id and request_id not in self._decided:
+            if isinstance(request_id, str) and request_id and request_id not in self._decided:
                 self._open[request_id] = PendingRequest(entry, self._waiters.pop(request_id, None))
                 self.port.park(entry.session_id)
             return
@@ -437,7 +438,8 @@ class ApprovalBook(Part):
             return
         agent = p.get("agent")
         if not isinstance(agent, str) or not agent:
-            pending = self._open.get(p.get("request_id") or "")
+            request_id = p.get("request_id")
+            pending = self._open.get(request_id if isinstance(request_id, str) else "")
             request = pending.entry if pending else self._find_request(str(p.get("request_id") or ""))
             agent = request.payload.get("agent", request.sender) if request is not None else None
         if isinstance(agent, str) and agent:

@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 from .agents import Agent
 from ..engine.backends import TASK_KEY
-from ..core.entries import Entry, EntryType, approx_tokens, build_context, context_slice, fit_to_budget
+from ..core.entries import (
+    ChatMessage, Entry, EntryType, approx_tokens, build_context, context_slice, fit_to_budget,
+)
 from ..core.window import DEFAULT_CONTEXT_TOKENS, budget_for_window
 from .invocation import Invocation
 from ..engine.runtime import one_line_reason
@@ -122,7 +124,7 @@ class Compaction(Part):
             return await self.compact(session_id, by="auto")
         except CompactionError as exc:
             log.info("no automatic compaction of session %s: %s", session_id, exc)
-        except Exception:
+        except Exception:  # automatic compaction is a nicety: its failure is logged, the run goes on
             log.exception("automatic compaction of session %s failed", session_id)
         return None
 
@@ -150,7 +152,8 @@ class Compaction(Part):
             )
         agent = self._summarizer(session_id)
         labels = frozenset(self.rooms.members(session_id)) - {agent.name}
-        messages = [{"role": "system", "content": SUMMARIZE_PROMPT}, *build_context(since, agent.name, "", labels)]
+        messages: list[ChatMessage] = [
+            {"role": "system", "content": SUMMARIZE_PROMPT}, *build_context(since, agent.name, "", labels)]
         learned = self.learned_budget(agent)
         if learned is not None:  # a model that refused a context this long: summarize what fits
             messages = fit_to_budget(messages, learned)

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..core.entries import Entry, EntryType
+from ..core.entries import Entry, EntryType, json_int, json_number, json_str
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.store import Store
@@ -87,8 +87,9 @@ def side(store: Store, session_id: int, after: int) -> Side:
     opened: dict[int, Entry] = {}
     for e in entries:
         if e.entry_type is EntryType.ACK and e.run_id == e.id:
-            trigger = triggers.get(e.payload.get("trigger_id"))  # type: ignore[arg-type]
-            runs[e.id] = RunSummary(e.id, e.seq, e.sender, e.payload.get("model"),
+            trigger_id = json_int(e.payload.get("trigger_id"))
+            trigger = triggers.get(trigger_id) if trigger_id is not None else None
+            runs[e.id] = RunSummary(e.id, e.seq, e.sender, json_str(e.payload.get("model")),
                                     trigger=trigger.content if trigger else "")
             opened[e.id] = e
             continue
@@ -101,10 +102,10 @@ def side(store: Store, session_id: int, after: int) -> Side:
             p = e.payload
             run.status = "error" if e.entry_type is EntryType.ERROR else str(p.get("status") or "ok")
             run.reply = e.content
-            run.steps = p.get("steps")
-            prompt, completion = p.get("prompt_tokens"), p.get("completion_tokens")
+            run.steps = json_int(p.get("steps"))
+            prompt, completion = json_int(p.get("prompt_tokens")), json_int(p.get("completion_tokens"))
             run.tokens = (prompt or 0) + (completion or 0) if prompt is not None or completion is not None else None
-            run.cost_usd = p.get("cost_usd")
+            run.cost_usd = json_number(p.get("cost_usd"))
             start, end = opened[run.run_id].created_at, e.created_at
             if start is not None and end is not None:
                 run.duration_ms = round((end - start).total_seconds() * 1000, 1)

@@ -79,9 +79,10 @@ class RemoteRun(RunHandle):
             return
         payload = entry.payload or {}
         if self.run_id is None:
-            if entry.entry_type is EntryType.ACK and self.trigger.id in (payload.get("answers") or ()):
+            answers, dropped = payload.get("answers"), payload.get("dropped")
+            if entry.entry_type is EntryType.ACK and isinstance(answers, list) and self.trigger.id in answers:
                 self.run_id = entry.id
-            elif entry.entry_type is EntryType.ACK and self.trigger.id in (payload.get("dropped") or ()):
+            elif entry.entry_type is EntryType.ACK and isinstance(dropped, list) and self.trigger.id in dropped:
                 self.future.set_result(None)  # a person stopped the run before it answered this
             elif (entry.entry_type is EntryType.ERROR and entry.run_id is None
                   and "request_id" not in payload and "ignored_entry" not in payload):

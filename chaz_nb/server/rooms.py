@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 from collections.abc import Iterable
 
 from .agents import Agent
-from ..core.entries import Entry, EntryType
+from ..core.entries import Entry, EntryType, json_str
 from .invocation import Invocation
 from ..core.store import SharedSessions, StoreError
 from ..engine.tools import ToolError, ToolRegistry, tool
@@ -179,9 +179,13 @@ class Rooms(Part):
             room = None
             if info.kind == ROOM_KIND:
                 meta = info.metadata or {}
+                members = meta.get("members")
+                budget = meta.get("burst_budget")
                 room = Room(
-                    info.id, meta.get("room") or info.title or f"room {info.id}", list(meta.get("members") or []),
-                    meta.get("host"), int(meta.get("burst_budget") or DEFAULT_BURST_BUDGET),
+                    info.id, json_str(meta.get("room")) or info.title or f"room {info.id}",
+                    [m for m in members if isinstance(m, str)] if isinstance(members, list) else [],
+                    json_str(meta.get("host")),
+                    int(budget) if isinstance(budget, (int, float, str)) and budget else DEFAULT_BURST_BUDGET,
                     meta.get("host_compacts") is True,
                 )
             self._cache[session_id] = room
@@ -347,7 +351,8 @@ class Rooms(Part):
             targets = [m for m in dict.fromkeys(room.member(n) for n in named) if m is not None and m != entry.sender]
         else:
             to = entry.payload.get("to")
-            explicit = [to] if isinstance(to, str) else list(to or [])
+            listed = to if isinstance(to, list) else []
+            explicit = [to] if isinstance(to, str) else [t for t in listed if isinstance(t, str)]
             default = entry.payload.get("default")
             targets, unknown = self.answerers(
                 room, entry.content, explicit, sender=entry.sender,

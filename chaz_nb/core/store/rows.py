@@ -4,10 +4,10 @@ DuckDB and PostgreSQL keep the same tables (``migrations.py``), so one codec ser
 JSON columns come back as text on both (``pgsql.connect`` registers a text loader for json),
 timestamps are naive UTC (``utcnow``).
 
-This is the one module of the store package where ``Any`` is written (mypy's
-``disallow_any_explicit`` holds for the others, see pyproject.toml): a value the database
-returns has the type of its column, which only the query knows (``Value``, ``Row``); the
-codecs here turn such rows into typed ``Entry`` and ``SessionInfo``.
+This is the one module of core/ where ``Any`` is written (mypy's ``disallow_any_explicit``
+holds for the others, see pyproject.toml): a value the database returns has the type of its
+column, which only the query knows (``Value``, ``Row``); the codecs here turn such rows into
+typed ``Entry`` and ``SessionInfo``.
 """
 
 from __future__ import annotations
@@ -100,10 +100,7 @@ def session_from_row(row: Sequence[Value]) -> SessionInfo:
 def run_id_of(entry: Entry) -> int | None:
     """The run an entry belongs to (its ``run_id`` column); a run's opening Ack is the run
     (its id is the run id)."""
-    if entry.entry_type is EntryType.ACK and "trigger_id" in entry.payload:
-        return entry.id
-    run_id = entry.payload.get("run_id")
-    return run_id if isinstance(run_id, int) and not isinstance(run_id, bool) else None
+    return entry.run_id
 
 
 def metadata_text(metadata: Mapping[str, object] | None, redact: Callable[[str], str]) -> str | None:
