@@ -336,3 +336,14 @@ def test_chaz_sql_on_postgres_still_reads_the_store_with_ordinary_sql(pg_url):
         assert result.rows == [("bigint", "1", True)]
         columns = run_query("SELECT count(*) FROM information_schema.columns WHERE table_name = 'runs'", store)
         assert columns.rows[0][0] > 0
+
+
+def test_text_the_tokenizer_cannot_take_has_no_tokens():
+    """A lone surrogate (a model's JSON can carry ``"\\ud800"``) is a TypeError in DuckDB's
+    binding: the statement check reads no tokens from it, and the query's own error comes when it
+    runs (the catch is that TypeError and DuckDB's errors, nothing broader)."""
+    from chaz_nb.server.kernel.query import referenced_names
+
+    assert sqlquery._tokens("SELECT '\ud800'") == []
+    assert referenced_names("SELECT x FROM \ud800") == set()
+    assert referenced_names("SELECT total FROM sales") >= {"total", "sales"}

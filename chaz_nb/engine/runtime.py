@@ -245,7 +245,7 @@ async def execute(
             raise
         except ProviderError as exc:  # already one line that says what to do
             raise ModelCallError(str(exc), usage, steps, exc.details()) from exc
-        except Exception as exc:
+        except Exception as exc:  # any failure of the call (the provider's SDK raises many kinds): one ModelCallError
             raise ModelCallError(one_line_reason(exc), usage, steps) from exc
         steps += 1
         usage.add(reply.usage)

@@ -29,7 +29,7 @@ from .controller import (  # noqa: F401  (the extension's public names, as befor
     default_model,
     origin,
 )
-from ..errors import NotLoadedError  # noqa: F401
+from ..errors import NotLoadedError  # noqa: F401 - re-exported (the extension's public names)
 
 
 
@@ -136,7 +136,7 @@ def load_ipython_extension(ip: Any) -> None:
     store, note = open_store(default_db())
     try:
         server = build_server(store, loop)
-    except Exception:
+    except Exception:  # re-raised: only the store is closed first
         store.close()
         raise
     _add_kernel(server, ip)

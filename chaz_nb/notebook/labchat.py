@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.redaction import redact
+from ..errors import StoreError
 from .views.display import JSON_TEXT_MAX, clip_json
 
 __all__ = ["ChatHub", "CHAT_TYPES", "MAX_MESSAGE_CHARS", "comm_key", "enum_value", "jsonable"]
@@ -310,7 +311,7 @@ class ChatHub:
     def _status(self, sid: int) -> str:
         try:
             return str(enum_value(self.server.session_status(sid)) or "idle")
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - a broken session must not break the chat's reply
             return "idle"
 
     def _stream(self, sid: int, agent: str) -> dict | None:
@@ -319,7 +320,7 @@ class ChatHub:
             return None
         try:
             event = current(sid)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - a broken stream must not hide the session
             return None
         text = getattr(event, "text", "") if event is not None else ""
         if not text:
@@ -403,7 +404,7 @@ class ChatHub:
             sid = _int_id(session_id, "send: session_id")
             try:
                 info = server.store.session(sid)
-            except Exception:  # noqa: BLE001 - StoreError: said in one line
+            except StoreError:  # an unknown id: said in one line
                 raise ChatError(f"send: there is no session {sid}") from None
             kind = str(enum_value(info.kind))
             if kind not in WRITABLE_KINDS:

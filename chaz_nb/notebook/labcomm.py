@@ -51,7 +51,7 @@ from collections.abc import Callable
 
 from ..core.redaction import redact
 # the chat (labchat.py) owns the page/JSON helpers the state shares (a page is a chat's "show earlier")
-from .labchat import CHAT_TYPES, PAGE_BYTES, PAGE_LIMIT, PAGE_MAX, PAGE_TEXT_MAX, ChatHub  # noqa: F401
+from .labchat import CHAT_TYPES, PAGE_BYTES, PAGE_LIMIT, PAGE_MAX, PAGE_TEXT_MAX, ChatHub  # noqa: F401 - re-exported
 from .labchat import comm_key as _key
 from .labchat import enum_value as _value
 from .labchat import jsonable as _jsonable
@@ -143,7 +143,7 @@ def build_state(server: Any) -> dict:
             status = "idle"
         try:
             last = _last_entry(store.latest(sid))
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - a broken session must not hide the others
             log.debug("latest(%s) failed", sid, exc_info=True)
             last = None
         out.append(
@@ -214,21 +214,21 @@ class LabBridge:
         self._unsubscribe: Callable[[], Any] | None = None
         try:
             self._unsubscribe = server.store.subscribe(self._on_write)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - the sidebar is optional: a server without writes to hear
             log.warning("could not subscribe to store writes", exc_info=True)
         self._unsubscribe_stream: Callable[[], Any] | None = None
         subscribe_stream = getattr(server, "subscribe_stream", None)
         if subscribe_stream is not None:
             try:  # every session's reply text as it is written (throttled like writes)
                 self._unsubscribe_stream = subscribe_stream(None, self._on_write)
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - optional: the sidebar then shows replies when written
                 log.warning("could not subscribe to reply streams", exc_info=True)
         self._unsubscribe_end: Callable[[], Any] | None = None
         subscribe_run_end = getattr(server, "subscribe_run_end", None)
         if subscribe_run_end is not None:
             try:  # a run's end: idle, with no write after its closing entry (the Stop goes)
                 self._unsubscribe_end = subscribe_run_end(self._on_run_end)
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - optional: a status then changes at the next write
                 log.warning("could not subscribe to run ends", exc_info=True)
 
     # -- scheduling ---------------------------------------------------------
@@ -265,7 +265,7 @@ class LabBridge:
         try:
             self.chat.touch(*args[:1])
             self.schedule_broadcast()
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - a store callback: it must never raise into the writer
             log.debug("scheduling a broadcast failed", exc_info=True)
 
     def _on_run_end(self, session_id: int) -> None:
@@ -281,7 +281,7 @@ class LabBridge:
             self._scheduled = True  # placeholder while the handle is created
         try:
             handle = self._call_later(delay, self._flush)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - a closed loop or timer: this broadcast is skipped, the next write tries again
             log.debug("call_later failed", exc_info=True)
             with self._lock:
                 self._scheduled = None
@@ -309,7 +309,7 @@ class LabBridge:
         started = self._clock()
         try:
             msg = self.state()
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - a timer callback on the kernel loop: it must never raise there
             log.warning("building the chaz state failed", exc_info=True)
             return
         finished = self._clock()
@@ -323,14 +323,14 @@ class LabBridge:
     def _send(self, comm: Any, msg: dict) -> None:
         try:
             comm.send(msg)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - a comm gone with its frontend: dropped, never raised
             log.debug("comm send failed; dropping comm", exc_info=True)
             self.comms.pop(_key(comm), None)
 
     def send_state(self, comm: Any) -> None:
         try:
             msg = self.state()
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - the state a comm opens with: an empty one rather than a kernel traceback
             log.warning("building the chaz state failed", exc_info=True)
             msg = {"type": "state", "sessions": [], "pending": []}
         self._send(comm, msg)
@@ -509,7 +509,7 @@ def _comm_manager(ipython: Any) -> Any:
         import comm  # ipykernel >= 6.? installs its manager as comm's default
 
         return comm.get_comm_manager()
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - no comm package or manager: the sidebar is off, the kernel is not
         return None
 
 

@@ -71,7 +71,7 @@ class EventWriter:
         self._wake.set()
         try:
             await asyncio.shield(writer)
-        except Exception:
+        except Exception:  # the writer's own failure is logged: the run still closes
             log.exception("event writer failed")
 
     async def abandon(self, exc: BaseException) -> None:

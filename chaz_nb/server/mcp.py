@@ -528,8 +528,8 @@ def _sdk() -> pytypes.SimpleNamespace:
 
 def _import_validators() -> None:
     """What the SDK imports lazily to check a tool's structured output (see ``_serve``)."""
-    import jsonschema.exceptions  # noqa: F401
-    import referencing.exceptions  # noqa: F401
+    import jsonschema.exceptions  # noqa: F401 - imported for its side effect: loaded before a tool's output needs it
+    import referencing.exceptions  # noqa: F401 - as above
 
 
 def _describe(exc: BaseException) -> str:

@@ -79,7 +79,7 @@ class SessionStore(Store):
         else:
             try:
                 self.schema_version = apply_duckdb(self._con, migrations)
-            except Exception:
+            except Exception:  # re-raised: only the connection is closed first
                 self._con.close()
                 raise
         self._next_entry_id = self._scalar("SELECT coalesce(max(id), 0) FROM entries") + 1
@@ -351,7 +351,7 @@ class SessionStore(Store):
                     closing, statement, values, next_seq = self._prepare(items, first + at)
                     self._con.execute(statement, values)
                 self._con.execute("COMMIT")
-            except Exception as exc:
+            except Exception as exc:  # re-raised (as a StoreError) once the fork is rolled back
                 with suppress(duckdb.Error):
                     self._con.execute("ROLLBACK")
                 self._next_seq.pop(new_id, None)

@@ -452,7 +452,7 @@ def apply_duckdb(con: duckdb.DuckDBPyConnection, migrations: Sequence[Migration]
                 [migration.name],
             )
             con.execute("COMMIT")
-        except Exception:
+        except Exception:  # re-raised: only the migration's transaction is rolled back first
             con.execute("ROLLBACK")
             raise
     return len(migrations)

@@ -112,7 +112,7 @@ class PgSessionStore(SharedSessions):
                 self._scalar("SELECT count(*) FROM _chaz_migrations") if read_only
                 else apply_postgres(self._con, migrations)
             )
-        except Exception:
+        except Exception:  # re-raised: only the connection is closed first
             self._con.close()
             raise
         #: the highest entry id handed to the subscribers (or queued for them)
@@ -516,7 +516,7 @@ class PgSessionStore(SharedSessions):
                         for callback in list(self._notice.get(notice.channel, ())):
                             try:
                                 callback(notice.payload)
-                            except Exception:
+                            except Exception:  # a callback's failure must not end the listener (logged)
                                 log.exception("notice callback %r failed on %s", callback, notice.channel)
             except asyncio.CancelledError:
                 raise

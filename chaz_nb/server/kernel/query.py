@@ -48,7 +48,7 @@ def referenced_names(sql: str) -> set[str]:
     names: set[str] = set()
     try:
         marks = duckdb.tokenize(sql)
-    except Exception:  # noqa: BLE001 - the query's own error comes when it runs
+    except (TypeError, duckdb.Error):  # text it cannot encode (a lone surrogate): the query says when it runs
         return names
     for i, (start, kind) in enumerate(marks):
         end = marks[i + 1][0] if i + 1 < len(marks) else len(sql)

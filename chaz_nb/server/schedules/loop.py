@@ -148,7 +148,7 @@ class Scheduler:
     async def _fire_task(self, s: Schedule, due: datetime) -> None:
         try:
             await self.fire(s, scheduled_for=due)
-        except Exception:
+        except Exception:  # a fire is a task of its own: its failure is logged here, not lost unretrieved
             log.exception("schedule #%s: fire failed", s.id)
         finally:
             self._inflight[s.id] -= 1

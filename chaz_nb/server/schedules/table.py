@@ -190,7 +190,7 @@ class ScheduleTable:
         for callback in list(self._listeners):
             try:
                 callback(schedule_id)
-            except Exception:
+            except Exception:  # one listener's failure must not keep the others from hearing it
                 log.exception("schedule listener %r failed for schedule %s", callback, schedule_id)
 
     def next_id(self, table: str) -> int:
