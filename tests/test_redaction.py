@@ -80,6 +80,20 @@ def test_a_secret_used_as_a_dict_key_is_masked_at_every_depth(store, monkeypatch
         assert args[REDACTED] == "v1" and args["nested"][0][f"prefix {REDACTED}"] == {REDACTED: 2}
 
 
+def test_a_payload_of_another_mapping_kind_is_redacted_as_a_dict(store, monkeypatch):
+    """The writer takes any mapping as a payload (typed ``Mapping[str, object]``): one that is
+    no dict (a read-only view) is redacted and stored as the object it holds, not as its repr."""
+    from types import MappingProxyType
+
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    s = store.create_session("a")
+    entry = store.append(s, EntryType.TOOL_CALL, "a", "call", payload=MappingProxyType({
+        "arguments": MappingProxyType({"key": KEY, "n": 1}),
+    }))
+    for e in (entry, store.entries(s)[-1]):
+        assert e.payload == {"arguments": {"key": REDACTED, "n": 1}}
+
+
 def test_session_title_and_metadata_are_redacted(store, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     s = store.create_session("a", title=f"about {KEY}", metadata={KEY: KEY, "x-api-key": "abc"})

@@ -144,6 +144,8 @@ def redact_data(value: object, redact_text: Callable[[str], str] = redact) -> ob
         return out
     if isinstance(value, (list, tuple)):
         return [redact_data(v, redact_text) for v in value]
+    if isinstance(value, Mapping):  # another kind of mapping (the checks above keep a dict's path short)
+        return redact_data(dict(value), redact_text)
     return value
 
 
