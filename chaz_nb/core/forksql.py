@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .entries import EntryType
+from .store.rows import int_or_none, str_or_none, str_value
 from .writer import NewEntry
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -146,11 +147,13 @@ def closing_entries(store: Store, session_id: int, at_seq: int) -> list[NewEntry
     note = f"open when the session was forked at #{at_seq}; closed in the branch"
     items: list[NewEntry] = []
     for _id, call_id, tool, request_id, run_id in store.execute(OPEN_REQUESTS, [session_id, session_id]):
-        payload = {"request_id": request_id, "decision": FORKED, "reason": note, "decided_by": "system",
-                   "run_id": run_id}
+        payload = {"request_id": str_or_none(request_id), "decision": FORKED, "reason": note,
+                   "decided_by": "system", "run_id": int_or_none(run_id, "entries.run_id")}
         items.append(NewEntry(session_id, EntryType.APPROVAL_DECISION, "system", f"{FORKED} {request_id}: {note}",
-                              tool_call_id=call_id, tool_name=tool, payload=payload))
-    for run_id, sender, model in store.execute(OPEN_RUNS, [session_id, session_id]):
+                              tool_call_id=str_or_none(call_id, "entries.tool_call_id"),
+                              tool_name=str_or_none(tool, "entries.tool_name"), payload=payload))
+    for run_id, sender_value, model in store.execute(OPEN_RUNS, [session_id, session_id]):
+        sender = str_value(sender_value, "entries.sender")
         items.append(NewEntry(session_id, EntryType.ACK, sender, f"{sender}'s run was {note}",
                               payload={"run_id": run_id, "status": FORKED, **({"model": model} if model else {})}))
     return items

@@ -30,7 +30,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ..core.redaction import is_credential_field, is_secret_name, redact_data
-from ..core.store import SharedSessions, Store, utcnow
+from ..core.store import SharedSessions, Store, int_value, str_value, utcnow
 from ..errors import AgentError, StoreError
 from .agents import Agent
 
@@ -103,7 +103,8 @@ class AgentBook:
         if not self.available:
             return {}
         out: dict[str, Agent] = {}
-        for name, text in self.store.execute("SELECT name, definition FROM agent_definitions ORDER BY name"):
+        for name_value, text in self.store.execute("SELECT name, definition FROM agent_definitions ORDER BY name"):
+            name = str_value(name_value, "agent_definitions.name")
             agent = self._parse(name, text)
             if agent is not None:
                 out[name] = agent
@@ -116,7 +117,7 @@ class AgentBook:
         rows = self.store.execute("SELECT definition FROM agent_definitions WHERE name = ?", [name])
         return self._parse(name, rows[0][0]) if rows else None
 
-    def _parse(self, name: str, text: Any) -> Agent | None:
+    def _parse(self, name: str, text: object) -> Agent | None:
         try:
             definition = json.loads(text) if isinstance(text, str) else text
             if not isinstance(definition, dict):
@@ -137,7 +138,8 @@ class AgentBook:
             "SELECT a.agent, a.session_id FROM agent_sessions a JOIN sessions s "
             "ON s.id = a.session_id AND s.agent = a.agent"
         )
-        return {str(agent): int(sid) for agent, sid in rows}
+        return {str_value(agent, "agent_sessions.agent"): int_value(sid, "agent_sessions.session_id")
+                for agent, sid in rows}
 
     # ------------------------------------------------------------- writing
     def keep(self, agent: Agent) -> Kept:

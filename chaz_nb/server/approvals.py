@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core.entries import Entry, EntryType
-from ..core.store import Store
+from ..core.store import Store, int_value
 from ..engine.runtime import ToolExecutor
 from ..engine.tools import Tool
 from ..errors import ApprovalError
@@ -479,9 +479,9 @@ class ApprovalBook(Part):
             [] if session_id is None else [session_id],
         )
         if session_id is None:
-            rows = [row for row in rows if not self.port.serving.elsewhere(row[1])]
+            rows = [row for row in rows if not self.port.serving.elsewhere(int_value(row[1]))]
         for entry_id, _session_id in rows:
-            request = store.entry(entry_id)
+            request = store.entry(int_value(entry_id))
             if request is None:  # entry() is None only for an unknown id; the query just found it
                 continue
             payload = {

@@ -26,7 +26,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING
 
-from ..core.store import utcnow
+from ..core.store import int_value, str_or_none, str_value, utcnow
 from ..engine.tree_budget import TreeBudget, TreeBudgetExceeded
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -64,7 +64,7 @@ class StoredBudget(TreeBudget):
             [self.id],
         )
         if rows:
-            self.spawns, self.model_calls = int(rows[0][0]), int(rows[0][1])
+            self.spawns, self.model_calls = int_value(rows[0][0]), int_value(rows[0][1])
             return
         # past the limit, or exhausted meanwhile (by any kernel): the first reason stays
         what = "spawn" if count == "spawns" else "model call"
@@ -79,8 +79,8 @@ class StoredBudget(TreeBudget):
             "SELECT spawns, model_calls, exhausted FROM run_budgets WHERE id = ?", [self.id]
         )
         if rows:
-            self.spawns, self.model_calls = int(rows[0][0]), int(rows[0][1])
-            self.exhausted = rows[0][2]
+            self.spawns, self.model_calls = int_value(rows[0][0]), int_value(rows[0][1])
+            self.exhausted = str_or_none(rows[0][2], "run_budgets.exhausted")
 
     def to_json(self) -> dict[str, object]:
         return {"budget": self.id, **super().to_json()}
@@ -123,6 +123,8 @@ class Budgets:
             "FROM run_budgets WHERE id = ?", [budget_id],
         )
         root, max_spawns, max_calls, spawns, calls, exhausted = rows[0]
-        budget = StoredBudget(self.store, budget_id, root, int(max_spawns), int(max_calls))
-        budget.spawns, budget.model_calls, budget.exhausted = int(spawns), int(calls), exhausted
+        budget = StoredBudget(self.store, budget_id, str_value(root, "run_budgets.root_agent"),
+                              int_value(max_spawns), int_value(max_calls))
+        budget.spawns, budget.model_calls = int_value(spawns), int_value(calls)
+        budget.exhausted = str_or_none(exhausted, "run_budgets.exhausted")
         return budget

@@ -27,7 +27,7 @@ from typing import Any
 from collections.abc import Awaitable, Callable
 
 from ..core.entries import Entry, EntryType
-from ..core.store import Store
+from ..core.store import Store, int_value, str_value
 from ..engine.backends import ModelBackend
 from ..engine.runtime import ToolExecutor
 from ..engine.tools import ToolRegistry
@@ -443,10 +443,10 @@ class RunEngine(RunSteps):
             [] if session_id is None else [session_id],
         )
         if session_id is None:
-            open_runs = [row for row in open_runs if not self.serving.elsewhere(row[1])]
+            open_runs = [row for row in open_runs if not self.serving.elsewhere(int_value(row[1]))]
         for run_id, sid, sender in open_runs:
             self.store.append(
-                sid, EntryType.ERROR, sender, "interrupted: kernel stopped",
+                int_value(sid), EntryType.ERROR, str_value(sender), "interrupted: kernel stopped",
                 payload={"run_id": run_id, "interrupted": True},
             )
         return len(open_runs)

@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 
 from ..core.entries import Entry
-from ..core.store import SharedSessions, Store
+from ..core.store import SharedSessions, Store, int_or_none
 from ..errors import ServerError
 from .handle import RunHandle
 from .remote import RemoteRun
@@ -62,7 +62,7 @@ WHERE session_id = ? AND id <= ? AND entry_type IN ('Message', 'Directive')
 def open_run(store: Store, session_id: int) -> int | None:
     """The session's newest run with no closing entry in the log, or None."""
     rows = store.execute(_OPEN_RUN, [session_id])
-    return rows[0][0] if rows and rows[0][0] is not None else None
+    return int_or_none(rows[0][0]) if rows else None
 
 
 class Serving(ABC):

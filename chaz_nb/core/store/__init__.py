@@ -16,10 +16,12 @@ from ..writer import NewEntry, OnWrite
 from .base import ForkCopy, SessionInfo, SharedSessions, SqlResult, Store, served_elsewhere
 from .duckdb import SessionStore
 from .lockdown import LOCKED_DOWN, read_only_transaction
-from .rows import ENTRY_COLUMNS, entry_from_row, run_id_of, session_from_row, utcnow
+from .rows import (ENTRY_COLUMNS, Row, Value, bool_value, entry_from_row, int_or_none, int_value, run_id_of,
+                   session_from_row, str_or_none, str_value, time_or_none, utcnow)
 
 __all__ = [
-    "ENTRY_COLUMNS", "LOCKED_DOWN", "ForkCopy", "NewEntry", "OnWrite", "SessionInfo", "SessionStore",
-    "SharedSessions", "SqlResult", "Store", "StoreError", "StoreLockedError", "entry_from_row",
-    "read_only_transaction", "run_id_of", "served_elsewhere", "session_from_row", "utcnow",
+    "ENTRY_COLUMNS", "LOCKED_DOWN", "ForkCopy", "NewEntry", "OnWrite", "Row", "SessionInfo", "SessionStore",
+    "SharedSessions", "SqlResult", "Store", "StoreError", "StoreLockedError", "Value", "bool_value",
+    "entry_from_row", "int_or_none", "int_value", "read_only_transaction", "run_id_of", "served_elsewhere",
+    "session_from_row", "str_or_none", "str_value", "time_or_none", "utcnow",
 ]

@@ -29,7 +29,7 @@ from . import log_cache
 from .lockdown import connect, read_only_transaction
 from .log_cache import LogCache, LogWindow, row_bytes
 from .migrations import MIGRATIONS, Migration, apply_duckdb
-from .rows import (ENTRY_COLUMNS, entry_from_row, fork_metadata, fork_point, metadata_text,
+from .rows import (ENTRY_COLUMNS, entry_from_row, fork_metadata, fork_point, int_value, metadata_text,
                    run_id_of, session_from_row, utcnow, Value)
 
 log = logging.getLogger(__name__)
@@ -82,8 +82,8 @@ class SessionStore(Store):
             except Exception:  # re-raised: only the connection is closed first
                 self._con.close()
                 raise
-        self._next_entry_id = self._scalar("SELECT coalesce(max(id), 0) FROM entries") + 1
-        self._next_session_id = self._scalar("SELECT coalesce(max(id), 0) FROM sessions") + 1
+        self._next_entry_id = int_value(self._scalar("SELECT coalesce(max(id), 0) FROM entries")) + 1
+        self._next_session_id = int_value(self._scalar("SELECT coalesce(max(id), 0) FROM sessions")) + 1
         self._next_seq: dict[int, int] = {}
         self._latest: dict[int, Entry] = {}
         self._sessions: dict[int, SessionInfo] = {}
@@ -113,7 +113,7 @@ class SessionStore(Store):
 
     def _read_schema_version(self) -> int:
         try:
-            return int(self._scalar("SELECT count(*) FROM _chaz_migrations"))
+            return int_value(self._scalar("SELECT count(*) FROM _chaz_migrations"))
         except duckdb.Error:
             return 0
 
@@ -342,7 +342,7 @@ class SessionStore(Store):
                     "INSERT INTO sessions (id, agent, kind, parent_id, depth, created_at, title, metadata, ceiling,"
                     " forked_from, forked_at_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
                 self._con.execute(copy_entries_sql("duckdb", first, source.id, at, new_id))
-                copied = int(self._scalar("SELECT count(*) FROM entries WHERE session_id = ?", [new_id]))
+                copied = int_value(self._scalar("SELECT count(*) FROM entries WHERE session_id = ?", [new_id]))
                 self._next_seq[new_id] = at + 1  # the copies keep their seqs: the branch goes on from #at
                 closing: list[Entry] = []
                 next_seq: dict[int, int] = {}
@@ -496,7 +496,7 @@ class SessionStore(Store):
         nxt = self._next_seq.get(session_id)
         if nxt is not None:
             return nxt - 1
-        return int(self._scalar("SELECT coalesce(max(seq), 0) FROM entries WHERE session_id = ?", [session_id]))
+        return int_value(self._scalar("SELECT coalesce(max(seq), 0) FROM entries WHERE session_id = ?", [session_id]))
 
     def _latest_summary(self, session_id: int) -> Entry | None:
         with self._lock:

@@ -52,8 +52,8 @@ from ..writer import LONE_SURROGATE_OR_NUL, NewEntry, payload_text, storable_fie
 from .base import ForkCopy, Row, SessionInfo, SharedSessions
 from .migrations import MIGRATIONS, Migration, apply_postgres
 from .pgsql import PgResult, bigint, connect, display_url, one_line, to_pg
-from .rows import (ENTRY_COLUMNS, SESSION_COLUMNS, entry_from_row, fork_metadata, fork_point, metadata_text,
-                   run_id_of, session_from_row, utcnow, Value)
+from .rows import (ENTRY_COLUMNS, SESSION_COLUMNS, entry_from_row, fork_metadata, fork_point, int_or_none,
+                   int_value, metadata_text, run_id_of, session_from_row, utcnow, Value)
 
 log = logging.getLogger(__name__)
 
@@ -109,14 +109,14 @@ class PgSessionStore(SharedSessions):
         self._listener: asyncio.Task | None = None
         try:
             self.schema_version = (
-                self._scalar("SELECT count(*) FROM _chaz_migrations") if read_only
+                int_value(self._scalar("SELECT count(*) FROM _chaz_migrations")) if read_only
                 else apply_postgres(self._con, migrations)
             )
         except Exception:  # re-raised: only the connection is closed first
             self._con.close()
             raise
         #: the highest entry id handed to the subscribers (or queued for them)
-        self._seen = int(self._scalar("SELECT coalesce(max(id), 0) FROM entries"))
+        self._seen = int_value(self._scalar("SELECT coalesce(max(id), 0) FROM entries"))
         #: the highest entry id every subscriber has been handed (``dispatched_id``)
         self._dispatched = self._seen
         # a database of an older schema (read only) has no copies to skip
@@ -317,17 +317,17 @@ class PgSessionStore(SharedSessions):
                 with self._con.transaction():
                     con = self._con
                     con.execute("SELECT pg_advisory_xact_lock(%s, %s)", _WRITE_LOCK)
-                    end = int(self._scalar("SELECT coalesce(max(seq), 0) FROM entries WHERE session_id = ?",
+                    end = int_value(self._scalar("SELECT coalesce(max(seq), 0) FROM entries WHERE session_id = ?",
                                            [source.id]))
                     at = fork_point(at_seq, end, source.id)
                     if into is None:
-                        new_id = int(self._scalar("SELECT coalesce(max(id), 0) + 1 FROM sessions"))
+                        new_id = int_value(self._scalar("SELECT coalesce(max(id), 0) + 1 FROM sessions"))
                     elif self._scalar("SELECT count(*) FROM sessions WHERE id = ?", [int(into)]):
                         raise StoreError(
                             f"session {into} exists in {self.path}; a fork makes a new session (leave the id out)")
                     else:
                         new_id = int(into)
-                    first = int(self._scalar("SELECT coalesce(max(id), 0) + 1 FROM entries"))
+                    first = int_value(self._scalar("SELECT coalesce(max(id), 0) + 1 FROM entries"))
                     self._rows(
                         "INSERT INTO sessions (id, agent, kind, parent_id, depth, created_at, title, metadata,"
                         " ceiling, forked_from, forked_at_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -335,7 +335,7 @@ class PgSessionStore(SharedSessions):
                          source.title, fork_metadata(source.metadata, metadata, self.redact),
                          source.ceiling, source.id, at])
                     self._con.execute(copy_entries_sql("postgresql", first, source.id, at, new_id))
-                    copied = int(self._scalar("SELECT count(*) FROM entries WHERE session_id = ?", [new_id]))
+                    copied = int_value(self._scalar("SELECT count(*) FROM entries WHERE session_id = ?", [new_id]))
                     items = closing_entries(self, new_id, at)
                     closing = self._insert(self._prepare(items)) if items else []
             except StoreError:
@@ -467,13 +467,13 @@ class PgSessionStore(SharedSessions):
             # entry below that id can still come)
             upto = "" if first is None else " AND id < ?"
             params = [self._seen] if first is None else [self._seen, first]
-            top = self._scalar(f"SELECT max(id) FROM entries WHERE id > ?{upto}", params)
+            top = int_or_none(self._scalar(f"SELECT max(id) FROM entries WHERE id > ?{upto}", params))
             if top is not None:
                 earlier = [entry_from_row(r) for r in self._rows(
                     f"SELECT {ENTRY_COLUMNS} FROM entries WHERE id > ? AND id <= ?{self._not_copies}"
                     " ORDER BY id", [self._seen, top])]
                 self._queue.extend(earlier)
-                self._seen = max(self._seen, int(top))
+                self._seen = max(self._seen, top)
         fresh = [e for e in local if e.id > self._seen]
         self._queue.extend(fresh)
         if fresh:

@@ -4,10 +4,11 @@ DuckDB and PostgreSQL keep the same tables (``migrations.py``), so one codec ser
 JSON columns come back as text on both (``pgsql.connect`` registers a text loader for json),
 timestamps are naive UTC (``utcnow``).
 
-This is the one module of core/ where ``Any`` is written (mypy's ``disallow_any_explicit``
-holds for the others, see pyproject.toml): a value the database returns has the type of its
-column, which only the query knows (``Value``, ``Row``); the codecs here turn such rows into
-typed ``Entry`` and ``SessionInfo``.
+A value the database returns has the type of its column, which only the query knows: it is
+typed ``object`` (``Value``, ``Row``) and narrowed where it is read, by the codecs here (rows
+into ``Entry`` and ``SessionInfo``) and by the readers of other queries (``int_value``,
+``str_value`` and the others), which check the column holds what the query says and raise a
+``StoreError`` naming the column if not.
 """
 
 from __future__ import annotations
@@ -16,15 +17,14 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
 
 from ...errors import StoreError
 from ..entries import Entry, EntryType
 from ..entries import JsonObject
 from ..redaction import redact_data
 
-#: a value as the database returns it: of its column's type
-Value = Any
+#: a value as the database returns it: of its column's type, which only the query knows
+Value = object
 #: a row as the database returns it
 Row = tuple[Value, ...]
 
@@ -65,36 +65,84 @@ def utcnow() -> datetime:
 
 def entry_from_row(row: Sequence[Value]) -> Entry:
     """The entry of a row of ``ENTRY_COLUMNS``."""
-    payload = row[8]
+    payload = str_or_none(row[8], "entries.payload")
     return Entry(
-        id=row[0],
-        session_id=row[1],
-        seq=row[2],
+        id=int_value(row[0], "entries.id"),
+        session_id=int_value(row[1], "entries.session_id"),
+        seq=int_value(row[2], "entries.seq"),
         entry_type=EntryType(row[3]),
-        sender=row[4],
-        content=row[5] or "",
-        tool_call_id=row[6],
-        tool_name=row[7],
+        sender=str_value(row[4], "entries.sender"),
+        content=str_or_none(row[5], "entries.content") or "",
+        tool_call_id=str_or_none(row[6], "entries.tool_call_id"),
+        tool_name=str_or_none(row[7], "entries.tool_name"),
         payload=json.loads(payload) if payload else {},
-        created_at=row[9],
+        created_at=time_or_none(row[9], "entries.created_at"),
     )
 
 
 def session_from_row(row: Sequence[Value]) -> SessionInfo:
     """The session of a row of ``SESSION_COLUMNS`` (an older schema's row may end early)."""
+    metadata = str_or_none(row[7], "sessions.metadata")
     return SessionInfo(
-        id=row[0],
-        agent=row[1],
-        kind=row[2],
-        parent_id=row[3],
-        depth=row[4],
-        created_at=row[5],
-        title=row[6],
-        metadata=json.loads(row[7]) if row[7] else None,
-        ceiling=row[8] if len(row) > 8 else None,
-        forked_from=row[9] if len(row) > 9 else None,
-        forked_at_seq=row[10] if len(row) > 10 else None,
+        id=int_value(row[0], "sessions.id"),
+        agent=str_value(row[1], "sessions.agent"),
+        kind=str_value(row[2], "sessions.kind"),
+        parent_id=int_or_none(row[3], "sessions.parent_id"),
+        depth=int_value(row[4], "sessions.depth"),
+        created_at=time_or_none(row[5], "sessions.created_at"),
+        title=str_or_none(row[6], "sessions.title"),
+        metadata=json.loads(metadata) if metadata else None,
+        ceiling=str_or_none(row[8], "sessions.ceiling") if len(row) > 8 else None,
+        forked_from=int_or_none(row[9], "sessions.forked_from") if len(row) > 9 else None,
+        forked_at_seq=int_or_none(row[10], "sessions.forked_at_seq") if len(row) > 10 else None,
     )
+
+
+# ------------------------------------------------------------------ one value of a row
+# Each checks the value is of the type its column has (NULL only where the name says so);
+# a value of another type means the query or the schema is not what the caller thinks.
+
+def _unexpected(value: Value, expected: str, column: str) -> StoreError:
+    # the type only, never the value: a mismatched column may hold anything
+    return StoreError(f"{column or 'a column'} holds {type(value).__name__}, expected {expected}")
+
+
+def int_value(value: Value, column: str = "") -> int:
+    """An integer column's value (an id, a seq, a count, a ``max``)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise _unexpected(value, "an integer", column)
+
+
+def int_or_none(value: Value, column: str = "") -> int | None:
+    """An integer column's value, or None for NULL."""
+    return None if value is None else int_value(value, column)
+
+
+def str_value(value: Value, column: str = "") -> str:
+    """A text column's value."""
+    if isinstance(value, str):
+        return value
+    raise _unexpected(value, "text", column)
+
+
+def str_or_none(value: Value, column: str = "") -> str | None:
+    """A text (or JSON: read as text) column's value, or None for NULL."""
+    return None if value is None else str_value(value, column)
+
+
+def bool_value(value: Value, column: str = "") -> bool:
+    """A boolean column's value."""
+    if isinstance(value, bool):
+        return value
+    raise _unexpected(value, "a boolean", column)
+
+
+def time_or_none(value: Value, column: str = "") -> datetime | None:
+    """A timestamp column's value (naive UTC, see ``utcnow``), or None for NULL."""
+    if value is None or isinstance(value, datetime):
+        return value
+    raise _unexpected(value, "a timestamp", column)
 
 
 def run_id_of(entry: Entry) -> int | None:

@@ -24,7 +24,9 @@ from typing import Any
 from collections.abc import Callable
 
 from ...core.redaction import redact_json_text
-from ...core.store import SharedSessions, Store, served_elsewhere, utcnow
+from ...core.entries import Entry
+from ...core.store import (Row, SharedSessions, Store, bool_value, int_or_none, int_value, served_elsewhere,
+                           str_or_none, str_value, time_or_none, utcnow)
 from ...errors import ScheduleError
 
 log = logging.getLogger(__name__)
@@ -89,7 +91,7 @@ class Fire:
     session_id: int | None = None
     run_id: int | None = None
     reason: str | None = None
-    reply: Any = None  # the reply or Error entry
+    reply: Entry | None = None  # the reply or Error entry
 
 
 _COLUMNS = (
@@ -97,6 +99,32 @@ _COLUMNS = (
     "expires_at, max_fires, fire_count, next_fire_at, last_fired_at, disabled_reason, created_by, "
     "created_at"
 )
+
+
+def schedule_from_row(row: Row) -> Schedule:
+    """The schedule of a row of ``_COLUMNS``, then ``ceiling`` and ``budget`` where the schema
+    has them (a read-only file of an older schema may not)."""
+    return Schedule(
+        id=int_value(row[0], "schedules.id"),
+        agent=str_value(row[1], "schedules.agent"),
+        trigger=str_value(row[2], "schedules.trigger"),
+        kind=str_value(row[3], "schedules.kind"),
+        prompt=str_value(row[4], "schedules.prompt"),
+        session_id=int_or_none(row[5], "schedules.session_id"),
+        enabled=bool_value(row[6], "schedules.enabled"),
+        consecutive_failures=int_value(row[7], "schedules.consecutive_failures"),
+        max_failures=int_value(row[8], "schedules.max_failures"),
+        expires_at=time_or_none(row[9], "schedules.expires_at"),
+        max_fires=int_or_none(row[10], "schedules.max_fires"),
+        fire_count=int_value(row[11], "schedules.fire_count"),
+        next_fire_at=time_or_none(row[12], "schedules.next_fire_at"),
+        last_fired_at=time_or_none(row[13], "schedules.last_fired_at"),
+        disabled_reason=str_or_none(row[14], "schedules.disabled_reason"),
+        created_by=str_value(row[15], "schedules.created_by"),
+        created_at=time_or_none(row[16], "schedules.created_at"),
+        ceiling=str_or_none(row[17], "schedules.ceiling") if len(row) > 17 else None,
+        budget=str_or_none(row[18], "schedules.budget") if len(row) > 18 else None,
+    )
 
 
 
@@ -127,7 +155,7 @@ class ScheduleTable:
                 "SELECT id, session_id FROM schedule_fires WHERE status = 'running'"
             ):
                 # on a shared store a fire in a session a live kernel serves is that kernel's
-                if session_id is not None and served_elsewhere(self.store, session_id):
+                if session_id is not None and served_elsewhere(self.store, int_value(session_id)):
                     continue
                 self.store.execute(
                     "UPDATE schedule_fires SET status = 'error', reason = 'interrupted: kernel stopped', "
@@ -138,7 +166,7 @@ class ScheduleTable:
     def all(self) -> dict[int, Schedule]:
         if self._cache is None or self.shared:
             rows = self.store.execute(f"SELECT {self._columns} FROM schedules ORDER BY id")
-            self._cache = {row[0]: Schedule(*row) for row in rows}
+            self._cache = {s.id: s for s in map(schedule_from_row, rows)}
         return self._cache
 
     def save(self, s: Schedule) -> None:
@@ -197,12 +225,12 @@ class ScheduleTable:
         """A new id for ``schedules`` or ``schedule_fires``: max + 1 in the one writing process
         of a DuckDB file, a sequence on a shared store (kernels create them at once)."""
         if self.shared:
-            return int(self.store.execute(f"SELECT nextval('{table}_id_seq')")[0][0])
-        return int(self.store.execute(f"SELECT coalesce(max(id), 0) + 1 FROM {table}")[0][0])
+            return int_value(self.store.execute(f"SELECT nextval('{table}_id_seq')")[0][0])
+        return int_value(self.store.execute(f"SELECT coalesce(max(id), 0) + 1 FROM {table}")[0][0])
 
     def running_fires(self, schedule_id: int) -> int:
         """Fires of the schedule in flight in any kernel (their rows say ``running``)."""
-        return int(self.store.execute(
+        return int_value(self.store.execute(
             "SELECT count(*) FROM schedule_fires WHERE schedule_id = ? AND status = 'running'", [schedule_id]
         )[0][0])
 
