@@ -71,6 +71,24 @@ def test_interval_and_one_shot_triggers():
     assert once.next_fire(once.at, now) is None
 
 
+def test_a_trigger_with_no_fire_is_a_trigger_error_not_a_none_first_fire():
+    """``first_fire`` is a time: a trigger built by hand with no fire left (parse_trigger makes
+    none such) used to return None, which the schedule stored as "never due" and the agent
+    limits check failed on with a TypeError; a cron trigger with no line failed on an attribute."""
+    from dataclasses import replace
+
+    from chaz_nb.server.schedules import Trigger
+
+    now = datetime(2026, 12, 2, 10, 0, 0)
+    never = Trigger("cron", "0 0 1 1 *", cron=replace(parse_cron("0 0 1 1 *"), months=frozenset()))
+    with pytest.raises(TriggerError, match="it never fires"):
+        never.first_fire(now)
+    with pytest.raises(TriggerError, match="needs its parsed line"):
+        Trigger("cron", "0 0 1 1 *").next_fire(now, now)
+    with pytest.raises(TriggerError, match="it never fires"):
+        Trigger("once", "at nothing").first_fire(now)
+
+
 @pytest.mark.parametrize(
     "text, what",
     [

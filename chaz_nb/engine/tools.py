@@ -424,7 +424,7 @@ class ScopedTools:
         return t
 
     def tools(self) -> list[Tool]:
-        return [self.registry.get(n) for n in sorted(self.names) if n in self.registry]  # type: ignore[misc]
+        return [t for n in sorted(self.names) if (t := self.registry.get(n)) is not None]
 
     def schemas(self) -> list[dict[str, Any]]:
         return [t.schema for t in self.tools()]

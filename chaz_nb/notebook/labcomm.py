@@ -56,7 +56,7 @@ from .labchat import comm_key as _key
 from .labchat import enum_value as _value
 from .labchat import jsonable as _jsonable
 
-__all__ = ["TARGET_NAME", "LabBridge", "register_comm_target"]
+__all__ = ["TARGET_NAME", "CommRegistration", "LabBridge", "register_comm_target"]
 
 TARGET_NAME = "chaz"
 
@@ -513,6 +513,18 @@ def _comm_manager(ipython: Any) -> Any:
         return None
 
 
+class CommRegistration:
+    """What ``register_comm_target`` returns once it registered: call it to unregister;
+    ``bridge`` is the LabBridge serving the target's comms (tests drive it)."""
+
+    def __init__(self, bridge: LabBridge, unregister: Callable[[], None]) -> None:
+        self.bridge = bridge
+        self._unregister = unregister
+
+    def __call__(self) -> None:
+        self._unregister()
+
+
 def register_comm_target(ipython: Any, server: Any) -> Callable[[], None]:
     """Register the ``chaz`` comm target on the kernel of ``ipython``.
 
@@ -547,5 +559,4 @@ def register_comm_target(ipython: Any, server: Any) -> Callable[[], None]:
                 manager.unregister_target(TARGET_NAME, target)
         bridge.close()
 
-    unregister.bridge = bridge  # type: ignore[attr-defined]
-    return unregister
+    return CommRegistration(bridge, unregister)

@@ -78,7 +78,9 @@ class Ceiling:
     @property
     def levels(self) -> Chain | None:
         """``tools`` as pattern levels (``None``: no cap)."""
-        return self.tools  # type: ignore[return-value]  # normalised in __post_init__
+        tools = self.tools
+        # __post_init__ has made a set of names its one level already; reading it so is the same
+        return (tools,) if isinstance(tools, frozenset) else tools
 
     @classmethod
     def of_run(cls, ctx: RunFacts) -> Ceiling:

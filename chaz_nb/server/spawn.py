@@ -19,6 +19,7 @@ A child never gets more than the run that spawned it, during the spawn and after
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from .ceiling import Authority
@@ -62,8 +63,18 @@ class LateBound(Generic[T]):
         return self._value is not None
 
 
+#: each registry's handle (kept here, not on the registry: the engine's ToolRegistry knows no
+#: server); weak, so a registry no Server uses any more goes with its handle
+_HANDLES: weakref.WeakKeyDictionary[ToolRegistry, LateBound[ServerPort]] = weakref.WeakKeyDictionary()
+
+
 def install(registry: ToolRegistry) -> LateBound[ServerPort]:
-    """Register spawn_agent and spawn_worker in ``registry``; return the handle to bind."""
+    """Register spawn_agent and spawn_worker in ``registry``; return the handle to bind. A
+    registry has one handle: installing again returns it (a second Server on the registry
+    then fails to bind it, see ``LateBound.set``)."""
+    installed = _HANDLES.get(registry)
+    if installed is not None:
+        return installed
     handle: LateBound[ServerPort] = LateBound("the spawn_agent tool's server handle")
 
     @tool
@@ -105,7 +116,7 @@ def install(registry: ToolRegistry) -> LateBound[ServerPort]:
 
     registry.register(spawn_agent)
     registry.register(spawn_worker)
-    registry.spawn_handle = handle  # type: ignore[attr-defined]
+    _HANDLES[registry] = handle
     return handle
 
 

@@ -22,10 +22,14 @@ import ctypes
 import signal
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType, TracebackType
 
 #: how long ``__exit__`` waits for a signal it sent to arrive
 LATE_SIGNAL_WAIT = 0.2
+
+#: a SIGINT handler as ``signal.signal`` returns and takes it (None: one not set from Python)
+Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
 
 
 class Interrupter:
@@ -43,7 +47,7 @@ class Interrupter:
         self._received = 0
         self._thread = 0
         self._signals = False
-        self._previous: object = None
+        self._previous: Handler = None
         self._timer: threading.Timer | None = None
 
     def __enter__(self) -> Interrupter:
@@ -98,4 +102,4 @@ class Interrupter:
             deadline = time.monotonic() + LATE_SIGNAL_WAIT
             while self._sent > self._received and time.monotonic() < deadline:
                 time.sleep(0.005)  # a signal in flight arrives here, where it is ignored
-            signal.signal(signal.SIGINT, self._previous)  # type: ignore[arg-type]
+            signal.signal(signal.SIGINT, self._previous)

@@ -170,9 +170,11 @@ class Trigger:
     at: datetime | None = None
 
     def first_fire(self, now: datetime) -> datetime:
-        if self.kind == "once":
-            return self.at  # type: ignore[return-value]
-        return self.next_fire(now, now)  # type: ignore[return-value]
+        """The first fire: a once trigger's time, else the first tick after ``now``."""
+        first = self.at if self.kind == "once" else self.next_fire(now, now)
+        if first is None:  # parse_trigger makes none such: a once has its time, a cron line fires
+            raise _bad(self.text, "it never fires")
+        return first
 
     def next_fire(self, due: datetime, now: datetime) -> datetime | None:
         """The fire after the one due at ``due``; never a time at or before ``now``."""
@@ -182,7 +184,9 @@ class Trigger:
             step = timedelta(seconds=self.interval or 0)
             nxt = due + step
             return nxt if nxt > now else now + step
-        return self.cron.next_after(max(due, now))  # type: ignore[union-attr]
+        if self.cron is None:  # parse_trigger gives every cron trigger its parsed line
+            raise _bad(self.text, "a cron trigger needs its parsed line")
+        return self.cron.next_after(max(due, now))
 
     def describe(self) -> str:
         return self.text
