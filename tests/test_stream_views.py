@@ -182,3 +182,23 @@ def test_a_key_in_streamed_text_is_masked_in_the_widget_the_static_output_and_th
         view.close()
 
     asyncio.run(scenario())
+
+
+def test_a_500_delta_stream_sends_the_open_widget_at_most_20_updates_a_second(store, clock_loop):
+    """Issue 32: whatever the token rate, a view's widget is sent at most ~20 updates a second,
+    each one message with the partial reply (the tail), not the rows."""
+    sid = store.create_session("calc")
+    hub = StreamHub()
+    view = live_view(store, hub, clock_loop, sid)
+    sent: list[dict] = []
+    view.widget.send = sent.append  # the page's widget is open; record what goes on its comm
+    ack = store.append(sid, EntryType.ACK, "calc", "calc is working")
+    for i in range(500):  # 500 deltas over 1 s of the view's clock
+        hub.delta(sid, ack.id, f"t{i} ")
+        clock_loop.advance(0.002)
+    clock_loop.advance(view.interval)
+    assert view.stats.stream_events == 500
+    assert 5 <= len(sent) <= 20 + 2, len(sent)  # ~10 a second (interval 0.1 s), never one per delta
+    assert sum("tail" in m for m in sent) >= 5 and "t499 " in sent[-1]["tail"]
+    assert all(len(m.get("rows", {}).get("set", {})) <= 1 for m in sent)  # the Ack's row once, not the list
+    view.close()
