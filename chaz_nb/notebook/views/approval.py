@@ -41,7 +41,7 @@ _VERBS = {
 }
 _MARKS = {"approve": "✓", "approve_all": "✓", "deny": "✗", "timed_out": "⌛"}
 
-_CSS = (
+CARD_CSS = (
     "<style>"
     ".chaz-ap{font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;"
     "border:1px solid var(--jp-border-color2,#ccc);border-left:4px solid var(--jp-warn-color1,#e0a000);"
@@ -423,7 +423,7 @@ def card_html(
     risk = str(info.get("risk_level") or "")
     risk_cls = "chaz-ap-risk-" + "".join(c for c in risk if c.isalpha())
     parts = [
-        _CSS,
+        CARD_CSS,
         f"<div class='chaz-ap{' chaz-ap-done' if decision is not None else ''}'>",
         f"⚠ <b>{_esc(info.get('agent'))}</b> wants to run <b>{_esc(info.get('tool_name'))}</b> "
         f"<span class='{_esc(risk_cls)}'>risk {_esc(risk)}</span> "

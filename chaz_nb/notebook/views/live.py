@@ -59,7 +59,7 @@ def anywidget_semver() -> str:
 @functools.lru_cache(maxsize=1)
 def _front_end() -> tuple[str, str]:
     """The ESM and the CSS (the transcript's look, the card's and the view's own)."""
-    from .approval import _CSS as CARD_CSS
+    from .approval import CARD_CSS
     from .look import TRANSCRIPT_CSS
 
     def bare(css: str) -> str:
@@ -78,7 +78,7 @@ def widget_class() -> type:
     esm, css = _front_end()
     semver = anywidget_semver()
 
-    class SessionWidget(ipywidgets.DOMWidget):  # type: ignore[misc]
+    class SessionWidget(ipywidgets.DOMWidget):
         """One live session view (see the module docstring)."""
 
         _model_name = traitlets.Unicode("AnyModel").tag(sync=True)

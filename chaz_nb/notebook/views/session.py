@@ -16,10 +16,11 @@ timer: at most one flush per ``interval`` (100 ms) renders the queued entries in
 widget, so a burst of thousands of entries a second costs a few comm messages a second and
 no entry is dropped. A flush sends one message with only the rows it added or changed (and
 the header, status line, cards or Stop row if they changed); a view that goes idle in that
-flush sends none (its output becomes the static form and the widget closes). The static bundle is refreshed through the display_id at most every
-``static_interval`` seconds while the session runs, and once more when it goes idle; then the
-view unsubscribes. Nothing here prints: output from background callbacks goes through the
-widget or the display_id only (stdout would land in whichever cell happens to run).
+flush sends none (its output becomes the static form and the widget closes). The static
+bundle is refreshed through the display_id at most every ``static_interval`` seconds while
+the session runs, and once more when it goes idle; then the view unsubscribes. Nothing here
+prints: output from background callbacks goes through the widget or the display_id only
+(stdout would land in whichever cell happens to run).
 
 Streaming: with ``streams`` (the Server's ``subscribe_stream``) the view also follows the
 reply text of the session's run as the model writes it. That text is not an entry: a stream
@@ -47,7 +48,6 @@ Every string that comes from an agent, a tool or a user passes through ``html.es
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 import time

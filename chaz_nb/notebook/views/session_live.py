@@ -44,9 +44,9 @@ class LiveRows:
         from .live import LiveWidget
 
         self._row_html: list[str] = []
-        self.earlier_line: Any
+        earlier = esc(self.earlier_line())  # type: ignore[attr-defined]
         self.live = LiveWidget(
-            {"head": "", "earlier": esc(self.earlier_line()), "rows": [], "cards": {}, "tail": "", "stop": None,
+            {"head": "", "earlier": earlier, "rows": [], "cards": {}, "tail": "", "stop": None,
              "footer": f"<div class='chaz-footer'>{esc(self.footer)}</div>" if self.footer else ""},
             self._on_event, loop=self._loop,
         )
