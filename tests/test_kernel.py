@@ -98,7 +98,8 @@ def test_widget_updates_reach_iopub_as_comm_messages(kernel):
     r = kernel.run("%chaz @sleeper wake me")
     opens = r.of("comm_open")
     # the view's one widget: each update is a custom message with the rows it added or changed
-    updates = [m["content"]["data"]["content"] for m in r.of("comm_msg") if m["content"]["data"].get("method") == "custom"]
+    updates = [m["content"]["data"]["content"] for m in r.of("comm_msg")
+               if m["content"]["data"].get("method") == "custom"]
     assert opens and updates
     values = " ".join(str(row) for u in updates for row in u.get("rows", {}).get("set", {}).values())
     assert "chaz-tool-name'>nap<" in values  # the tool row, live while the tool sleeps
