@@ -1,10 +1,12 @@
-"""The approval widget: one open ApprovalRequest, with Approve / Deny / Approve-all buttons.
+"""The approval card: one open ApprovalRequest, with Approve / Deny / Approve-all / Edit.
 
-Shown in the live session stream (``SessionView``) for each ApprovalRequest, hence in the
-output of the cell whose run parked on it; ``%chaz approve/deny`` and the JupyterLab sidebar
-decide the same requests. The widget follows the store: whoever decides (a click here, a
-cell, the sidebar, the timeout), the matching ApprovalDecision disables the buttons and the
-widget says what was decided and by whom.
+Inside a live session view (``SessionView``), hence in the output of the cell whose run parked
+on it, the card is drawn by the view's one widget (session_live.py, static/session.js) and
+``ApprovalWidget(widget=False)`` is its kernel side: what a click decides, and the decision
+followed in the store. ``%chaz approve/deny`` and the JupyterLab sidebar decide the same
+requests; whoever decides (a click, a cell, the sidebar, the timeout), the matching
+ApprovalDecision disables the buttons and the card says what was decided and by whom. With
+``widget=True`` the card is an ipywidgets box of its own.
 
 Like the session view it is displayed as one MIME bundle: the live widget where a widget
 manager exists, plus ``text/plain`` and ``text/html`` (a static card) everywhere else. Every
