@@ -139,18 +139,21 @@ async def test_session_view_shows_one_card_under_the_call_it_gates(store):
                 view.on_update, server.store.subscribe, what="the approval widget")
     view.flush()
     [aw] = view._approval_widgets.values()
-    children = list(view.widget.children)
-    # the card comes right after the chunk that holds the deploy row, before the status line
-    at = children.index(aw.widget)
-    assert "deploy" in children[at - 1].value and "waiting for approval" in children[at - 1].value
-    assert children[at - 1].value.count("chaz-ap") == 0  # the live card is not drawn twice
+    state = view.widget.chaz_state  # what the page's one widget draws
+    # the card sits right under the row of the deploy call (session.js draws it after that row)
+    card = state["cards"][aw.request_id]
+    gated = state["rows"][card["row"]]
+    assert "deploy" in gated and "waiting for approval" in gated
+    assert "".join(state["rows"]).count("chaz-ap") == 0  # the live card is not drawn twice
+    assert "deploy" in card["html"] and not card["done"]
     text = view.text()
     assert text.count("approval needed") == 1  # one card
     assert "asks to run" not in text and "waiting for a person" not in text
     [row] = [line for line in text.splitlines() if "⚙ deploy(" in line]
     assert row.endswith("· waiting for approval")
     assert text.index("⚙ deploy(") < text.index("approval needed")
-    aw.buttons["approve"].click()
+    view.frontend_event("decide", request_id=aw.request_id, decision="approve")  # the card's Approve
+    assert state["cards"][aw.request_id]["done"]  # the card says so at once (buttons disabled)
     await handle.wait()
     await until(lambda: not view.following, view.on_update, what="the view to finish")
     text = view.text()

@@ -43,9 +43,11 @@ def test_waiting_cell_stops_at_the_park_and_a_later_cell_decides(kernel):
     # the view says it (the tool row waits, the card says how to decide); stdout says nothing
     assert "⚠ session" not in r.stdout
     assert "· waiting for approval" in r.texts()[-1] and "%chaz approve last" in r.texts()[-1]
-    # the live view carries the approval widget's buttons
-    opens = [m["content"]["data"]["state"] for m in r.of("comm_open")]
-    assert any(s.get("description") == "Approve" for s in opens)
+    # the live view's one widget carries the card (session.js draws its buttons)
+    assert len([m for m in r.of("comm_open") if "cards" in m["content"]["data"]["state"]]) == 1  # one view widget
+    cards = [m["content"]["data"]["content"]["cards"] for m in r.of("comm_msg")
+             if "cards" in m["content"]["data"].get("content", {})]
+    assert len(cards) == 1 and len(cards[0]) == 1
     assert any("approval needed" in t for t in r.texts())
     r = kernel.run("print(chaz_nb.current().pending_approvals()[0]['arguments_display'])")
     assert r.stdout.strip() == "{'target': 'prod', 'token': '••••••'}"
@@ -63,11 +65,13 @@ def test_waiting_cell_stops_at_the_park_and_a_later_cell_decides(kernel):
 def test_a_button_click_after_the_cell_resumes_the_run(kernel):
     r = kernel.run("%chaz @ops ship it again")
     assert "· waiting for approval" in r.texts()[-1]
-    approve = [m for m in r.of("comm_open") if m["content"]["data"]["state"].get("description") == "Approve"]
-    comm_id = approve[-1]["content"]["comm_id"]
-    # what the frontend sends when the button is clicked
+    [view] = [m for m in r.of("comm_open") if "cards" in m["content"]["data"]["state"]]
+    comm_id = view["content"]["comm_id"]
+    [rid] = [rid for m in r.of("comm_msg") for rid in m["content"]["data"].get("content", {}).get("cards", {})]
+    # what session.js sends when the card's Approve is clicked (model.send)
+    event = {"event": "decide", "request_id": rid, "decision": "approve", "reason": None}
     msg = kernel.kc.session.msg(
-        "comm_msg", {"comm_id": comm_id, "data": {"method": "custom", "content": {"event": "click"}}}
+        "comm_msg", {"comm_id": comm_id, "data": {"method": "custom", "content": event}}
     )
     kernel.kc.shell_channel.send(msg)
     # the click is handled before the next cell (one shell channel); this cell waits for the run

@@ -57,7 +57,7 @@ def test_the_stop_button_of_a_turns_view_stops_its_parked_run(chaz, parked, caps
 
     [view] = [v for v in extension._state.views if v.session_id == parked and v.following]
     assert view.stop_button.visible  # parked on the approval: the run can be stopped
-    view.stop_button.button.click()
+    view.frontend_event("stop")  # the page's Stop button
     run_sync(until(lambda: not chaz.is_busy(parked) and not view.following, chaz.store.subscribe, view.on_update,
                    what="the stopped run's end"), extension._state.loop)
     assert chaz.store.latest(parked).payload["status"] == "cancelled"

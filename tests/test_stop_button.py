@@ -44,9 +44,10 @@ def live_view(server: Server, session_id: int) -> SessionView:
 async def click_and_wait_for_the_end(server: Server, view: SessionView, session_id: int):
     button = view.stop_button
     await until(lambda: button.visible, view.on_update, what="the Stop row of the running session")
-    assert button.visible and not button.button.disabled
-    button.button.click()
-    assert button.button.disabled  # one click is one stop request
+    assert button.visible and not button.disabled
+    assert view.widget.chaz_state["stop"]["shown"]  # the page's Stop row is drawn
+    view.frontend_event("stop")  # the page's Stop button (model.send), handled as the widget's comm does
+    assert button.disabled  # one click is one stop request
     await until(lambda: not view.following and server.session_status(session_id) == "idle",
                 server.store.subscribe, view.on_update, what="the stopped run's end")
     return button
@@ -68,7 +69,7 @@ async def test_clicking_stop_ends_a_run_waiting_on_a_slow_model_call(store, mode
     assert (stopped.session_id, stopped.run_id, stopped.was) == (s, ack.id, "running")
     assert closing.payload["status"] == "cancelled" and closing.payload["stopped_by"] == "user"
     assert await handle.wait() is None
-    assert not button.visible and button.button.disabled  # the run is over: no Stop row
+    assert not button.visible and button.disabled  # the run is over: no Stop row
     assert view.text().splitlines()[-1] == "■ w was stopped by user"  # not "w is working…"
     assert "Stop" not in view.html()  # the static form has no button
 
@@ -101,16 +102,16 @@ def test_a_click_when_nothing_runs_says_so_and_a_failing_stop_is_one_line():
 
     button = StopButton(nothing, 7)
     button.show(True)
-    button.button.click()
-    assert calls == [(7, "user")] and "nothing was running" in button.note.value
+    button.click()
+    assert calls == [(7, "user")] and "nothing was running" in button.note
 
     def broken(session_id, by):
         raise RuntimeError("no session 7 <b>")
 
     failing = StopButton(broken, 7)
-    failing.button.click()  # never raises into the widget's comm
-    assert "could not stop: no session 7 &lt;b&gt;" in failing.note.value
-    assert not failing.button.disabled  # the person may try again
+    failing.click()  # never raises into the widget's comm
+    assert "could not stop: no session 7 &lt;b&gt;" in failing.note
+    assert not failing.disabled  # the person may try again
     button.close()
     failing.close()
 
@@ -120,16 +121,17 @@ def test_a_waiting_cells_stop_row_says_when_a_click_acts_until_a_frontend_says_h
 
     button = StopButton(lambda sid, by: [], 7)
     try:
-        assert "chaz-stop-session-7" in button.button._dom_classes  # the lab extension reads it
-        assert button.note.value == "" and "wait" not in button.button.tooltip
+        assert "chaz-stop-session-7" in button.classes  # the lab extension reads it
+        assert button.state()["session"] == 7  # session.js puts it in the button's class
+        assert button.note == "" and "wait" not in button.tip
         button.set_waiting(True)
-        assert "Stop acts when this cell stops waiting" in button.note.value
-        assert "when the cell's wait ends" in button.button.tooltip
+        assert "Stop acts when this cell stops waiting" in button.note
+        assert "when the cell's wait ends" in button.tip
         sb.set_control_delivery(True)  # chaz_stop_hello: clicks act during the wait
-        assert button.note.value == "" and "wait" not in button.button.tooltip
+        assert button.note == "" and "wait" not in button.tip
         sb.set_control_delivery(False)
         button.set_waiting(False, interrupted=True)
-        assert "stopped waiting: the run goes on" in button.note.value
+        assert "stopped waiting: the run goes on" in button.note
         assert sb.live_buttons(7) == [button]
     finally:
         sb.set_control_delivery(False)

@@ -55,20 +55,25 @@ def control(kernel: Kernel, msg_type: str, content: dict, timeout: float = 10) -
 
 
 def streaming_in(msg_id: str):
-    """The waiting cell's view shows streamed words (the run is in the model call)."""
+    """The waiting cell's view shows streamed words (the run is in the model call): an update
+    of the view's one widget (a custom message with what changed, views/live.py)."""
     return lambda m: (
         m["parent_header"].get("msg_id") == msg_id
         and m["msg_type"] == "comm_msg"
-        and "once3 " in str(m["content"]["data"].get("state", {}).get("value", ""))
+        and "once3 " in str(m["content"]["data"].get("content", {}).get("tail", ""))
     )
 
 
 def stop_row_note(msgs: list[dict]) -> list[str]:
-    return [
-        str(m["content"]["data"]["state"]["value"])
-        for m in msgs
-        if m["msg_type"] == "comm_msg" and "chaz-st" in str(m["content"]["data"].get("state", {}).get("value", ""))
-    ]
+    """The Stop row's notes the view's widget was sent (at its open, or in an update)."""
+    notes = []
+    for m in msgs:
+        data = m["content"].get("data") or {}
+        stop = (data.get("state") or {}).get("stop") if m["msg_type"] == "comm_open" else (
+            (data.get("content") or {}).get("stop") if m["msg_type"] == "comm_msg" else None)
+        if isinstance(stop, dict):
+            notes.append(str(stop.get("note", "")))
+    return notes
 
 
 def test_a_stop_request_on_control_stops_the_run_a_waiting_cell_waits_for(kernel):

@@ -71,7 +71,7 @@ def test_streamed_text_is_escaped_in_the_widget_and_the_static_output(store):
         hub.delta(sid, ack.id, "look: ")
         hub.delta(sid, ack.id, EVIL)
         await until(lambda: view.transcript.partial is not None, view.on_update, what="the partial reply")
-        assert EVIL not in view._status_widget.value and "&lt;script&gt;" in view._status_widget.value
+        assert EVIL not in view.live.state["tail"] and "&lt;script&gt;" in view.live.state["tail"]
         assert EVIL not in view.html() and "look: &lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in view.html()
         assert f"calc: look: {EVIL} …" in view.text()  # plain text is not HTML
         assert view.bundle()[MIME_TYPE]["stream"] == {"run_id": ack.id, "sender": "calc", "text": "look: " + EVIL}
@@ -93,7 +93,7 @@ def test_the_reply_entry_replaces_the_partial_block(store):
         await until(lambda: view.transcript.rows, view.on_update, what="the reply row")
         assert view.transcript.partial is None and "stream" not in view.bundle()[MIME_TYPE]
         assert "half a rep<" not in view.html() and "half a reply, whole now" in view.html()
-        assert "chaz-partial" not in view._status_widget.value
+        assert "chaz-partial" not in view.live.state["tail"]
         view.close()
         assert not hub._listeners[sid]  # the view stopped following the stream too
 
@@ -176,9 +176,29 @@ def test_a_key_in_streamed_text_is_masked_in_the_widget_the_static_output_and_th
         hub.delta(sid, ack.id, "the key is sk-proj-")
         hub.delta(sid, ack.id, key[len("sk-proj-"):] + " ok")
         await until(lambda: view.transcript.partial is not None, view.on_update, what="the partial reply")
-        shown = [view._status_widget.value, view.html(), view.text(), str(view.bundle()[MIME_TYPE]["stream"])]
+        shown = [view.live.state["tail"], view.html(), view.text(), str(view.bundle()[MIME_TYPE]["stream"])]
         for out in shown:
             assert key not in out and "[REDACTED]" in out, out
         view.close()
 
     asyncio.run(scenario())
+
+
+def test_a_500_delta_stream_sends_the_open_widget_at_most_20_updates_a_second(store, clock_loop):
+    """Issue 32: whatever the token rate, a view's widget is sent at most ~20 updates a second,
+    each one message with the partial reply (the tail), not the rows."""
+    sid = store.create_session("calc")
+    hub = StreamHub()
+    view = live_view(store, hub, clock_loop, sid)
+    sent: list[dict] = []
+    view.widget.send = sent.append  # the page's widget is open; record what goes on its comm
+    ack = store.append(sid, EntryType.ACK, "calc", "calc is working")
+    for i in range(500):  # 500 deltas over 1 s of the view's clock
+        hub.delta(sid, ack.id, f"t{i} ")
+        clock_loop.advance(0.002)
+    clock_loop.advance(view.interval)
+    assert view.stats.stream_events == 500
+    assert 5 <= len(sent) <= 20 + 2, len(sent)  # ~10 a second (interval 0.1 s), never one per delta
+    assert sum("tail" in m for m in sent) >= 5 and "t499 " in sent[-1]["tail"]
+    assert all(len(m.get("rows", {}).get("set", {})) <= 1 for m in sent)  # the Ack's row once, not the list
+    view.close()

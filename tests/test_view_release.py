@@ -67,12 +67,12 @@ def test_a_parked_view_keeps_its_card_and_stop_until_the_decision_then_lets_go(c
     # a person is asked: the view is live, its card's buttons and its Stop row work
     assert view.following and view.widget is not None
     [card] = view._approval_widgets.values()
-    assert card.widget is not None and not card.decided
-    assert view.stop_button is not None and view.stop_button.visible and not view.stop_button.button.disabled
+    assert card.request_id in view.widget.chaz_state["cards"] and not card.decided  # drawn in the one widget
+    assert view.stop_button is not None and view.stop_button.visible and not view.stop_button.disabled
     assert live_widgets() > before
     assert WIDGET_MIME in outputs[-1][0]
 
-    card.buttons["approve"].click()  # the person decides in the card
+    view.frontend_event("decide", request_id=card.request_id, decision="approve")  # the card's Approve
     ip.run_line_magic("chaz", f"wait {sid}")  # the run is over
     assert chaz.session_status(sid) == "idle"
     assert live_widgets() == before
@@ -82,7 +82,7 @@ def test_a_parked_view_keeps_its_card_and_stop_until_the_decision_then_lets_go(c
     assert "wipe" in parked_cell["text/html"]
 
 
-def test_a_turn_opens_no_layout_or_style_of_its_own_but_the_stop_rows(chaz, monkeypatch):
+def test_a_turn_makes_one_widget_and_no_layout_or_style_of_its_own(chaz, monkeypatch):
     from ipywidgets import Layout, Widget
     from ipywidgets.widgets.widget_style import Style
 
@@ -91,7 +91,8 @@ def test_a_turn_opens_no_layout_or_style_of_its_own_but_the_stop_rows(chaz, monk
     monkeypatch.setattr(Widget, "_widget_construction_callback", made.append)
     ip.run_line_magic("chaz", "@assistant hello")
     looks = [type(w).__name__ for w in made if isinstance(w, (Layout, Style))]
-    assert looks == ["Layout"], looks  # the Stop row's: it is shown and hidden
+    assert looks == [], looks  # the view's one widget uses the kernel's shared Layout
+    assert [type(w).__name__ for w in made] == ["SessionWidget"]  # rows, cards and Stop: one widget
 
 
 def test_a_shared_look_that_was_closed_is_made_again_and_never_closed_with_a_view():

@@ -236,6 +236,7 @@ def test_a_burst_of_1000_entries_a_second_is_batched_and_nothing_is_dropped(stor
     status = FakeStatus("running")
     try:
         view = SessionView(store, sid, status=status, loop=loop, follow=True)
+        assert view.widget is not None  # shown: its comm is open, each flush sends
         async def writer():
             for i in range(1000):
                 store.append(sid, EntryType.MESSAGE, "user" if i % 2 else "calc", f"m{i} {EVIL}")
@@ -252,10 +253,10 @@ def test_a_burst_of_1000_entries_a_second_is_batched_and_nothing_is_dropped(stor
         # about one flush per 100 ms, not one per entry
         assert view.stats.flushes <= (elapsed + 0.3) / view.interval * 1.5 + 5, (elapsed, view.stats)
         assert view.stats.flushes < 1000 / 10
-        # each flush re-sends only the chunks it changed, each a bounded size
-        assert view.stats.widget_sends <= 3 * view.stats.flushes + 20
-        assert view.stats.max_send_chars < 50 * 400
-        rendered = "".join(c.widget.value for c in view._chunks)
+        # each flush sends one message with only the rows it added (the one widget's model)
+        assert 0 < view.stats.widget_sends <= view.stats.flushes
+        assert view.stats.max_send_chars < 1000 * 400 / 5
+        rendered = "".join(view.widget.chaz_state["rows"])
         assert rendered.count("data-type='Message'") == 1000
         assert "<script" not in rendered
         status.value = "idle"
@@ -445,22 +446,22 @@ def test_the_show_earlier_button_loads_the_previous_page_into_the_live_view(stor
         view = SessionView(store, sid, status=FakeStatus("running"), loop=loop, follow=True, page=1)
         # the page holds only the result: a row of its own until its call is loaded
         assert [r.kind for r in view.transcript.rows] == ["tool"] and view.transcript.rows[0].entry.seq == 120
-        row = view.widget.children[0]
-        assert row is view._earlier_row
-        assert "119 earlier entries" in row.children[1].value
-        view._earlier_button.click()
+        state = view.widget.chaz_state  # what the page's one widget draws
+        assert "119 earlier entries" in state["earlier"]
+        view.frontend_event("earlier")  # the page's "show earlier" button
         assert [e.seq for e in view.transcript.entries] == [119, 120]
         assert len(view.transcript.rows) == 1 and view.transcript.rows[0].result.seq == 120  # folded again
         view.page = 50
-        view._earlier_button.click()
+        view.frontend_event("earlier")
         assert [e.seq for e in view.transcript.entries] == list(range(69, 121))
-        assert "68 earlier entries" in view._earlier_widget.value
-        html = "".join(c.value for c in view.widget.children if hasattr(c, "value"))
+        assert "68 earlier entries" in state["earlier"]
+        html = "".join(state["rows"])
+        assert len(state["rows"]) == len(view.transcript.rows)
         assert "m69 &lt;script&gt;" in html and "<script" not in html
-        view._earlier_button.click()
-        view._earlier_button.click()
+        view.frontend_event("earlier")
+        view.frontend_event("earlier")
         assert [e.seq for e in view.transcript.entries] == list(range(1, 121)) and view.earlier == 0
-        assert view._earlier_row not in view.widget.children  # nothing left to load
+        assert state["earlier"] == ""  # nothing left to load: the row is hidden
         store.append(sid, EntryType.MESSAGE, "calc", "live again")  # live entries still follow
         loop.run_until_complete(until(lambda: len(view.transcript.entries) == 121, view.on_update,
                                       what="the live entry"))
@@ -492,8 +493,8 @@ def test_a_paged_view_escapes_every_agent_string_in_its_earlier_line_rows_and_wi
         view = SessionView(store, sid, status=FakeStatus("running"), loop=loop, follow=True, page=30,
                            title=EVIL, footer=EVIL)
         view.show_earlier()
-        values = [c.value for c in view.widget.children if hasattr(c, "value")]
-        values += [c.value for c in view._earlier_row.children if hasattr(c, "value")]
+        state = view.widget.chaz_state
+        values = [*state["rows"], state["earlier"], state["head"], state["footer"], state["tail"]]
         for html in [view.html(), *values]:
             assert "<script" not in html
         assert "&lt;script&gt;" in view.html() and view.html().count("&lt;script&gt;alert") >= 60
@@ -583,7 +584,7 @@ def test_the_live_widget_has_the_same_frame_and_header_as_the_finished_view(stor
     try:
         view = SessionView(store, sid, status=FakeStatus("running"), loop=loop, follow=True, cell=True)
         assert "chaz-session-view" in view.widget._dom_classes  # the frame (.chaz-transcript's look)
-        head = view._header_widget.value
+        head = view.widget.chaz_state["head"]
         assert "<div class='chaz-header'><span class='chaz-title'>Session" in head
         assert "<span class='chaz-status chaz-status-running'>running</span>" in head
         assert "<span class='chaz-count'>0 entries in this cell</span>" in head

@@ -308,8 +308,9 @@ def test_approvals_notebook_from_sidebar(lab):
     card.locator(".chaz-reason").fill("not from the e2e test")
     card.locator(".chaz-deny").click()
     _wait(lambda: cards.count() == 0, timeout=60, what="the approvals to be consumed")
-    # the waiting cell's view ends as the static transcript, drawn by the chaz renderer
-    transcript = waiting.locator(".chaz-transcript")
+    # the waiting cell's view ends as the static transcript, drawn by the chaz renderer (the
+    # live view's one widget draws .chaz-transcript parts of its own until then)
+    transcript = waiting.locator(".chaz-session-output .chaz-transcript")
     transcript.wait_for(timeout=60_000)
     _wait(lambda: transcript.locator(".chaz-status").inner_text() == "idle", timeout=60, what="the cell idle")
     # the run is over: within a moment the sidebar says idle too, and its Stop is gone (no write

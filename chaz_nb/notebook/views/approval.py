@@ -1,10 +1,12 @@
-"""The approval widget: one open ApprovalRequest, with Approve / Deny / Approve-all buttons.
+"""The approval card: one open ApprovalRequest, with Approve / Deny / Approve-all / Edit.
 
-Shown in the live session stream (``SessionView``) for each ApprovalRequest, hence in the
-output of the cell whose run parked on it; ``%chaz approve/deny`` and the JupyterLab sidebar
-decide the same requests. The widget follows the store: whoever decides (a click here, a
-cell, the sidebar, the timeout), the matching ApprovalDecision disables the buttons and the
-widget says what was decided and by whom.
+Inside a live session view (``SessionView``), hence in the output of the cell whose run parked
+on it, the card is drawn by the view's one widget (session_live.py, static/session.js) and
+``ApprovalWidget(widget=False)`` is its kernel side: what a click decides, and the decision
+followed in the store. ``%chaz approve/deny`` and the JupyterLab sidebar decide the same
+requests; whoever decides (a click, a cell, the sidebar, the timeout), the matching
+ApprovalDecision disables the buttons and the card says what was decided and by whom. With
+``widget=True`` the card is an ipywidgets box of its own.
 
 Like the session view it is displayed as one MIME bundle: the live widget where a widget
 manager exists, plus ``text/plain`` and ``text/html`` (a static card) everywhere else. Every
@@ -41,7 +43,7 @@ _VERBS = {
 }
 _MARKS = {"approve": "✓", "approve_all": "✓", "deny": "✗", "timed_out": "⌛"}
 
-_CSS = (
+CARD_CSS = (
     "<style>"
     ".chaz-ap{font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;"
     "border:1px solid var(--jp-border-color2,#ccc);border-left:4px solid var(--jp-warn-color1,#e0a000);"
@@ -423,7 +425,7 @@ def card_html(
     risk = str(info.get("risk_level") or "")
     risk_cls = "chaz-ap-risk-" + "".join(c for c in risk if c.isalpha())
     parts = [
-        _CSS,
+        CARD_CSS,
         f"<div class='chaz-ap{' chaz-ap-done' if decision is not None else ''}'>",
         f"⚠ <b>{_esc(info.get('agent'))}</b> wants to run <b>{_esc(info.get('tool_name'))}</b> "
         f"<span class='{_esc(risk_cls)}'>risk {_esc(risk)}</span> "

@@ -1,10 +1,11 @@
-"""The session view: a live entry stream (ipywidgets) plus a static transcript.
+"""The session view: a live entry stream (one widget) plus a static transcript.
 
 One ``SessionView`` shows the entries of one session (optionally only those after a given
 ``seq``, e.g. one turn). It is displayed once, with a ``display_id``, as a single MIME bundle:
 
 - ``application/vnd.jupyter.widget-view+json``: the live view, where a kernel and a widget
-  manager exist;
+  manager exist: ONE widget (an anywidget, live.py and session_live.py) whose model is the
+  list of rows, with the approval cards and the Stop row;
 - ``application/vnd.chaz.session+json``: the entries shown, as data, for the chaz JupyterLab
   renderer;
 - ``text/html`` and ``text/plain``: a static transcript, for saved notebooks, nbval, GitHub,
@@ -13,11 +14,13 @@ One ``SessionView`` shows the entries of one session (optionally only those afte
 Live updates come from the store's on_write callback, which only queues the entry and arms a
 timer: at most one flush per ``interval`` (100 ms) renders the queued entries into the
 widget, so a burst of thousands of entries a second costs a few comm messages a second and
-no entry is dropped. Rows live in chunk widgets of ``chunk_rows`` rows; a flush re-sends only
-the chunks it changed. The static bundle is refreshed through the display_id at most every
-``static_interval`` seconds while the session runs, and once more when it goes idle; then the
-view unsubscribes. Nothing here prints: output from background callbacks goes through the
-widget or the display_id only (stdout would land in whichever cell happens to run).
+no entry is dropped. A flush sends one message with only the rows it added or changed (and
+the header, status line, cards or Stop row if they changed); a view that goes idle in that
+flush sends none (its output becomes the static form and the widget closes). The static
+bundle is refreshed through the display_id at most every ``static_interval`` seconds while
+the session runs, and once more when it goes idle; then the view unsubscribes. Nothing here
+prints: output from background callbacks goes through the widget or the display_id only
+(stdout would land in whichever cell happens to run).
 
 Streaming: with ``streams`` (the Server's ``subscribe_stream``) the view also follows the
 reply text of the session's run as the model writes it. That text is not an entry: a stream
@@ -45,7 +48,6 @@ Every string that comes from an agent, a tool or a user passes through ``html.es
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 import time
@@ -56,8 +58,8 @@ from collections.abc import Callable
 
 from ...core.redaction import redact
 from .base import LiveView
-from .display import OUTPUT_METADATA, WIDGET_MIME, clip_json, close_widget, plain
-from .display import esc as _esc
+from .display import OUTPUT_METADATA, WIDGET_MIME, clip_json
+from .session_live import LiveRows
 from .transcript import (  # noqa: F401 - re-exported: the pure transcript lives there
     DETAIL_CHARS,
     SUMMARY_CHARS,
@@ -69,7 +71,6 @@ from .transcript import (  # noqa: F401 - re-exported: the pure transcript lives
     render_html,
     render_text,
 )
-from .look import TRANSCRIPT_CSS as _CSS
 from .look import count_label, header_html
 from .transcript import entry_type as _type
 
@@ -85,14 +86,6 @@ DEFAULT_PAGE = 50
 
 # ----------------------------------------------------------------- the view
 @dataclass
-class _Chunk:
-    widget: Any
-    start: int
-    rows: int = 0
-    card: Any = None  # the live ApprovalWidget of the chunk's last row (a chunk ends at a card)
-
-
-@dataclass
 class _Stats:
     flushes: int = 0
     static_updates: int = 0
@@ -104,7 +97,7 @@ class _Stats:
     stream_updates: int = 0  # widget updates they caused (throttled)
 
 
-class SessionView(LiveView):
+class SessionView(LiveRows, LiveView):
     """A view of one session: live widget + static transcript, one display_id.
 
     ``store``: a SessionStore (``subscribe``, ``entries``, ``session``). ``status``: a
@@ -127,7 +120,6 @@ class SessionView(LiveView):
         static_interval: float = 1.0,
         stream_static_interval: float = 0.25,
         streams: Callable[[int, Callable[[Any], None]], Callable[[], None]] | None = None,
-        chunk_rows: int = 50,
         widget: bool = True,
         title: str | None = None,
         approvals: Any = None,
@@ -143,6 +135,7 @@ class SessionView(LiveView):
         #: the Server's ``request_stop``: with it, the live view has a Stop button (stop_button.py)
         self._stop_request = stop
         self.stop_button: Any = None  # a StopButton while the live widget exists
+        self.live: Any = None  # the LiveWidget (live.py): the one widget's state
         #: the Server: with it, each open ApprovalRequest gets an ApprovalWidget in the live view
         self.approvals = approvals
         self._approval_widgets: dict[str, Any] = {}
@@ -157,7 +150,6 @@ class SessionView(LiveView):
         self._streams = streams
         self._unsubscribe_stream: Callable[[], None] | None = None
         self._stream_event: Any = None  # the newest stream event not rendered yet
-        self.chunk_rows = max(1, chunk_rows)
         self.title = title
         #: a last line (a turn's view says where the whole log is: ``%chaz log N``)
         self.footer = footer
@@ -181,20 +173,12 @@ class SessionView(LiveView):
         self._finished = False
         self._unsubscribe: Callable[[], None] | None = None
         self._last_seq = after_seq
-        self._chunks: list[_Chunk] = []
-        self._box: Any = None
-        self._status_widget: Any = None
-        self._header_widget: Any = None
-        self._footer_widget: Any = None
         #: entries per page (None: the whole log at once); ``before_seq``: a window ending there
         self.page = None if page is None else max(1, int(page))
         self.before_seq = before_seq
         #: the first seq shown and how many entries (after ``after_seq``) come before it
         self.first_seq: int | None = None
         self.earlier = 0
-        self._earlier_widget: Any = None
-        self._earlier_button: Any = None
-        self._earlier_row: Any = None
 
         if follow or (follow is None and self.status() != "idle"):
             self._subscribe()
@@ -296,8 +280,9 @@ class SessionView(LiveView):
         for entry in [*older, *shown]:
             self.transcript.add(entry)
         self.transcript.partial = partial
-        if self._box is not None:
+        if self.live is not None:
             self._rebuild_rows()
+            self._push()
         if self._displayed and not self._closed:
             self.update_display()
         self._updated()
@@ -375,7 +360,7 @@ class SessionView(LiveView):
         changed: set[int] = set()
         for entry in batch:
             changed.update(self._add(entry))
-        if self._box is not None:
+        if self.live is not None:
             self._render_rows(changed)
             self._render_approvals()
             if self._set_status_widget() and streamed:
@@ -386,8 +371,9 @@ class SessionView(LiveView):
             with self._lock:
                 more = bool(self._pending)
             if not more:
-                self.finish()  # sends the final static bundle
+                self.finish()  # sends the final static bundle (the widget closes unsent)
                 return
+        self._push()  # one message with what this flush changed
         now = time.monotonic()
         if self._displayed and (final or (changed and now - self._last_static >= self.static_interval)
                                 or (streamed and now - self._last_static >= self.stream_static_interval)):
@@ -471,188 +457,6 @@ class SessionView(LiveView):
         self.finish()
         self._close_widgets()
 
-    def _close_widgets(self) -> None:
-        if self._box is None:
-            return
-        box, self._box = self._box, None
-        if self.stop_button is not None:
-            self.stop_button.show(False)  # the run is over (or another cell follows it now)
-            self.stop_button.close()
-        for w in [self._header_widget, self._status_widget, self._footer_widget,
-                  self._earlier_widget, self._earlier_button, self._earlier_row,
-                  *[c.widget for c in self._chunks], box]:
-            close_widget(w)  # with its layout and style; never raises
-        for aw in self._approval_widgets.values():
-            # teardown: one card failing to close must not keep the others open
-            with contextlib.suppress(Exception):
-                aw.close()
-
-
-    # ---------------------------------------------------------- widget
-    def _build_widget(self) -> None:
-        try:
-            import ipywidgets as w
-        except ImportError:  # pragma: no cover - ipywidgets is a dependency
-            return
-        self._w = w
-        html = plain("HTMLStyle")  # the widgets with default looks share one Layout and Style
-        self._header_widget = w.HTML(self._header_html(), **html)
-        self._status_widget = w.HTML("", **html)
-        if self.footer:
-            self._footer_widget = w.HTML(
-                f"<div class='chaz-transcript chaz-s'><div class='chaz-footer'>{_esc(self.footer)}</div></div>", **html
-            )
-        if self._stop_request is not None:
-            from .stop_button import StopButton
-
-            self.stop_button = StopButton(self._stop_request, self.session_id, loop=self._loop)
-            self.stop_button.show(self.status() != "idle")
-        self._earlier_widget = w.HTML("", **html)
-        self._earlier_button = w.Button(
-            description="show earlier", tooltip="load the previous page of entries", **plain("ButtonStyle")
-        )
-        self._earlier_button.on_click(lambda _b: self.show_earlier())
-        self._earlier_row = w.HBox([self._earlier_button, self._earlier_widget], **plain())
-        self._earlier_row.add_class("chaz-earlier")
-        self._box = w.VBox([self._header_widget, self._status_widget], **plain())
-        self._box.add_class("chaz-session-view")
-        self._render_rows(set(range(len(self.transcript.rows))))
-        self._set_children()
-        self._render_approvals()
-        self._set_status_widget()
-        comm = getattr(self._box, "comm", None)
-        if comm is not None and hasattr(comm, "on_close"):
-            # a frontend without comm close events: the view closes on finish() instead
-            with contextlib.suppress(Exception):
-                comm.on_close(lambda _msg: self.close())
-
-    def _header_html(self) -> str:
-        # the frame is the VBox's (.chaz-session-view); the header is the renderer's
-        return f"{_CSS}<div class='chaz-transcript chaz-s'>{header_html(self.header_spans())}</div>"
-
-    def _rebuild_rows(self) -> None:
-        """Render every row again (rows moved: an earlier page was put in front)."""
-        for c in self._chunks:
-            close_widget(c.widget)
-        self._chunks = []
-        self._render_rows(set(range(len(self.transcript.rows))))
-        dirty: set[int] = set()
-        for rid, card in self._approval_widgets.items():
-            row = self.transcript.request_rows.get(rid)
-            if row is not None:
-                dirty |= self._attach_card(row, card)
-        self._send_chunks(dirty)
-        self._set_children()
-
-    def _chunk_html(self, chunk: _Chunk) -> str:
-        rows = self.transcript.rows[chunk.start : chunk.start + chunk.rows]
-        # a row whose card is a live widget leaves the card to it (one card per request)
-        live = self._approval_widgets
-        inner = "".join(r.html(card=r.request_id not in live) for r in rows)
-        return f"<div class='chaz-transcript chaz-s'>{inner}</div>"
-
-    def _chunk_of(self, row: int) -> int:
-        for ci, c in enumerate(self._chunks):
-            if c.start <= row < c.start + c.rows:
-                return ci
-        return -1
-
-    def _render_rows(self, changed: set[int]) -> None:
-        rows = self.transcript.rows
-        dirty: set[int] = set()
-        new_chunks = False
-        # grow chunks to cover every row (a chunk with a card is closed: the card follows it)
-        covered = sum(c.rows for c in self._chunks)
-        while covered < len(rows):
-            last = self._chunks[-1] if self._chunks else None
-            if last is None or last.rows >= self.chunk_rows or last.card is not None:
-                self._chunks.append(_Chunk(self._w.HTML("", **plain("HTMLStyle")), covered))
-                new_chunks = True
-            chunk = self._chunks[-1]
-            take = min(self.chunk_rows - chunk.rows, len(rows) - covered)
-            chunk.rows += take
-            covered += take
-            dirty.add(len(self._chunks) - 1)
-        for idx in changed:
-            dirty.add(self._chunk_of(idx))
-        self._send_chunks(dirty)
-        if new_chunks:
-            self._set_children()
-        if dirty:
-            self._header_widget.value = self._header_html()
-
-    def _send_chunks(self, dirty: set[int]) -> None:
-        for ci in sorted(dirty):
-            if 0 <= ci < len(self._chunks):
-                value = self._chunk_html(self._chunks[ci])
-                widget = self._chunks[ci].widget
-                if widget.value != value:
-                    widget.value = value
-                    self.stats.widget_sends += 1
-                    self.stats.max_send_chars = max(self.stats.max_send_chars, len(value))
-
-    def _attach_card(self, row: int, card: Any) -> set[int]:
-        """Put ``card`` right after transcript row ``row``: split its chunk there if needed."""
-        ci = self._chunk_of(row)
-        if ci < 0:
-            return set()
-        chunk = self._chunks[ci]
-        keep = row - chunk.start + 1
-        dirty = {ci}
-        if keep < chunk.rows:  # rows after the carded one move to a chunk of their own
-            rest = _Chunk(self._w.HTML("", **plain("HTMLStyle")), row + 1, chunk.rows - keep, chunk.card)
-            chunk.rows = keep
-            self._chunks.insert(ci + 1, rest)
-            dirty.add(ci + 1)
-        chunk.card = card
-        return dirty
-
-    def _set_children(self) -> None:
-        children: list[Any] = []
-        if self.earlier and self._earlier_widget is not None:
-            line = f"<div class='chaz-earlier'>{_esc(self.earlier_line())}</div>"
-            self._earlier_widget.value = f"<div class='chaz-transcript chaz-s'>{line}</div>"
-            children.append(self._earlier_row)
-        children.append(self._header_widget)
-        for c in self._chunks:
-            children.append(c.widget)
-            if c.card is not None and c.card.widget is not None:
-                children.append(c.card.widget)
-        children.append(self._status_widget)
-        if self.stop_button is not None:
-            children.append(self.stop_button.widget)
-        if self._footer_widget is not None:
-            children.append(self._footer_widget)
-        self._box.children = tuple(children)
-
-    def _render_approvals(self) -> None:
-        """An ApprovalWidget (buttons) for each new ApprovalRequest that is still open, placed
-        under the row of the call it gates (entry order)."""
-        new, self._new_requests = self._new_requests, []
-        if self.approvals is None or self._box is None:
-            return
-        dirty: set[int] = set()
-        for entry in new:
-            rid = str((entry.payload or {}).get("request_id") or "")
-            row = self.transcript.request_rows.get(rid) if rid else None
-            if row is None or rid in self._approval_widgets or not self.transcript.rows[row].open_request:
-                continue
-            try:
-                from .approval import ApprovalWidget
-
-                aw = ApprovalWidget(self.approvals, entry)
-            except Exception:
-                log.exception("approval widget failed")
-                continue
-            if aw.decided:  # decided before we got to show it: the transcript row says so
-                aw.close()
-                continue
-            self._approval_widgets[rid] = aw
-            dirty |= self._attach_card(row, aw)
-        if dirty:
-            self._send_chunks(dirty)
-            self._set_children()
-
     def _status_line(self) -> str | None:
         """The line under the rows: the run's progress; nothing while parked (the tool row says
         "waiting for approval" and the card says what to do)."""
@@ -662,21 +466,6 @@ class SessionView(LiveView):
         if status == "parked" and self.transcript.open_requests():
             return None
         return self.transcript.status
-
-    def _set_status_widget(self) -> bool:
-        """The partial reply (while streamed) and the status line; whether the widget changed."""
-        status = self._status_line()
-        partial = self.transcript.partial_html()
-        inner = partial + self.transcript.status_html(status)
-        value = f"<div class='chaz-transcript chaz-s'>{inner}</div>" if inner else ""
-        if self._status_widget.value != value:
-            self._status_widget.value = value
-            return True
-        return False
-
-    @property
-    def widget(self) -> Any:
-        return self._box
 
     # ---------------------------------------------------------- static bundle
     def to_json(self) -> dict[str, Any]:

@@ -1,5 +1,9 @@
 """The Stop button of a live session view: a row of its own while the session's run goes on.
 
+The row is drawn by the view's one widget (live.py, static/session.js): this is its state
+(shown, disabled, note, tooltip) and what a click does; every change goes to the view
+(``on_change``), which sends it with its next update.
+
 The row shows while the session is ``running`` or ``parked`` (a run waiting for an approval
 can be stopped too) and hides once it is idle; the session view closes it with its other
 widgets when it finishes, so a saved notebook never shows it. A click asks the server to stop
@@ -25,7 +29,7 @@ import weakref
 from typing import Any
 from collections.abc import Callable
 
-from .display import close_widget, esc, plain
+from .display import esc
 
 log = logging.getLogger("chaz_nb.notebook.views.stop_button")
 log.addHandler(logging.NullHandler())
@@ -68,26 +72,24 @@ def live_buttons(session_id: int) -> list[StopButton]:
 
 
 class StopButton:
-    """``[■ Stop] note`` under a session view's rows, for one session."""
+    """``[■ Stop] note`` under a session view's rows, for one session (state only: the view's
+    widget draws it; ``on_change(urgent)`` is called after each change)."""
 
-    def __init__(self, stop: StopRequest, session_id: int, loop: Any = None) -> None:
-        import ipywidgets as w
-
+    def __init__(self, stop: StopRequest, session_id: int, loop: Any = None,
+                 on_change: Callable[[bool], None] | None = None) -> None:
         self._stop = stop
         #: the kernel loop: a click delivered on another thread (a comm subshell) hops onto it
         self._loop = loop
         self._thread = threading.get_ident()
+        self._on_change = on_change
         self.session_id = session_id
-        self.button = w.Button(description="Stop", icon="stop", button_style="danger", **plain("ButtonStyle"))
-        self.button.add_class("chaz-stop")
-        self.button.add_class(f"{SESSION_CLASS}{int(session_id)}")
-        self.note = w.HTML("", **plain("HTMLStyle"))
-        self.widget = w.HBox([self.button, self.note])  # its own Layout: the row is shown and hidden
-        self.widget.add_class("chaz-stop-row")
-        self.widget.layout.display = "none"
-        self.button.disabled = True
+        #: the classes of the button in the page (the lab extension reads the session's)
+        self.classes = ["chaz-stop", f"{SESSION_CLASS}{int(session_id)}"]
+        self.shown = False
+        self.disabled = True
+        self.note = ""  # HTML, escaped
+        self.tip = ""
         self._requested = False  # a click asked to stop the run going on now
-        self.button.on_click(self._clicked)
         #: what the last click did (``StoppedRun`` list), for the view and tests
         self.stopped: list[Any] | None = None
         #: the cell showing this view waits for the run (a click may wait with it)
@@ -96,18 +98,29 @@ class StopButton:
         self.relabel()
         _live.add(self)
 
+    def state(self) -> dict[str, Any]:
+        """What the front end draws."""
+        return {"session": int(self.session_id), "shown": self.shown, "disabled": self.disabled,
+                "note": self.note, "tip": self.tip}
+
+    def _changed(self, urgent: bool = False) -> None:
+        if self._on_change is not None and not self.closed:
+            self._on_change(urgent)
+
     def relabel(self) -> None:
         """Tooltip and note: honest about when a click acts (see the module docstring)."""
         tip = f"stop the run of session {self.session_id} (%chaz stop {self.session_id})"
         deferred = self.waiting and not _control_delivery
         if deferred:
             tip += f"; {DEFERRED_TIP}"
-        if self.button.tooltip != tip:
-            self.button.tooltip = tip
+        before = (self.tip, self.note)
+        self.tip = tip
         if deferred and not self._requested:
-            self.note.value = f"<div class='chaz-s chaz-st'>{esc(DEFERRED_NOTE)}</div>"
-        elif self.note.value.find(esc(DEFERRED_NOTE)) >= 0:
-            self.note.value = ""
+            self.note = f"<div class='chaz-s chaz-st'>{esc(DEFERRED_NOTE)}</div>"
+        elif self.note.find(esc(DEFERRED_NOTE)) >= 0:
+            self.note = ""
+        if (self.tip, self.note) != before:
+            self._changed()
 
     def set_waiting(self, on: bool, *, interrupted: bool = False) -> None:
         """The cell showing the view starts or ends its wait (``interrupted``: by the user)."""
@@ -115,27 +128,27 @@ class StopButton:
         self.relabel()
         if interrupted and not self._requested:
             sid = self.session_id
-            self.note.value = (
+            self.note = (
                 f"<div class='chaz-s chaz-st'>stopped waiting: the run goes on (Stop stops it; "
                 f"%chaz wait {sid} waits again, %chaz log {sid} shows it)</div>"
             )
+            self._changed(urgent=True)
 
     @property
     def visible(self) -> bool:
-        return self.widget.layout.display != "none"
+        return self.shown
 
     def show(self, active: bool) -> None:
         """Show the row while the session's run goes on, hide it when it is idle."""
-        display = "" if active else "none"
-        if self.widget.layout.display != display:
-            self.widget.layout.display = display
+        before = (self.shown, self.disabled)
+        self.shown = active
         if not active:
             self._requested = False  # that run is over; the next one may be stopped again
-        disabled = self._requested or not active
-        if self.button.disabled != disabled:
-            self.button.disabled = disabled
+        self.disabled = self._requested or not active
+        if (self.shown, self.disabled) != before:
+            self._changed()
 
-    def _clicked(self, _button: Any = None) -> None:
+    def _clicked(self, _event: Any = None) -> None:
         # JupyterLab 4.6 may send widget comm messages on a kernel subshell (its own thread):
         # the stop itself runs on the kernel loop, like every other touch of the server
         loop = self._loop
@@ -144,26 +157,31 @@ class StopButton:
             return
         self.request()
 
+    def click(self) -> tuple[bool, str]:
+        """What the page's ``stop`` event does (on the kernel loop)."""
+        return self.request()
+
     def request(self) -> tuple[bool, str]:
         """What a click does (also a Stop over the control channel): ``(ok, one line)``."""
         self._requested = True
-        self.button.disabled = True
+        self.disabled = True
         try:
             self.stopped = list(self._stop(self.session_id, by="user") or [])
         except Exception as exc:  # noqa: BLE001 - a click must never raise into the comm
             log.debug("stop of session %s failed", self.session_id, exc_info=True)
-            self.note.value = f"<div class='chaz-s'><span class='chaz-err'>could not stop: {esc(exc)}</span></div>"
+            self.note = f"<div class='chaz-s'><span class='chaz-err'>could not stop: {esc(exc)}</span></div>"
             self._requested = False
-            self.button.disabled = False
+            self.disabled = False
+            self._changed(urgent=True)
             return False, f"could not stop session {self.session_id}: {exc}"
         if self.stopped:
-            self.note.value = "<div class='chaz-s chaz-st'>stopping…</div>"
+            self.note = "<div class='chaz-s chaz-st'>stopping…</div>"
+            self._changed(urgent=True)
             return True, "; ".join(run.describe() for run in self.stopped)
-        self.note.value = "<div class='chaz-s chaz-st'>nothing was running</div>"
+        self.note = "<div class='chaz-s chaz-st'>nothing was running</div>"
+        self._changed(urgent=True)
         return True, f"session {self.session_id} has no run to stop"
 
     def close(self) -> None:
         self.closed = True
         _live.discard(self)
-        for w in (self.button, self.note, self.widget):
-            close_widget(w)  # with its layout and style; never raises

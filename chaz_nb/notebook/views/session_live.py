@@ -1,0 +1,231 @@
+"""The session view's live part: its rows, cards and Stop row as the state of ONE widget.
+
+``SessionView`` (session.py) folds entries into transcript rows; this mixin keeps what its
+widget (live.py) draws in step with them: each row's HTML (transcript.py, escaped), one card
+per open approval request (under the row of the call it gates: buttons, the reason box, the
+edit box), the header, the status line (with the streamed partial reply), the "show earlier"
+line, the Stop row (stop_button.py) and the footer. A flush sends what changed as one
+message (``LiveWidget.push``); the events the page sends (Stop, show earlier, Approve,
+Deny, Approve all, Approve edited) come back to ``_on_event``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from .display import esc
+from .look import header_html
+
+log = logging.getLogger("chaz_nb.notebook.views.session_live")
+log.addHandler(logging.NullHandler())
+
+#: the decisions a card's buttons send
+DECISIONS = ("approve", "deny", "approve_all")
+
+
+class LiveRows:
+    """Mixin of ``SessionView``: the state of its one live widget (see the module docstring)."""
+
+    live: Any
+    stop_button: Any
+    transcript: Any
+    approvals: Any
+    footer: str | None
+    session_id: int
+    _approval_widgets: dict[str, Any]
+    _new_requests: list[Any]
+    _stop_request: Any
+    _loop: Any
+
+    # ------------------------------------------------------------------ build
+    def _build_widget(self) -> None:
+        """The widget's state (its comm opens when the view is first shown: live.py)."""
+        from .live import LiveWidget
+
+        self._row_html: list[str] = []
+        earlier = esc(self.earlier_line())  # type: ignore[attr-defined]
+        self.live = LiveWidget(
+            {"head": "", "earlier": earlier, "rows": [], "cards": {}, "tail": "", "stop": None,
+             "footer": f"<div class='chaz-footer'>{esc(self.footer)}</div>" if self.footer else ""},
+            self._on_event, loop=self._loop,
+        )
+        if self._stop_request is not None:
+            from .stop_button import StopButton
+
+            self.stop_button = StopButton(self._stop_request, self.session_id, loop=self._loop,
+                                          on_change=self._stop_changed)
+            self.stop_button.show(self.status() != "idle")  # type: ignore[attr-defined]
+            self.live.set("stop", self.stop_button.state())
+        self._render_rows(set(range(len(self.transcript.rows))))
+        self._render_approvals()
+        self._set_status_widget()
+
+    @property
+    def widget(self) -> Any:
+        """The live ipywidget (None once the view finished); its comm opens on first use."""
+        live = self.live
+        return None if live is None or live.closed else live.widget
+
+    @property
+    def _box(self) -> Any:  # what StaticFallbackView.bundle puts in the widget view
+        return self.widget
+
+    # ------------------------------------------------------------------ rows
+    def _render_rows(self, changed: set[int]) -> None:
+        """Render the new rows and ``changed`` ones into the widget's state."""
+        if self.live is None:
+            return
+        rows = self.transcript.rows
+        cards = self._approval_widgets
+        old = self._row_html
+        html = old[: len(rows)] + [""] * max(0, len(rows) - len(old))
+        todo = {i for i in changed if 0 <= i < len(rows)} | set(range(len(old), len(rows)))
+        for i in todo:
+            # a row whose card is live leaves the card to the widget (one card per request)
+            html[i] = rows[i].html(card=rows[i].request_id not in cards)
+        moved = sorted(i for i in todo if i >= len(old) or old[i] != html[i])
+        self._row_html = html
+        if moved or len(old) != len(html):
+            self.live.set_rows(html, moved)
+        self.live.set("head", header_html(self.header_spans()))  # type: ignore[attr-defined]
+
+    def _rebuild_rows(self) -> None:
+        """Render every row again (rows moved: an earlier page was put in front)."""
+        self._row_html = []
+        for rid in list(self.live.state["cards"]):
+            self._set_card(rid)
+        self._render_rows(set(range(len(self.transcript.rows))))
+        self.live.set("earlier", esc(self.earlier_line()))  # type: ignore[attr-defined]
+        self.live.reset()
+
+    # ------------------------------------------------------------------ cards
+    def _render_approvals(self) -> None:
+        """A card (buttons) for each new ApprovalRequest that is still open, placed under the
+        row of the call it gates (entry order)."""
+        new, self._new_requests = self._new_requests, []
+        if self.approvals is None or self.live is None:
+            return
+        for entry in new:
+            rid = str((entry.payload or {}).get("request_id") or "")
+            row = self.transcript.request_rows.get(rid) if rid else None
+            if row is None or rid in self._approval_widgets or not self.transcript.rows[row].open_request:
+                continue
+            try:
+                from .approval import ApprovalWidget
+
+                aw = ApprovalWidget(self.approvals, entry, widget=False)
+            except Exception:
+                log.exception("approval card failed")
+                continue
+            if aw.decided:  # decided before we got to show it: the transcript row says so
+                aw.close()
+                continue
+            self._approval_widgets[rid] = aw
+            aw._on_change = lambda _aw, rid=rid: self._card_changed(rid)
+            self._set_card(rid)
+            self._render_rows({row})  # the row leaves its card to the widget now
+
+    def _set_card(self, rid: str) -> None:
+        from .approval import card_html, edit_text
+        from .code import code_of
+
+        aw = self._approval_widgets.get(rid)
+        row = self.transcript.request_rows.get(rid)
+        if aw is None or row is None:
+            self.live.set_card(rid, None)
+            return
+        status = f"<b>{esc(aw.outcome())}</b>" if aw.decided else ""
+        if aw.message:
+            status += f" <span class='chaz-ap-hint'>{esc(aw.message)}</span>"
+        args = aw.info.get("arguments_display")
+        self.live.set_card(rid, {
+            "row": row,
+            "html": card_html(aw.info, aw.decision, aw.decision_sender, hint=False),
+            "done": aw.decided,
+            "status": f"<div class='chaz-ap'>{status}</div>" if status else "",
+            "edit": edit_text(args),
+            "code": code_of(args) is not None,
+        })
+
+    def _card_changed(self, rid: str) -> None:
+        """A card's request was decided (here, in a cell, the sidebar, a timeout) or a click
+        was refused: the page shows it now."""
+        if self.live is None or self.live.closed:
+            return
+        self._set_card(rid)
+        self._push()
+
+    def _push(self) -> None:
+        """Send what changed (one message) and count it."""
+        live = self.live
+        if live is not None and live.push():
+            stats = self.stats  # type: ignore[attr-defined]
+            stats.widget_sends += 1
+            stats.max_send_chars = max(stats.max_send_chars, live.max_send_chars)
+
+    # ------------------------------------------------------------------ stop
+    def _stop_changed(self, urgent: bool) -> None:
+        """The Stop row changed: a click's answer goes now, the rest with the next flush."""
+        if self.live is None or self.live.closed or self.stop_button is None:
+            return
+        self.live.set("stop", self.stop_button.state())
+        if urgent:
+            self._push()
+        elif self.live.pending and getattr(self, "_unsubscribe", None) is not None:
+            self._request_refresh(self.interval)  # type: ignore[attr-defined]
+
+    # ------------------------------------------------------------------ events
+    def _on_event(self, content: dict[str, Any]) -> None:
+        """An event from the page's widget (on the kernel loop)."""
+        event = content.get("event")
+        if event == "stop" and self.stop_button is not None:
+            self.stop_button.request()
+        elif event == "earlier":
+            self.show_earlier()  # type: ignore[attr-defined]
+        elif event in ("decide", "approve_edited"):
+            aw = self._approval_widgets.get(str(content.get("request_id")))
+            if aw is None or aw.decided:
+                return
+            try:
+                if event == "approve_edited":
+                    aw.approve_edited(str(content.get("text") or ""))
+                elif content.get("decision") in DECISIONS:
+                    reason = content.get("reason") if content.get("decision") == "deny" else None
+                    aw.decide(str(content["decision"]), reason if isinstance(reason, str) else None)
+            except Exception as exc:  # noqa: BLE001 - a click must never raise into the comm
+                log.exception("approval click failed")
+                aw.message = f"could not decide: {exc}"
+                self._card_changed(aw.request_id)
+        self._push()
+
+    def frontend_event(self, event: str, **fields: Any) -> None:
+        """Handle ``{"event": event, **fields}`` as if the page's widget had sent it (tests,
+        and the way a notebook without a page may click)."""
+        if self.live is not None:
+            self.live.event({"event": event, **fields})
+
+    # ------------------------------------------------------------------ status line
+    def _set_status_widget(self) -> bool:
+        """The partial reply (while streamed) and the status line; whether they changed."""
+        if self.live is None:
+            return False
+        status = self._status_line()  # type: ignore[attr-defined]
+        value = self.transcript.partial_html() + self.transcript.status_html(status)
+        if self.live.state["tail"] == value:
+            return False
+        self.live.set("tail", value)
+        return True
+
+    def _close_widgets(self) -> None:
+        live, self.live = self.live, None
+        if self.stop_button is not None:
+            self.stop_button.show(False)  # the run is over (or another cell follows it now)
+            self.stop_button.close()
+        if live is not None:
+            live.close()
+        for aw in self._approval_widgets.values():
+            try:  # teardown: one card failing to close must not keep the others open
+                aw.close()
+            except Exception:  # noqa: BLE001
+                log.debug("approval card close failed", exc_info=True)
