@@ -91,15 +91,20 @@ def rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
 
 
-async def bare_turn(litellm, stream: bool = True) -> None:
+async def bare_turn(litellm, stream: bool = True, history: list[dict] | None = None, text: str = "go") -> None:
     """One turn without the server: the same model calls and tools, nothing recorded.
 
     ``stream``: as the server's agent calls the model (``Agent.stream``, the default: streamed,
     the chunks put together as the backend does, with ``StreamAssembly``, the usage read from
-    the stream), so both sides make the same calls and the same assembly.
+    the stream), so both sides make the same calls and the same assembly. ``history``: the
+    session's earlier turns, as the server's context has them (each person's message and the
+    agent's reply; tool steps are audit only): the calls carry the same messages on both sides
+    (until issue 30 this side sent only the current turn, a context 20 turns shorter by the end).
     """
+    history = [] if history is None else history
+    history.append({"role": "user", "content": text})
+    messages = list(history)
     tools = [lookup.schema, add.schema]
-    messages = [{"role": "user", "content": "go"}]
     while True:
         if stream:
             assembly = StreamAssembly()
@@ -107,12 +112,15 @@ async def bare_turn(litellm, stream: bool = True) -> None:
                     model="chaz/script", messages=messages, tools=tools, stream=True, metadata={"chaz_script": SCRIPT}):
                 assembly.add(chunk)
             assert assembly.reported_usage() is not None
-            calls = assembly.tool_calls()
+            calls, reply = assembly.tool_calls(), assembly.partial_text
         else:
             resp = await litellm.acompletion(model="chaz/script", messages=messages, tools=tools,
                                              metadata={"chaz_script": SCRIPT})
-            calls = [(c.id, c.function.name, c.function.arguments) for c in resp.choices[0].message.tool_calls or []]
+            message = resp.choices[0].message
+            calls = [(c.id, c.function.name, c.function.arguments) for c in message.tool_calls or []]
+            reply = message.content or ""
         if not calls:
+            history.append({"role": "assistant", "content": reply})
             return
         messages.append({"role": "assistant", "content": None, "tool_calls": [
             {"id": i, "type": "function", "function": {"name": name, "arguments": arguments}}
@@ -201,9 +209,10 @@ async def run(sessions: int, turns: int, path: str, stream: bool = True) -> floa
 
 
 async def bare_loop_turns(litellm, turns: int, latencies: list[float], stream: bool = True) -> None:
-    for _ in range(turns):
+    history: list[dict] = []  # one session's turns, as the server's context carries them
+    for turn in range(turns):
         t = time.perf_counter()
-        await bare_turn(litellm, stream)
+        await bare_turn(litellm, stream, history, f"turn {turn}")
         latencies.append(time.perf_counter() - t)
 
 
