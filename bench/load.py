@@ -9,7 +9,10 @@ a turn; throughput >= 0.8x the no-server turns; p99 within 1.5x the no-server p9
 flat; the largest kernel-loop stall while the turns run < 50 ms (a heartbeat task that
 sleeps 10 ms and records how late it wakes, during both phases).
 Both sides make the same model calls: streamed (an Agent's default) or, with ``--whole``,
-whole replies (the no-server side did not stream while the server did until issue 30).
+whole replies (the no-server side did not stream while the server did until issue 30), each
+carrying the session's earlier turns as the server's context does. CPU per turn of the loop
+thread and of the process is printed for both sides: on a shared machine it moves far less
+than wall time.
 Run: python bench/load.py [--sessions 50] [--turns 20] [--db file|memory] [--whole]
 
 Several kernels on one PostgreSQL store (issue 16): ``--db postgresql://...`` (or ``--db
