@@ -9,7 +9,10 @@ a turn; throughput >= 0.8x the no-server turns; p99 within 1.5x the no-server p9
 flat; the largest kernel-loop stall while the turns run < 50 ms (a heartbeat task that
 sleeps 10 ms and records how late it wakes, during both phases).
 Both sides make the same model calls: streamed (an Agent's default) or, with ``--whole``,
-whole replies (the no-server side did not stream while the server did until issue 30).
+whole replies (the no-server side did not stream while the server did until issue 30), each
+carrying the session's earlier turns as the server's context does. CPU per turn of the loop
+thread and of the process is printed for both sides: on a shared machine it moves far less
+than wall time.
 Run: python bench/load.py [--sessions 50] [--turns 20] [--db file|memory] [--whole]
 
 Several kernels on one PostgreSQL store (issue 16): ``--db postgresql://...`` (or ``--db
@@ -39,6 +42,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from chaz_nb import Agent, Server, SessionStore, ToolRegistry, tool  # noqa: E402
 from chaz_nb.engine.backends import litellm_module  # noqa: E402
+from chaz_nb.engine.streaming import StreamAssembly  # noqa: E402
 
 
 @tool  # async: runs on the loop, no thread hop
@@ -80,37 +84,54 @@ class Heartbeat:
         return max(self.stalls) * 1000
 
 
+def cpu_times(since: tuple[float, float] = (0.0, 0.0)) -> tuple[float, float]:
+    """CPU seconds of this (the loop's) thread and of the whole process (litellm's threads too)."""
+    return time.thread_time() - since[0], time.process_time() - since[1]
+
+
 def rss_mb() -> float:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
 
 
-async def bare_turn(litellm, stream: bool = True) -> None:
+async def bare_turn(litellm, stream: bool = True, history: list[dict] | None = None, text: str = "go") -> None:
     """One turn without the server: the same model calls and tools, nothing recorded.
 
     ``stream``: as the server's agent calls the model (``Agent.stream``, the default: streamed,
-    the chunks put together by litellm), so both sides make the same calls.
+    the chunks put together as the backend does, with ``StreamAssembly``, the usage read from
+    the stream), so both sides make the same calls and the same assembly. ``history``: the
+    session's earlier turns, as the server's context has them (each person's message and the
+    agent's reply; tool steps are audit only): the calls carry the same messages on both sides
+    (until issue 30 this side sent only the current turn, a context 20 turns shorter by the end).
     """
+    history = [] if history is None else history
+    history.append({"role": "user", "content": text})
+    messages = list(history)
     tools = [lookup.schema, add.schema]
-    messages = [{"role": "user", "content": "go"}]
     while True:
         if stream:
-            chunks = [c async for c in await litellm.acompletion(
-                model="chaz/script", messages=messages, tools=tools, stream=True, metadata={"chaz_script": SCRIPT})]
-            resp = litellm.stream_chunk_builder(chunks, messages=messages)
+            assembly = StreamAssembly()
+            async for chunk in await litellm.acompletion(
+                    model="chaz/script", messages=messages, tools=tools, stream=True, metadata={"chaz_script": SCRIPT}):
+                assembly.add(chunk)
+            assert assembly.reported_usage() is not None
+            calls, reply = assembly.tool_calls(), assembly.partial_text
         else:
             resp = await litellm.acompletion(model="chaz/script", messages=messages, tools=tools,
                                              metadata={"chaz_script": SCRIPT})
-        msg = resp.choices[0].message
-        if not msg.tool_calls:
+            message = resp.choices[0].message
+            calls = [(c.id, c.function.name, c.function.arguments) for c in message.tool_calls or []]
+            reply = message.content or ""
+        if not calls:
+            history.append({"role": "assistant", "content": reply})
             return
         messages.append({"role": "assistant", "content": None, "tool_calls": [
-            {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
-            for c in msg.tool_calls]})
-        for c in msg.tool_calls:
-            fn = {"lookup": lookup, "add": add}[c.function.name]
-            out = await fn.fn(**json.loads(c.function.arguments))  # the tools are async def
-            messages.append({"role": "tool", "tool_call_id": c.id, "content": str(out)})
+            {"id": i, "type": "function", "function": {"name": name, "arguments": arguments}}
+            for i, name, arguments in calls]})
+        for i, name, arguments in calls:
+            fn = {"lookup": lookup, "add": add}[name]
+            out = await fn.fn(**json.loads(arguments))  # the tools are async def
+            messages.append({"role": "tool", "tool_call_id": i, "content": str(out)})
 
 
 async def run(sessions: int, turns: int, path: str, stream: bool = True) -> float:
@@ -127,9 +148,9 @@ async def run(sessions: int, turns: int, path: str, stream: bool = True) -> floa
 
     bare_latencies: list[float] = []
     beat = Heartbeat()
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), cpu_times()
     await asyncio.gather(*(bare_loop_turns(litellm, turns, bare_latencies, stream) for _ in range(sessions)))
-    bare_wall = time.perf_counter() - t0
+    bare_wall, bare_cpu = time.perf_counter() - t0, cpu_times(cpu0)
     bare_stall = beat.stop()
 
     latencies: list[float] = []
@@ -149,9 +170,9 @@ async def run(sessions: int, turns: int, path: str, stream: bool = True) -> floa
 
     sampler = asyncio.get_running_loop().create_task(sample_memory())
     beat = Heartbeat()
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), cpu_times()
     await asyncio.gather(*(session_loop(s) for s in ids))
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, cpu_times(cpu0)
     stall = beat.stop()
     sampler.cancel()
     overhead_ms = (wall - bare_wall) / n * 1000
@@ -172,6 +193,10 @@ async def run(sessions: int, turns: int, path: str, stream: bool = True) -> floa
           f"p50 {pct(bare_ms, 50):.0f} ms, p99 {pct(bare_ms, 99):.0f} ms: p99 {p99_ratio:.2f}x "
           f"(target <= 1.5x: {verdict(p99_ratio <= 1.5)}; {sessions} sessions share one loop)")
     print(f"server's own time per turn: {overhead_ms:.2f} ms (target < 2 ms: {verdict(overhead_ms < 2)})")
+    # CPU seconds hardly move with the machine's load (wall time does): the server's own work
+    print(f"CPU per turn, loop thread / whole process: {cpu[0] / n * 1000:.2f} / {cpu[1] / n * 1000:.2f} ms "
+          f"through the server, {bare_cpu[0] / n * 1000:.2f} / {bare_cpu[1] / n * 1000:.2f} ms without: the "
+          f"server's own {(cpu[0] - bare_cpu[0]) / n * 1000:.2f} / {(cpu[1] - bare_cpu[1]) / n * 1000:.2f} ms")
     print(f"largest kernel-loop stall (10 ms heartbeat): {stall:.1f} ms through the server, {bare_stall:.1f} ms "
           f"without (target < 50 ms: {verdict(stall < 50)})")
     third = max(1, len(memory) // 3)
@@ -187,9 +212,10 @@ async def run(sessions: int, turns: int, path: str, stream: bool = True) -> floa
 
 
 async def bare_loop_turns(litellm, turns: int, latencies: list[float], stream: bool = True) -> None:
-    for _ in range(turns):
+    history: list[dict] = []  # one session's turns, as the server's context carries them
+    for turn in range(turns):
         t = time.perf_counter()
-        await bare_turn(litellm, stream)
+        await bare_turn(litellm, stream, history, f"turn {turn}")
         latencies.append(time.perf_counter() - t)
 
 

@@ -104,3 +104,28 @@ def test_interleaved_tool_call_deltas_are_assembled_by_index():
 def test_words_join_back_to_the_text():
     text = "two  spaces\nand a newline "
     assert "".join(words(text)) == text and words("a b") == ["a ", "b"]
+
+
+async def test_a_streamed_turn_does_not_assemble_the_whole_response_again_on_the_loop(store, monkeypatch):
+    """Issue 30: the usage of a streamed call comes with the stream (litellm's own assembly of
+    it, off the loop); assembling the chunks again on the loop cost ~3 ms a call. Only a priced
+    model's cost needs the whole response. The usage written is the same as a whole reply's."""
+    import threading
+
+    from chaz_nb.engine.backends import litellm_ready
+
+    litellm = await litellm_ready()
+    real = litellm.stream_chunk_builder
+    on_loop: list[str] = []
+
+    def builder(*args, **kwargs):
+        if threading.current_thread() is threading.main_thread():
+            on_loop.append("stream_chunk_builder")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(litellm, "stream_chunk_builder", builder)
+    _, _, on, off = await run_both(store, model="chaz/script", script=SCRIPT)
+    assert on_loop == []
+    assert [(t, c, p) for t, _, c, p in on] == [(t, c, p) for t, _, c, p in off]
+    reply = [p for t, s, _, p in on if t == "Message" and s == "on"][0]
+    assert reply["prompt_tokens"] > 0 and reply["completion_tokens"] > 0

@@ -69,3 +69,51 @@ async def test_a_root_turn_has_one_budget_statement_before_its_first_model_call(
     assert at_call[0] == (["INSERT"], [(1,)])
     assert at_call[1][0] == ["INSERT", "INSERT"]  # each person's turn: a tree of its own
     assert sorted(at_call[1][1]) == [(1,), (1,)]
+
+
+async def test_runs_calling_their_model_in_one_loop_turn_share_one_budget_statement(backend_store):
+    """Issue 30: 50 sessions on one loop spent a third of the served time in one budget commit
+    per model call. Runs whose model calls fall in the same loop turn are charged in one
+    statement, each count in the store before its call; a tree charged twice in that turn
+    (two runs of one budget) gets both charges, and the limit holds within the batch."""
+    import asyncio
+
+    from chaz_nb.server import Server
+    from chaz_nb.server.agents import Agent
+    from chaz_nb.server.budgets import Budgets, ChargeBatch
+
+    store = backend_store
+    real = store.execute
+    statements: list[str] = []
+
+    def execute(query, params=None):
+        if "run_budgets" in query and not query.startswith("SELECT"):
+            statements.append(query.split()[0])
+        return real(query, params)
+
+    store.execute = execute
+    counted: list[int] = []
+
+    class Backend:
+        async def complete(self, model, messages, tools=None, **kw):
+            counted.append(real("SELECT sum(model_calls) FROM run_budgets")[0][0])
+            return ModelReply(content="ok")
+
+    server = Server(store, [Agent("a", max_model_calls=3)], backend=Backend())
+    try:
+        sessions = [server.new_session("a") for _ in range(6)]
+        handles = await asyncio.gather(*(server.send(s, "hi") for s in sessions))
+        await asyncio.gather(*(h.wait() for h in handles))
+    finally:
+        await server.stop()
+    assert statements == ["INSERT"]  # six roots' first calls: one statement
+    assert min(counted) == 6  # every call was counted before it was made
+    assert [tuple(r) for r in real("SELECT count(*), sum(model_calls) FROM run_budgets")] == [(6, 6)]
+
+    # one budget charged three times in one turn, limit 2: two charges, one refusal
+    tree = Budgets(store).open("shared", Agent("b", max_model_calls=2), first_call=True)
+    results = await asyncio.gather(*(tree.charge_model_call() for _ in range(3)), return_exceptions=True)
+    assert [type(r).__name__ for r in results].count("TreeBudgetExceeded") == 1
+    row = real("SELECT model_calls, exhausted IS NOT NULL FROM run_budgets WHERE id = 'shared'")
+    assert [tuple(r) for r in row] == [(2, True)]
+    assert isinstance(tree.batch, ChargeBatch)

@@ -3,10 +3,13 @@
 ``StreamAssembly.add`` takes each chunk litellm yields (``stream=True``) and returns the text
 it adds; tool-call deltas are put together by their ``index`` (the id and name come with the
 first delta of a call, the arguments are the concatenation of every delta's), so a ToolCall
-entry is only ever written from a complete call. Usage and cost come from litellm's
-``stream_chunk_builder`` over the chunks (the provider's ``usage`` of the last chunk when it
-sent one, as it does with ``stream_options.include_usage``); a model litellm cannot price
-gets cost ``None``.
+entry is only ever written from a complete call. Usage is what litellm hands over with the
+stream: the provider's ``usage`` of the last chunk when it sent one (``stream_options.
+include_usage``), else the usage litellm puts in the last chunk's hidden params once the stream
+ends (from its own ``stream_chunk_builder`` over the chunks, which it runs anyway); only a
+stream without either, and a priced model's cost, need ``built`` (litellm's whole-response view
+of the chunks, ~3 ms of the loop a call: issue 30). A model litellm cannot price gets cost
+``None``.
 
 ``StreamBroken`` is the failure of a stream after text reached the user: it is never retried
 (the user has seen part of a reply), and it carries that text so the Error entry keeps it.
@@ -81,6 +84,17 @@ class StreamAssembly:
         """``(id, name, arguments)`` of every call, in index order."""
         return [(c.id or f"call_{i}", c.name, "".join(c.arguments))
                 for i, c in sorted(self.calls.items())]
+
+    def reported_usage(self) -> Any:
+        """The usage litellm handed over with the stream (see the module doc), or None."""
+        for chunk in reversed(self.chunks):
+            usage = getattr(chunk, "usage", None)
+            if usage is None:
+                hidden = getattr(chunk, "_hidden_params", None)
+                usage = hidden.get("usage") if isinstance(hidden, dict) else None
+            if usage is not None:
+                return usage
+        return None
 
     def built(self, litellm: Any, messages: list[dict[str, Any]]) -> Any:
         """litellm's whole-response view of the chunks (for usage and cost), or None."""

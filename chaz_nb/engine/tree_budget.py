@@ -67,6 +67,10 @@ class TreeBudget:
             raise TreeBudgetExceeded(self.exhausted)
         self.model_calls += 1
 
+    async def charge_model_call(self) -> None:
+        """``take_model_call`` for a caller on the loop (a stored budget batches its statements)."""
+        self.take_model_call()
+
     def to_json(self) -> dict[str, Any]:
         """The tree's figures for an Error entry's payload."""
         return {
@@ -106,6 +110,6 @@ class BudgetedBackend:
         options: dict[str, Any] | None = None,
         **stream: Any,
     ) -> ModelReply:
-        self.tree.take_model_call()
+        await self.tree.charge_model_call()  # counted (in the store, for a stored budget) before the call
         # ``stream`` is ``on_delta`` when the runtime streams (only if ``streams`` is true)
         return await self.backend.complete(model, messages, tools, script=script, options=options, **stream)
