@@ -86,7 +86,7 @@ DEFAULT_PAGE = 50
 
 # ----------------------------------------------------------------- the view
 @dataclass
-class _Stats:
+class ViewStats:
     flushes: int = 0
     static_updates: int = 0
     widget_sends: int = 0
@@ -134,12 +134,12 @@ class SessionView(LiveRows, LiveView):
         self.cell = cell
         #: the Server's ``request_stop``: with it, the live view has a Stop button (stop_button.py)
         self._stop_request = stop
-        self.stop_button: Any = None  # a StopButton while the live widget exists
-        self.live: Any = None  # the LiveWidget (live.py): the one widget's state
+        self.stop_button = None  # a StopButton while the live widget exists
+        self.live = None  # the LiveWidget (live.py): the one widget's state
         #: the Server: with it, each open ApprovalRequest gets an ApprovalWidget in the live view
         self.approvals = approvals
-        self._approval_widgets: dict[str, Any] = {}
-        self._new_requests: list[Any] = []
+        self._approval_widgets = {}
+        self._new_requests = []
         self.session_id = session_id
         self.info = store.session(session_id)
         self._status = status
@@ -159,7 +159,7 @@ class SessionView(LiveRows, LiveView):
         self._sent_seq = after_seq
         self.display_id = f"chaz-{session_id}-{uuid.uuid4().hex[:12]}"
         self.transcript = Transcript(agent=self.info.agent)
-        self.stats = _Stats()
+        self.stats = ViewStats()
         self._loop = loop
         self._loop_thread: int | None = None
         self._pending: list[Any] = []
@@ -470,22 +470,23 @@ class SessionView(LiveRows, LiveView):
     # ---------------------------------------------------------- static bundle
     def to_json(self) -> dict[str, Any]:
         i = self.info
-        data = {
+        session: dict[str, Any] = {
+            "id": i.id,
+            "agent": i.agent,
+            "kind": i.kind,
+            "parent_id": i.parent_id,
+            "depth": i.depth,
+        }
+        if i.forked_from is not None:  # (only a fork's: the JSON of other sessions is unchanged)
+            session["forked_from"] = i.forked_from
+            session["forked_at_seq"] = i.forked_at_seq
+        data: dict[str, Any] = {
             "version": MIME_VERSION,
-            "session": {
-                "id": i.id,
-                "agent": i.agent,
-                "kind": i.kind,
-                "parent_id": i.parent_id,
-                "depth": i.depth,
-            },
+            "session": session,
             "status": self.status(),
             # each string clipped: a tool's megabyte output stays in the log, not in the notebook
             "entries": [clip_json(e.to_json()) for e in self.transcript.entries],
         }
-        if i.forked_from is not None:  # (only a fork's: the JSON of other sessions is unchanged)
-            data["session"]["forked_from"] = i.forked_from  # type: ignore[index]
-            data["session"]["forked_at_seq"] = i.forked_at_seq  # type: ignore[index]
         if self.footer:
             data["footer"] = self.footer
         if self.title:

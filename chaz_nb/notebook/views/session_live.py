@@ -12,10 +12,21 @@ Deny, Approve all, Approve edited) come back to ``_on_event``.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .display import esc
 from .look import header_html
+
+if TYPE_CHECKING:
+    import asyncio
+    from collections.abc import Callable
+
+    from ...core.entries import Entry
+    from .approval import ApprovalWidget
+    from .live import LiveWidget
+    from .stop_button import StopButton
+    from .session import ViewStats
+    from .transcript import Transcript
 
 log = logging.getLogger("chaz_nb.notebook.views.session_live")
 log.addHandler(logging.NullHandler())
@@ -27,16 +38,27 @@ DECISIONS = ("approve", "deny", "approve_all")
 class LiveRows:
     """Mixin of ``SessionView``: the state of its one live widget (see the module docstring)."""
 
-    live: Any
-    stop_button: Any
-    transcript: Any
-    approvals: Any
+    live: LiveWidget | None
+    stop_button: StopButton | None
+    transcript: Transcript
+    approvals: Any  # the Server (its approval methods), or None
     footer: str | None
     session_id: int
-    _approval_widgets: dict[str, Any]
-    _new_requests: list[Any]
-    _stop_request: Any
-    _loop: Any
+    interval: float
+    _approval_widgets: dict[str, ApprovalWidget]
+    _new_requests: list[Entry]
+    _stop_request: Callable[..., Any] | None
+    _loop: asyncio.AbstractEventLoop | None
+
+    if TYPE_CHECKING:  # what SessionView and LiveView give the mixin (stubs here would shadow LiveView's)
+        stats: ViewStats
+
+        def earlier_line(self) -> str: ...
+        def status(self) -> str: ...
+        def header_spans(self) -> list[tuple[str, str]]: ...
+        def show_earlier(self) -> int: ...
+        def _status_line(self) -> str | None: ...
+        def _request_refresh(self, delay: float) -> None: ...
 
     # ------------------------------------------------------------------ build
     def _build_widget(self) -> None:
@@ -44,7 +66,7 @@ class LiveRows:
         from .live import LiveWidget
 
         self._row_html: list[str] = []
-        earlier = esc(self.earlier_line())  # type: ignore[attr-defined]
+        earlier = esc(self.earlier_line())
         self.live = LiveWidget(
             {"head": "", "earlier": earlier, "rows": [], "cards": {}, "tail": "", "stop": None,
              "footer": f"<div class='chaz-footer'>{esc(self.footer)}</div>" if self.footer else ""},
@@ -55,7 +77,7 @@ class LiveRows:
 
             self.stop_button = StopButton(self._stop_request, self.session_id, loop=self._loop,
                                           on_change=self._stop_changed)
-            self.stop_button.show(self.status() != "idle")  # type: ignore[attr-defined]
+            self.stop_button.show(self.status() != "idle")
             self.live.set("stop", self.stop_button.state())
         self._render_rows(set(range(len(self.transcript.rows))))
         self._render_approvals()
@@ -88,16 +110,19 @@ class LiveRows:
         self._row_html = html
         if moved or len(old) != len(html):
             self.live.set_rows(html, moved)
-        self.live.set("head", header_html(self.header_spans()))  # type: ignore[attr-defined]
+        self.live.set("head", header_html(self.header_spans()))
 
     def _rebuild_rows(self) -> None:
         """Render every row again (rows moved: an earlier page was put in front)."""
+        live = self.live
+        if live is None:
+            return
         self._row_html = []
-        for rid in list(self.live.state["cards"]):
+        for rid in list(live.state["cards"]):
             self._set_card(rid)
         self._render_rows(set(range(len(self.transcript.rows))))
-        self.live.set("earlier", esc(self.earlier_line()))  # type: ignore[attr-defined]
-        self.live.reset()
+        live.set("earlier", esc(self.earlier_line()))
+        live.reset()
 
     # ------------------------------------------------------------------ cards
     def _render_approvals(self) -> None:
@@ -130,16 +155,19 @@ class LiveRows:
         from .approval import card_html, edit_text
         from .code import code_of
 
+        live = self.live
+        if live is None:
+            return
         aw = self._approval_widgets.get(rid)
         row = self.transcript.request_rows.get(rid)
         if aw is None or row is None:
-            self.live.set_card(rid, None)
+            live.set_card(rid, None)
             return
         status = f"<b>{esc(aw.outcome())}</b>" if aw.decided else ""
         if aw.message:
             status += f" <span class='chaz-ap-hint'>{esc(aw.message)}</span>"
         args = aw.info.get("arguments_display")
-        self.live.set_card(rid, {
+        live.set_card(rid, {
             "row": row,
             "html": card_html(aw.info, aw.decision, aw.decision_sender, hint=False),
             "done": aw.decided,
@@ -160,7 +188,7 @@ class LiveRows:
         """Send what changed (one message) and count it."""
         live = self.live
         if live is not None and live.push():
-            stats = self.stats  # type: ignore[attr-defined]
+            stats = self.stats
             stats.widget_sends += 1
             stats.max_send_chars = max(stats.max_send_chars, live.max_send_chars)
 
@@ -173,7 +201,7 @@ class LiveRows:
         if urgent:
             self._push()
         elif self.live.pending and getattr(self, "_unsubscribe", None) is not None:
-            self._request_refresh(self.interval)  # type: ignore[attr-defined]
+            self._request_refresh(self.interval)
 
     # ------------------------------------------------------------------ events
     def _on_event(self, content: dict[str, Any]) -> None:
@@ -182,7 +210,7 @@ class LiveRows:
         if event == "stop" and self.stop_button is not None:
             self.stop_button.request()
         elif event == "earlier":
-            self.show_earlier()  # type: ignore[attr-defined]
+            self.show_earlier()
         elif event in ("decide", "approve_edited"):
             aw = self._approval_widgets.get(str(content.get("request_id")))
             if aw is None or aw.decided:
@@ -210,7 +238,7 @@ class LiveRows:
         """The partial reply (while streamed) and the status line; whether they changed."""
         if self.live is None:
             return False
-        status = self._status_line()  # type: ignore[attr-defined]
+        status = self._status_line()
         value = self.transcript.partial_html() + self.transcript.status_html(status)
         if self.live.state["tail"] == value:
             return False
