@@ -35,10 +35,11 @@ async def test_budgeted_backend_refuses_the_call_past_the_limit_before_it_is_mad
     assert inner.calls == 1
 
 
-async def test_a_root_turn_has_one_budget_statement_before_its_first_model_call(backend_store):
-    """Issue 32: the row that opens a root's budget counts its first model call: one INSERT (one
-    durable commit) in front of the call, not an INSERT and an UPDATE; the count is in the store
-    before the call is made. DuckDB and PostgreSQL."""
+async def test_a_root_turns_budget_row_is_written_with_its_ack_not_before_the_call(backend_store):
+    """Issue 32: the row that opens a root's budget counts its first model call: one INSERT, not
+    an INSERT and an UPDATE, and not in front of the call (the trigger's commit is the only one
+    there): it is written when the run's Ack lands, while the call is in flight, so the next
+    turn's call finds it. DuckDB and PostgreSQL."""
     from chaz_nb.server import Server
     from chaz_nb.server.agents import Agent
 
@@ -66,6 +67,7 @@ async def test_a_root_turn_has_one_budget_statement_before_its_first_model_call(
         await (await server.send(s, "again")).wait()
     finally:
         await server.stop()
-    assert at_call[0] == (["INSERT"], [(1,)])
-    assert at_call[1][0] == ["INSERT", "INSERT"]  # each person's turn: a tree of its own
-    assert sorted(at_call[1][1]) == [(1,), (1,)]
+    assert at_call[0] == ([], [])  # no budget statement in front of the first call
+    assert at_call[1] == (["INSERT"], [(1,)])  # the first turn's row, its call counted; not yet the second's
+    [(first, second)] = [tuple(r) for r in real("SELECT count(*), sum(model_calls) FROM run_budgets")]
+    assert (first, second) == (2, 2)  # each person's turn: a tree of its own

@@ -399,6 +399,11 @@ class GroupCommitWriter:
 
         return unsubscribe
 
+    def undelivered(self, entry: Entry) -> bool:
+        """Whether ``entry``'s on_write callbacks have yet to run: it was written by a callback
+        (of an earlier entry) and waits in the queue until that one returns (``_drain``)."""
+        return any(queued.id == entry.id for queued in self._queue)
+
     def _dispatch(self, entries: list[Entry]) -> None:
         """Queue just-committed entries for the subscribers and run the callbacks."""
         self._queue.extend(entries)

@@ -16,8 +16,12 @@ counts the schedules the tree made (``take_schedule``; schedules/__init__.py cap
 
 A root's row is written with its first model call counted (``open(..., first_call=True)``):
 every run calls the model before anything else, so the one ``INSERT`` that opens the budget
-also charges that call, and a turn has one budget statement (one durable commit) in front of
-its first model call instead of two (issue 32). The call is refused as before when the limit
+also charges that call. That ``INSERT`` is not in front of the call (issue 32: the trigger's is
+the one commit there): the run writes it when its Ack lands (``StoredBudget.write``), which is
+while the first call is on the wire. Nothing can draw on the tree sooner: its id is in no entry
+but the Ack, and the run's tools, its second model call and every trigger it writes come after
+its Ack (each charge writes the row first if it is not written yet). A process that dies before
+the Ack lands leaves no run and no tree to count. The call is refused as before when the limit
 allows none; a run stopped before its first call leaves that call counted.
 """
 
@@ -46,6 +50,26 @@ class StoredBudget(TreeBudget):
         self.id = budget_id
         #: model calls counted in the row already (the first call, by ``open``), not yet taken
         self.prepaid_calls = 0
+        #: a root's row not written yet: the model calls it will count (``write``); None once written
+        self._unwritten: int | None = None
+
+    def write(self) -> None:
+        """Write the row of a root's budget opened with ``first_call`` (the run does it when its
+        Ack lands); nothing when it is written already. A row of the same id found there keeps
+        its counts, and the calls counted here are charged to it."""
+        if self._unwritten is None:
+            return
+        calls = self._unwritten
+        created = self.store.execute(
+            "INSERT INTO run_budgets (id, root_agent, max_spawns, max_model_calls, spawns, model_calls, "
+            "created_at) VALUES (?, ?, ?, ?, 0, ?, ?) ON CONFLICT (id) DO NOTHING RETURNING id",
+            [self.id, self.root_agent, self.max_spawns, self.max_model_calls, calls, utcnow()],
+        )
+        self._unwritten = None
+        if not created:
+            self._read()
+            for _ in range(calls):
+                self._charge("model_calls")
 
     def take_spawn(self) -> None:
         self._charge("spawns")
@@ -57,6 +81,7 @@ class StoredBudget(TreeBudget):
         self._charge("model_calls")
 
     def _charge(self, count: str) -> None:
+        self.write()  # (a root's row goes first: the charge is an UPDATE of it)
         limit = _COUNTS[count]
         rows = self.store.execute(
             f"UPDATE run_budgets SET {count} = {count} + 1 WHERE id = ? AND exhausted IS NULL "
@@ -104,10 +129,15 @@ class Budgets:
         """The budget ``budget_id`` (``None``: a fresh one), created with ``agent``'s limits
         when the store has no such row yet (a root's trigger, or an entry of an older store).
 
-        ``first_call`` (a root's run): a row created here counts the run's first model call
-        already (see the module doc)."""
+        ``first_call`` (a root's run): the row counts the run's first model call already, and it
+        is written by ``StoredBudget.write`` (when the run's Ack lands), not here: no statement
+        in front of the call (see the module doc)."""
         budget_id = budget_id or f"run:{uuid.uuid4().hex}"
         prepaid = 1 if first_call and agent.max_model_calls >= 1 else 0
+        if first_call:
+            budget = StoredBudget(self.store, budget_id, agent.name, agent.max_spawns, agent.max_model_calls)
+            budget.model_calls = budget.prepaid_calls = budget._unwritten = prepaid
+            return budget
         # a root's budget is new (one round trip); a descendant's row is there already
         created = self.store.execute(
             "INSERT INTO run_budgets (id, root_agent, max_spawns, max_model_calls, spawns, model_calls, "

@@ -100,7 +100,6 @@ class RunSteps:
     streams: StreamHub
     _states: dict[int, SessionState]
     _spawn: dict[int, SpawnContext]
-    _executor_for: Callable[[RunContext], ToolExecutor]
 
     def limiter(self) -> asyncio.Semaphore:
         raise NotImplementedError  # RunEngine's
@@ -208,6 +207,13 @@ class RunSteps:
         state = self._states.get(session_id)
         if state is not None and state.run_id is None:
             state.run_id = ctx.run_id
+        if isinstance(ctx.tree, StoredBudget) and not self.store.closed:
+            # a root's budget row, its first call counted, lands with the Ack: while that call
+            # is on the wire, not in front of it (budgets.py); before any tool or second call
+            try:
+                ctx.tree.write()
+            except Exception:  # noqa: BLE001 - a callback must not raise; the next charge writes it again
+                log.exception("the budget row of run %s could not be written", ctx.run_id)
 
     def _interrupt(self, session_id: int, agent: Agent, ack_write: asyncio.Future) -> None:
         """Close a cancelled run, now if its Ack has landed, else as soon as it lands."""
@@ -274,7 +280,7 @@ class RunSteps:
                 model=agent.model,
                 messages=messages,
                 backend=BudgetedBackend(self.backend, ctx.tree) if ctx.tree else self.backend,
-                tools=AfterAck(self._executor_for(ctx), ctx, ack_write, self.store.hurry),
+                tools=AfterAck(self.make_executor(ctx), ctx, ack_write, self.store.hurry),
                 events=sink.queue,
                 budget=ctx.budget,
                 script=agent.script,

@@ -110,8 +110,8 @@ def send_turn(
     attach: list[str] | None = None,
 ) -> tuple[Any, Any]:
     """Write the Message (or Directive) from this cell; return (run handle, view or None)."""
-    from ...core.entries import EntryType
     from ..controller import origin
+    from ..kernel_loop import run_sync
 
     server = state.server
     server.refresh_agents(name)  # a shared store: as the store defines it now
@@ -134,13 +134,9 @@ def send_turn(
     view = None
     if display:
         view = open_view(state, session, after_seq=latest.seq if latest else 0, follow=True)
-    handle = server.post(
-        session,
-        EntryType.DIRECTIVE if directive else EntryType.MESSAGE,
-        text,
-        sender="user",
-        payload=payload,
-    )
+    # through the group commit, on the kernel loop (the run's own entries commit there too): the
+    # cell's one durable commit in front of the model call (issue 32)
+    handle = run_sync(server.send(session, text, sender="user", payload=payload, directive=directive), state.loop)
     state.last_session = session
     if view is not None:
         view.flush()  # show the trigger at once (the run's entries follow from the loop)
