@@ -286,10 +286,12 @@ class RunEngine(RunSteps):
     def _decide(self, entry: Entry) -> Decision:
         """Start (or queue) the run a committed entry calls for: (its handle, whether another
         kernel serves it). A room's part routes its own entries (mention-gated turns, rooms.py)."""
-        if self._stopped or not self.triggers_run(entry):
+        if self._stopped:
             return None, False
-        if any(p.route(entry) for p in self.parts):
+        if any(p.route(entry) for p in self.parts):  # (also an agent's Message: a mention wakes a member)
             return self._handles.get(entry.id), False  # (the part tracks the run it starts)
+        if not self.triggers_run(entry):
+            return None, False
         # a shared store: one server per session, the one that holds its lease (serving.py)
         if not self.serving.claim(entry.session_id):
             return None, True  # another kernel serves this session (the write woke it), or will
