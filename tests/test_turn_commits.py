@@ -140,3 +140,38 @@ async def test_post_and_send_return_the_run_when_on_write_is_deferred(store, how
     await server.wait_idle(30)
     acks = [e for e in store.entries(session) if e.entry_type is T.ACK]
     assert len(acks) == 1  # one run: the deferred callback does not start a second
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_the_ack_commits_while_a_litellm_request_is_on_the_wire(store, monkeypatch, stream):
+    """Through litellm's real OpenAI provider: the Ack is committed once the request has left
+    (litellm's pre-call hook, then the loop idle), not at its window and not with the reply. The
+    model server answers only once it has seen the Ack committed (the window is an hour here)."""
+    import threading
+
+    from fakes.openai_server import FakeModelServer, Reply
+
+    from chaz_nb.server import run
+
+    monkeypatch.setattr(run, "ACK_WINDOW", 3600.0)
+    ack_committed = threading.Event()
+    store.subscribe(lambda e: e.entry_type is T.ACK and ack_committed.set())
+
+    class Gated(FakeModelServer):
+        seen: list[bool] = []
+
+        def _next(self, model):
+            self.seen.append(ack_committed.wait(10))  # (a thread of the server: the loop runs on)
+            return Reply("on the wire")
+
+    model = Gated()
+    try:
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-fake")
+        server = Server(store, [Agent("a", model="openai/fake", api_base=model.openai_base, stream=stream)])
+        session = server.new_session("a")
+        reply = await asyncio.wait_for((await server.send(session, "hi")).wait(), 60)
+    finally:
+        model.close()
+    assert Gated.seen == [True]
+    assert reply is not None and reply.content == "on the wire"
+    assert [e.entry_type for e in store.entries(session)] == [T.MESSAGE, T.ACK, T.MESSAGE]
