@@ -262,8 +262,12 @@ class RunSteps:
         streams = self.streams
         early: list[str] = []  # reply text streamed before the Ack landed (shown once it has)
 
+        loop = asyncio.get_running_loop()
+
         def on_delta(text: str) -> None:
             if ctx.run_id == PENDING_RUN:
+                if not early:  # the text waits for the run's id: the Ack is waited on now
+                    loop.call_soon_threadsafe(self.store.hurry)
                 early.append(text)
             else:
                 streams.delta(session_id, ctx.run_id, text)
@@ -282,7 +286,6 @@ class RunSteps:
             await sink.calls_recorded()
 
         ack_write.add_done_callback(show_early)
-        loop = asyncio.get_running_loop()
         # as the request leaves (litellm's pre-call hook, maybe on a worker thread): what is
         # written behind (the Ack) commits once the loop is idle, the request on the wire
         def on_leaving() -> None:
