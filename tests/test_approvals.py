@@ -286,16 +286,16 @@ async def test_finished_child_session_still_asks_where_its_parent_would_have(sto
     assert (await again.wait()).content == "child: hits for q"
 
 
-async def test_unattended_run_is_denied_at_once(store):
+async def test_unattended_run_is_denied_at_once(store, monkeypatch):
 
     server = make(store, deployer())
-    original = server.make_executor
+    original = server.port.make_executor  # the engine builds each run's executor
 
     def unattended(ctx):
         ctx.unattended = True
         return original(ctx)
 
-    server.make_executor = unattended
+    monkeypatch.setattr(server.port, "make_executor", unattended)
     reply = await (await server.send(server.current_session("ops"), "ship it")).wait()
     assert "was denied by the user: no person to ask" in reply.content
     assert ran == []

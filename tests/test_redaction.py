@@ -174,7 +174,7 @@ async def test_the_servers_log_of_a_failed_run_is_redacted(store, monkeypatch, c
     def broken_executor(ctx):  # a bug inside the run: the server logs its traceback
         raise RuntimeError(f"executor setup failed, token {secret}")
 
-    server.make_executor = broken_executor
+    monkeypatch.setattr(server.port, "make_executor", broken_executor)  # the engine builds each run's executor
     s = server.current_session("a")
     with caplog.at_level(logging.ERROR, logger="chaz_nb"):
         outcome = await (await server.send(s, "hi")).wait()

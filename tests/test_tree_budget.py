@@ -35,10 +35,11 @@ async def test_budgeted_backend_refuses_the_call_past_the_limit_before_it_is_mad
     assert inner.calls == 1
 
 
-async def test_a_root_turn_has_one_budget_statement_before_its_first_model_call(backend_store):
-    """Issue 32: the row that opens a root's budget counts its first model call: one INSERT (one
-    durable commit) in front of the call, not an INSERT and an UPDATE; the count is in the store
-    before the call is made. DuckDB and PostgreSQL."""
+async def test_a_root_turns_budget_row_is_written_with_its_ack_not_before_the_call(backend_store):
+    """Issue 32: the row that opens a root's budget counts its first model call: one INSERT, not
+    an INSERT and an UPDATE, and not in front of the call (the trigger's commit is the only one
+    there): it is written when the run's Ack lands, while the call is in flight, so the next
+    turn's call finds it. DuckDB and PostgreSQL."""
     from chaz_nb.server import Server
     from chaz_nb.server.agents import Agent
 
@@ -66,19 +67,20 @@ async def test_a_root_turn_has_one_budget_statement_before_its_first_model_call(
         await (await server.send(s, "again")).wait()
     finally:
         await server.stop()
-    assert at_call[0] == (["INSERT"], [(1,)])
-    assert at_call[1][0] == ["INSERT", "INSERT"]  # each person's turn: a tree of its own
-    assert sorted(at_call[1][1]) == [(1,), (1,)]
+    assert at_call[0] == ([], [])  # no budget statement in front of the first call
+    assert at_call[1] == (["INSERT"], [(1,)])  # the first turn's row, its call counted; not yet the second's
+    [(first, second)] = [tuple(r) for r in real("SELECT count(*), sum(model_calls) FROM run_budgets")]
+    assert (first, second) == (2, 2)  # each person's turn: a tree of its own
 
 
 async def test_runs_calling_their_model_in_one_loop_turn_share_one_budget_statement(backend_store):
     """Issue 30: 50 sessions on one loop spent a third of the served time in one budget commit
     per model call. Runs whose model calls fall in the same loop turn are charged in one
     statement, each count in the store before its call; a tree charged twice in that turn
-    (two runs of one budget) gets both charges, and the limit holds within the batch."""
+    (two runs of one budget) gets both charges, and the limit holds within the batch. (A root's
+    first call is counted in the row its Ack writes: these are the calls after it.)"""
     import asyncio
 
-    from chaz_nb.server import Server
     from chaz_nb.server.agents import Agent
     from chaz_nb.server.budgets import Budgets, ChargeBatch
 
@@ -91,24 +93,17 @@ async def test_runs_calling_their_model_in_one_loop_turn_share_one_budget_statem
             statements.append(query.split()[0])
         return real(query, params)
 
+    budgets = Budgets(store)
+    trees = [budgets.open(None, Agent("a", max_model_calls=3), first_call=True) for _ in range(6)]
+    for tree in trees:
+        await tree.charge_model_call()  # the first call: counted in the row, no statement
+        tree.write()  # what the run does when its Ack lands
     store.execute = execute
-    counted: list[int] = []
-
-    class Backend:
-        async def complete(self, model, messages, tools=None, **kw):
-            counted.append(real("SELECT sum(model_calls) FROM run_budgets")[0][0])
-            return ModelReply(content="ok")
-
-    server = Server(store, [Agent("a", max_model_calls=3)], backend=Backend())
-    try:
-        sessions = [server.new_session("a") for _ in range(6)]
-        handles = await asyncio.gather(*(server.send(s, "hi") for s in sessions))
-        await asyncio.gather(*(h.wait() for h in handles))
-    finally:
-        await server.stop()
-    assert statements == ["INSERT"]  # six roots' first calls: one statement
-    assert min(counted) == 6  # every call was counted before it was made
-    assert [tuple(r) for r in real("SELECT count(*), sum(model_calls) FROM run_budgets")] == [(6, 6)]
+    await asyncio.gather(*(tree.charge_model_call() for tree in trees))  # six second calls
+    store.execute = real
+    assert statements == ["INSERT"]  # one statement (an upsert) for the six charges
+    assert [tuple(r) for r in real("SELECT count(*), sum(model_calls) FROM run_budgets")] == [(6, 12)]
+    assert [t.model_calls for t in trees] == [2] * 6
 
     # one budget charged three times in one turn, limit 2: two charges, one refusal
     tree = Budgets(store).open("shared", Agent("b", max_model_calls=2), first_call=True)

@@ -173,3 +173,40 @@ async def test_a_models_reply_over_the_entry_limit_is_clipped_and_the_run_closes
     assert "more characters clipped: an entry holds at most 20,000" in reply.content
     assert server.session_status(s) == "idle"
     await server.stop()
+
+
+async def test_flush_when_idle_commits_once_nothing_else_is_ready_to_run(store):
+    """A run calls it as its model request leaves: the commit waits while the loop has work
+    (a chain of callbacks here, litellm's steps in a run), not for the window (an hour)."""
+    sid = store.create_session("a")
+    loop = asyncio.get_running_loop()
+    left = [5]
+
+    def busy() -> None:  # the loop is not idle while this chain runs
+        left[0] -= 1
+        if left[0]:
+            loop.call_soon(busy)
+
+    future = store.write_behind([NewEntry(sid, T.ACK, "a", "working")], window=3600)
+    busy()
+    store.flush_when_idle()
+    at_commit: list[int] = []
+    store.subscribe(lambda e: at_commit.append(left[0]))
+    [ack] = await asyncio.wait_for(future, 10)
+    assert at_commit == [0] and ack.content == "working"
+
+
+async def test_undelivered_says_whether_an_entrys_callbacks_are_still_to_come(store):
+    sid = store.create_session("a")
+    seen: list[tuple[int, bool, bool]] = []
+
+    def on_write(entry) -> None:
+        if entry.content == "first":
+            second = store.append(sid, T.MESSAGE, "a", "second")  # queued behind this callback
+            seen.append((second.id, store.undelivered(second), store.undelivered(entry)))
+
+    store.subscribe(on_write)
+    first = store.append(sid, T.MESSAGE, "a", "first")
+    [(second_id, second_waits, first_waits)] = seen
+    assert second_waits and not first_waits and second_id == first.id + 1
+    assert not store.undelivered(store.entry(second_id))

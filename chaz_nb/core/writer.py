@@ -11,6 +11,10 @@ subscribers through ``_dispatch``/``_drain``, return them). Everything else is h
   ``COMMIT_WINDOW``, or sooner, with the next ``write`` or when ``hurry`` is called. Its commit
   then falls while the run's model request is on the wire instead of before it is sent (a
   durable commit holds the loop ~1.5-3 ms). Commit order is request order either way.
+  ``flush_when_idle``: commit what is queued once the loop has nothing else to run (a run
+  calls it as its model request leaves).
+- ``undelivered``: whether an entry's on_write callbacks are still to come (queued behind the
+  callback that wrote it).
 - ``subscribe`` and the dispatch queue: callbacks run after each commit, in commit order; a
   callback that writes in turn queues its entries behind the current ones, so every
   subscriber sees entries in commit order.
@@ -252,6 +256,7 @@ class GroupCommitWriter:
         self._pending_writes: list[tuple[list[NewEntry], asyncio.Future]] = []
         self._flush_scheduled = False
         self._flush_timer: asyncio.TimerHandle | None = None
+        self._idle_watch = False  # a ``_flush_when_idle`` is scheduled
 
     # ------------------------------------------------- the store's own steps
     def _check_writable(self) -> None:  # pragma: no cover - each store defines it
@@ -324,7 +329,8 @@ class GroupCommitWriter:
 
         Sooner when a ``write`` comes meanwhile (they share its transaction, in request order)
         or ``hurry`` is called: whoever comes to wait on these entries calls it. For entries
-        the writer does not wait on at once (a run's Ack, see server/runs.py).
+        the writer does not wait on at once (a run's Ack, see server/run.py), or
+        ``flush_when_idle``.
         """
         self._check_writable()
         items = list(items)
@@ -338,6 +344,25 @@ class GroupCommitWriter:
         if not self._flush_scheduled and self._flush_timer is None:
             self._flush_timer = loop.call_later(window, self._flush_pending)
         return future
+
+    def flush_when_idle(self) -> None:
+        """Commit what ``write_behind`` queued as soon as nothing else is ready to run on the
+        loop, i.e. every task waits on I/O or a timer (on a loop with no run queue to look at:
+        at its window, as before). A run calls it as its model request leaves: the request is
+        on the wire by then, and the commit falls while it is (server/run.py)."""
+        if self._pending_writes and not self._flush_scheduled and not self._idle_watch:
+            self._idle_watch = True  # one watch per store (two would each see the other as work)
+            loop = asyncio.get_running_loop()
+            loop.call_soon(self._flush_when_idle, loop)
+
+    def _flush_when_idle(self, loop: asyncio.AbstractEventLoop) -> None:
+        ready = getattr(loop, "_ready", None)  # (asyncio's run queue, a deque of ready callbacks)
+        if ready and self._pending_writes and not self._flush_scheduled:
+            loop.call_soon(self._flush_when_idle, loop)  # busy: look again at the next turn
+            return
+        self._idle_watch = False
+        if ready is not None and self._pending_writes and not self._flush_scheduled:
+            self._flush_pending()
 
     def hurry(self) -> None:
         """Commit what is queued at the next loop turn (someone waits on a ``write_behind``)."""
@@ -397,6 +422,11 @@ class GroupCommitWriter:
                 self._subscribers.remove(callback)
 
         return unsubscribe
+
+    def undelivered(self, entry: Entry) -> bool:
+        """Whether ``entry``'s on_write callbacks have yet to run: it was written by a callback
+        (of an earlier entry) and waits in the queue until that one returns (``_drain``)."""
+        return any(queued.id == entry.id for queued in self._queue)
 
     def _dispatch(self, entries: list[Entry]) -> None:
         """Queue just-committed entries for the subscribers and run the callbacks."""

@@ -33,6 +33,7 @@ import math
 import os
 import threading
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from collections.abc import Callable, Iterator, Sequence
@@ -327,6 +328,26 @@ def litellm_module() -> Any:
     return start_import().result()
 
 
+#: set around a model call by whoever wants to know when its request leaves: called once per
+#: attempt, from litellm's pre-call log hook (``logger_fn``), as litellm hands the request to the
+#: provider's HTTP client; possibly on a worker thread. The server commits the run's Ack then,
+#: so that the commit falls while the request is on the wire (server/run.py).
+REQUEST_LEAVING: ContextVar[Callable[[], None] | None] = ContextVar("chaz_request_leaving", default=None)
+
+
+def _on_leaving(leaving: Callable[[], None]) -> Callable[[Any], None]:
+    """A ``logger_fn`` that calls ``leaving`` at its first call (litellm calls it again after)."""
+    called = False
+
+    def logger_fn(_details: Any) -> None:
+        nonlocal called
+        if not called:
+            called = True
+            leaving()
+
+    return logger_fn
+
+
 class LiteLLMBackend:
     """Every model through ``litellm.acompletion``; the backend is chosen by the model string.
 
@@ -374,10 +395,13 @@ class LiteLLMBackend:
             kwargs["stream"] = True
             if _takes_stream_options(litellm, model):
                 kwargs["stream_options"] = {"include_usage": True}
+        leaving = REQUEST_LEAVING.get()
         attempt = 0
         while True:
             attempt += 1
             assembly = StreamAssembly()
+            if leaving is not None and not is_offline(model):
+                kwargs["logger_fn"] = _on_leaving(leaving)
             try:
                 if on_delta is not None:
                     return await asyncio.wait_for(

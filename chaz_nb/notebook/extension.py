@@ -299,11 +299,12 @@ async def ask(text: str, *, display: bool = True, directive: bool = False, **kwa
     ``display=True`` the turn is shown live, as ``%chaz`` does. The run is shielded: cancelling
     the await (an interrupt) leaves it running.
     """
-    from .magics.core import parse_address, send_turn
+    from .magics.core import parse_address
+    from .magics.turns import ask_turn
 
     state = current_state()
     name, body = parse_address(text, state.server)
-    handle, view = send_turn(state, name, body, directive=directive, display=display)
+    handle, view = await ask_turn(state, name, body, directive=directive, display=display)
     try:
         if handle is None:
             return None

@@ -14,10 +14,15 @@ past a limit marks the row exhausted; from then on every charge of the tree, in 
 raises ``TreeBudgetExceeded`` with the same one-line reason (tree_budget.py). The row also
 counts the schedules the tree made (``take_schedule``; schedules/__init__.py caps them).
 
-A root's row is written by its first model call, with that call counted: every run calls the
-model before anything else, so one statement opens the budget and charges the call (issue 32),
-and the call is refused as before when the limit allows none. A run stopped before its first
-call leaves no row (nothing of its tree can name the budget: only a model call starts one).
+A root's row is written with its first model call counted (``open(..., first_call=True)``):
+every run calls the model before anything else, so the one ``INSERT`` that opens the budget
+also charges that call. That ``INSERT`` is not in front of the call (issue 32: the trigger's is
+the one commit there): the run writes it when its Ack lands (``StoredBudget.write``), which is
+while the first call is on the wire. Nothing can draw on the tree sooner: its id is in no entry
+but the Ack, and the run's tools, its second model call and every trigger it writes come after
+its Ack (each charge writes the row first if it is not written yet). A process that dies before
+the Ack lands leaves no run and no tree to count. The call is refused as before when the limit
+allows none; a run stopped before its first call leaves that call counted.
 
 Model-call charges are batched (issue 30): the charges of every run that calls its model in the
 same loop turn are one statement, an ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` under the
@@ -54,33 +59,58 @@ class StoredBudget(TreeBudget):
         self.id = budget_id
         #: where its model calls are charged (``Budgets.open`` sets it); None: one by one
         self.batch: ChargeBatch | None = None
-        #: False for a root's budget until its first model call writes the row
-        self.row_written = True
+        #: model calls counted in the row already (the first call, by ``open``), not yet taken
+        self.prepaid_calls = 0
+        #: a root's row not written yet: the model calls it will count (``write``); None once written
+        self._unwritten: int | None = None
+
+    def write(self) -> None:
+        """Write the row of a root's budget opened with ``first_call`` (the run does it when its
+        Ack lands); nothing when it is written already. A row of the same id found there keeps
+        its counts, and the calls counted here are charged to it."""
+        if self._unwritten is None:
+            return
+        calls = self._unwritten
+        created = self.store.execute(
+            "INSERT INTO run_budgets (id, root_agent, max_spawns, max_model_calls, spawns, model_calls, "
+            "created_at) VALUES (?, ?, ?, ?, 0, ?, ?) ON CONFLICT (id) DO NOTHING RETURNING id",
+            [self.id, self.root_agent, self.max_spawns, self.max_model_calls, calls, utcnow()],
+        )
+        self._unwritten = None
+        if not created:
+            self._read()
+            for _ in range(calls):
+                self._charge("model_calls")
 
     def take_spawn(self) -> None:
         self._charge("spawns")
 
     def take_model_call(self) -> None:
-        if not self.row_written:  # a root's first call: the row, with the call counted
-            ChargeBatch.run(self.store, [self])
+        if self.prepaid_calls > 0:  # counted in the row ``write`` puts there: no statement
+            self.prepaid_calls -= 1
             return
         self._charge("model_calls")
 
     async def charge_model_call(self) -> None:
         """``take_model_call`` in the store's batch of this loop turn (see the module doc)."""
+        if self.prepaid_calls > 0:
+            self.prepaid_calls -= 1
+            return
         if self.batch is None:
             self._charge("model_calls")
             return
+        self.write()  # (a root's row goes first: the batch's charge updates it)
         await self.batch.charge(self)
 
-    def _charged(self, row: tuple) -> None:
+    def _charged(self, row: tuple[object, ...]) -> None:
         """The row as the batched charge returned it (RETURNING)."""
         _, root, max_spawns, max_calls, spawns, calls = row
-        self.root_agent, self.max_spawns, self.max_model_calls = root, int(max_spawns), int(max_calls)
-        self.spawns, self.model_calls = int(spawns), int(calls)
-        self.row_written = True
+        self.root_agent = str_value(root, "run_budgets.root_agent")
+        self.max_spawns, self.max_model_calls = int_value(max_spawns), int_value(max_calls)
+        self.spawns, self.model_calls = int_value(spawns), int_value(calls)
 
     def _charge(self, count: str) -> None:
+        self.write()  # (a root's row goes first: the charge is an UPDATE of it)
         limit = _COUNTS[count]
         rows = self.store.execute(
             f"UPDATE run_budgets SET {count} = {count} + 1 WHERE id = ? AND exhausted IS NULL "
@@ -184,7 +214,7 @@ class ChargeBatch:
         )
         by_id = {b.id: b for b in budgets}
         for row in rows:
-            by_id.pop(row[0])._charged(tuple(row))
+            by_id.pop(str_value(row[0], "run_budgets.id"))._charged(tuple(row))
         return set(by_id)
 
 
@@ -199,12 +229,15 @@ class Budgets:
         """The budget ``budget_id`` (``None``: a fresh one), created with ``agent``'s limits
         when the store has no such row yet (a root's trigger, or an entry of an older store).
 
-        ``first_call`` (a root's run): no statement now; the run's first model call writes the
-        row with that call counted (see the module doc)."""
+        ``first_call`` (a root's run): the row counts the run's first model call already, and it
+        is written by ``StoredBudget.write`` (when the run's Ack lands), not here: no statement
+        in front of the call (see the module doc)."""
         budget_id = budget_id or f"run:{uuid.uuid4().hex}"
-        if first_call and agent.max_model_calls >= 1:
+        if first_call:
+            prepaid = 1 if agent.max_model_calls >= 1 else 0
             budget = StoredBudget(self.store, budget_id, agent.name, agent.max_spawns, agent.max_model_calls)
-            budget.batch, budget.row_written = self.batch, False
+            budget.model_calls = budget.prepaid_calls = budget._unwritten = prepaid
+            budget.batch = self.batch
             return budget
         # a descendant's row is there already: read it (no commit); else write it
         found = self._read(budget_id)

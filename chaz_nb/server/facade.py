@@ -18,7 +18,6 @@ from ..core.entries import Entry, EntryType
 from ..core.paging import newest_first
 from ..core.store import SessionInfo, Store, served_elsewhere
 from ..engine.backends import LiteLLMBackend, ModelBackend
-from ..engine.runtime import ToolExecutor
 from ..engine.tools import ToolsLike, as_registry
 from ..errors import ServerError
 from . import remote
@@ -34,7 +33,7 @@ from .invocation import Invocation
 from .mcp import McpServer, McpServers
 from .replay import RecordedTools
 from .handle import RunHandle
-from .ports import Part, RunContext, ServerPort, SpawnContext
+from .ports import Part, ServerPort, SpawnContext
 from .rooms import ROOM_KIND, Rooms
 from .runs import RunEngine
 from .schedules import Fire, Schedule, Schedules
@@ -70,7 +69,6 @@ class Server:
         self._engine = RunEngine(
             store, self.agents, self.tools, self.backend,
             max_concurrent_calls=max_concurrent_calls, tool_timeout=tool_timeout,
-            executor_for=lambda ctx: self.make_executor(ctx),
         )
         handle = getattr(self.tools, "spawn_handle", None) or spawn_tools.install(self.tools)
         handle.set(self._engine)
@@ -251,28 +249,25 @@ class Server:
         content: str,
         sender: str = "user",
         payload: dict[str, Any] | None = None,
+        *,
+        directive: bool = False,
     ) -> RunHandle:
-        """Write a Message (group-committed with the tick's other writes); return its run."""
-        if sender in self.agents:
+        """Write a Message (``directive``: a Directive) through the group commit, in one
+        transaction with the tick's other writes (the run's entries among them); return its
+        run. The entry is committed before its run calls the model."""
+        if sender in self.agents and not directive:
             raise ServerError(
                 f"a Message from {sender!r} starts no run (agents do not trigger themselves)"
             )
-        self._engine.serve_here(session_id)
-        entry = await self.store.write_one(session_id, EntryType.MESSAGE, sender, content, payload=payload)
-        handle = self._engine.handle_for(entry)
+        kind = EntryType.DIRECTIVE if directive else EntryType.MESSAGE
+        handle = await self._engine.send(session_id, kind, content, sender, payload)
         if handle is None:
-            raise ServerError(
-                f"a Message from {sender!r} starts no run (agents do not trigger themselves)"
-            )
+            raise ServerError(f"a {kind.value} from {sender!r} in session {session_id} starts no run here")
         return handle
 
     def triggers_run(self, entry: Entry) -> bool:
         """Act on a Directive, or on a Message from a non-agent (docs/design.md)."""
         return self._engine.triggers_run(entry)
-
-    def make_executor(self, ctx: RunContext) -> ToolExecutor:
-        """The tool executor for a run: the scope's tools behind the approval proxy."""
-        return self._engine.make_executor(ctx)
 
     # --------------------------------------------------------- approvals
     def pending_approvals(self) -> list[dict[str, Any]]:

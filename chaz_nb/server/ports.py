@@ -115,6 +115,16 @@ class ServerPort(Protocol):
     ) -> RunHandle | None:
         """Write an entry; the handle of the run it triggers, if any."""
 
+    async def send(
+        self,
+        session_id: int,
+        entry_type: EntryType | str,
+        content: str,
+        sender: str = "user",
+        payload: dict[str, Any] | None = None,
+    ) -> RunHandle | None:
+        """``post`` through the group commit."""
+
     def register_child_session(
         self, agent_name: str, kind: str, spawn: SpawnContext
     ) -> tuple[int, asyncio.Future[None]]:

@@ -5,11 +5,12 @@ cancelled run. The per-session scheduling that decides when a run starts is ``ru
 
 The run does not wait for its Ack's commit (issue 14: it is one DuckDB commit, ~1-3 ms, on
 every turn's critical path otherwise): the context is read and the model called while the Ack
-commits. The Ack is written behind (``write_behind``, core/writer.py): its commit waits up to
-one commit window, so it falls while the model request is on the wire rather than before it
-is sent. What names the run waits for it, and hurries it: each tool call (``AfterAck``) and
-the closing entry; the event writer waits for it too. So they all land after the Ack, in
-commit order.
+commits. The Ack is written behind (``write_behind``, core/writer.py) and committed once the
+model request has left (``REQUEST_LEAVING``, then ``flush_when_idle``: the loop idle, the
+request on the wire), at the latest after ``ACK_WINDOW``; the run's budget row follows it
+(budgets.py). So the trigger's commit is the only one in front of the model call (issue 32).
+What names the run waits for the Ack, and hurries it: each tool call (``AfterAck``), the event
+writer and the closing entry. So they all land after the Ack, in commit order.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from ..core.entries import Entry, EntryType, build_context
 from ..core.window import DEFAULT_CONTEXT_TOKENS
 from ..core.store import NewEntry, Store
-from ..engine.backends import ModelBackend
+from ..engine.backends import REQUEST_LEAVING, ModelBackend
 from ..engine.runtime import (
     DEFAULT_MAX_TOOL_OUTPUT,
     IterationBudget,
@@ -54,6 +55,12 @@ log = logging.getLogger(__name__)
 
 #: ``RunContext.run_id`` until the run's Ack has landed (entry ids start at 1); no tool runs before
 PENDING_RUN = 0
+
+#: the longest a run's Ack waits for its commit. It is committed as soon as the loop is idle after
+#: the model request leaves (``REQUEST_LEAVING``: the request is on the wire then), or sooner with
+#: another write or when something waits on it (a tool, the closing entry); at this window with a
+#: backend that does not say when its request leaves
+ACK_WINDOW = 0.05
 
 
 async def _only(write: Awaitable[list[Entry]]) -> Entry:
@@ -100,7 +107,6 @@ class RunSteps:
     streams: StreamHub
     _states: dict[int, SessionState]
     _spawn: dict[int, SpawnContext]
-    _executor_for: Callable[[RunContext], ToolExecutor]
 
     def limiter(self) -> asyncio.Semaphore:
         raise NotImplementedError  # RunEngine's
@@ -149,7 +155,7 @@ class RunSteps:
                      "parent_run": spawn.parent_run if spawn else None,
                      "answers": [e.id for e in answers], "answers_count": len(answers),
                      **(invocation.ack if invocation else {})},
-        )])))
+        )], ACK_WINDOW)))
         # The Ack commits while the context is read and the model called: the run does not
         # wait on it, and it is written behind, so its commit tends to fall while the model
         # request is on the wire. Whatever needs the run id waits for it: a tool call (the
@@ -208,6 +214,13 @@ class RunSteps:
         state = self._states.get(session_id)
         if state is not None and state.run_id is None:
             state.run_id = ctx.run_id
+        if isinstance(ctx.tree, StoredBudget) and not self.store.closed:
+            # a root's budget row, its first call counted, lands with the Ack: while that call
+            # is on the wire, not in front of it (budgets.py); before any tool or second call
+            try:
+                ctx.tree.write()
+            except Exception:  # noqa: BLE001 - a callback must not raise; the next charge writes it again
+                log.exception("the budget row of run %s could not be written", ctx.run_id)
 
     def _interrupt(self, session_id: int, agent: Agent, ack_write: asyncio.Future) -> None:
         """Close a cancelled run, now if its Ack has landed, else as soon as it lands."""
@@ -249,8 +262,12 @@ class RunSteps:
         streams = self.streams
         early: list[str] = []  # reply text streamed before the Ack landed (shown once it has)
 
+        loop = asyncio.get_running_loop()
+
         def on_delta(text: str) -> None:
             if ctx.run_id == PENDING_RUN:
+                if not early:  # the text waits for the run's id: the Ack is waited on now
+                    loop.call_soon_threadsafe(self.store.hurry)
                 early.append(text)
             else:
                 streams.delta(session_id, ctx.run_id, text)
@@ -269,27 +286,36 @@ class RunSteps:
             await sink.calls_recorded()
 
         ack_write.add_done_callback(show_early)
+        # as the request leaves (litellm's pre-call hook, maybe on a worker thread): what is
+        # written behind (the Ack) commits once the loop is idle, the request on the wire
+        def on_leaving() -> None:
+            loop.call_soon_threadsafe(self.store.flush_when_idle)
+
+        leaving = REQUEST_LEAVING.set(on_leaving)
         try:
-            result: RunResult = await execute(
-                model=agent.model,
-                messages=messages,
-                backend=BudgetedBackend(self.backend, ctx.tree) if ctx.tree else self.backend,
-                tools=AfterAck(self._executor_for(ctx), ctx, ack_write, self.store.hurry),
-                events=sink.queue,
-                budget=ctx.budget,
-                script=agent.script,
-                options=agent.call_options(),
-                limiter=self.limiter(),
-                on_delta=on_delta if agent.stream else None,
-                max_tool_output=agent.max_tool_output or DEFAULT_MAX_TOOL_OUTPUT,
-                record_calls=record_calls,
-            )
+            try:
+                result: RunResult = await execute(
+                    model=agent.model,
+                    messages=messages,
+                    backend=BudgetedBackend(self.backend, ctx.tree) if ctx.tree else self.backend,
+                    tools=AfterAck(self.make_executor(ctx), ctx, ack_write, self.store.hurry),
+                    events=sink.queue,
+                    budget=ctx.budget,
+                    script=agent.script,
+                    options=agent.call_options(),
+                    limiter=self.limiter(),
+                    on_delta=on_delta if agent.stream else None,
+                    max_tool_output=agent.max_tool_output or DEFAULT_MAX_TOOL_OUTPUT,
+                    record_calls=record_calls,
+                )
+            finally:
+                REQUEST_LEAVING.reset(leaving)
         except asyncio.CancelledError:
-            await sink.drain(writer)
+            await self._drain(sink, writer, ack_write)
             self._interrupt(session_id, agent, ack_write)
             raise
         except ModelCallError as exc:
-            await sink.drain(writer)
+            await self._drain(sink, writer, ack_write)
             base = {"run_id": await self._run_id(session_id, agent, ack_write), "model": agent.model}
             payload = {**base, **exc.usage.to_json(), "steps": exc.steps, **exc.details}
             reason = f"model call failed: {exc.reason}"
@@ -299,19 +325,19 @@ class RunSteps:
         except ToolCallsNotRecorded as exc:
             # the log could not record what the agent was about to do: it does not do it (the
             # model is not told and asked on: its reply would rest on steps the log lacks)
-            await sink.drain(writer)
+            await self._drain(sink, writer, ack_write)
             base = {"run_id": await self._run_id(session_id, agent, ack_write), "model": agent.model}
             payload = {**base, **exc.usage.to_json(), "steps": exc.steps,
                        "tool_call_ids": [call_id for call_id, _ in exc.calls]}
             return await self.store.write_one(session_id, EntryType.ERROR, agent.name, str(exc), payload=payload)
         except Exception as exc:  # a bug must not lose the run's trail: record it
             log.exception("run in session %s failed", session_id)
-            await sink.drain(writer)
+            await self._drain(sink, writer, ack_write)
             base = {"run_id": await self._run_id(session_id, agent, ack_write), "model": agent.model}
             return await self.store.write_one(
                 session_id, EntryType.ERROR, agent.name, one_line_reason(exc), payload=base
             )
-        await sink.drain(writer)
+        await self._drain(sink, writer, ack_write)
         # the closing entry waits for the Ack (and so lands after it and after every tool event)
         base = {"run_id": await self._run_id(session_id, agent, ack_write), "model": agent.model}
         finished = {**base, **result.usage.to_json(), "steps": result.steps, "stop_reason": result.stop_reason}
@@ -331,6 +357,13 @@ class RunSteps:
             log.exception("the reply of run %s could not be written", base["run_id"])
             reason = f"could not write the reply ({len(result.content):,} characters): {one_line_reason(exc)}"
             return await self.store.write_one(session_id, EntryType.ERROR, agent.name, reason, payload=finished)
+
+    async def _drain(self, sink: event_writer.EventWriter, writer: asyncio.Task,
+                     ack_write: asyncio.Future[Entry]) -> None:
+        """The run's event writer's last entries written: it waits for the Ack, so hurry that."""
+        if not ack_write.done() and not self.store.closed:
+            self.store.hurry()
+        await sink.drain(writer)
 
     async def _run_id(self, session_id: int, agent: Agent, ack_write: asyncio.Future[Entry]) -> int:
         """The run id, once the run's Ack has landed (a cancel meanwhile still closes the run)."""

@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 from ..core.entries import Entry, EntryType
 from ..core.store import Store, int_value, str_value
 from ..engine.backends import ModelBackend
-from ..engine.runtime import ToolExecutor
 from ..engine.tools import ToolRegistry
 from ..errors import ServerError
 from .agents import Agent
@@ -37,7 +37,7 @@ from .budgets import Budgets
 from .ceiling import Authority, Ceiling
 from .invocation import Invocation
 from .handle import RunHandle
-from .ports import Part, RunContext, SpawnContext, current_run
+from .ports import Part, SpawnContext, current_run
 from .streams import StreamHub
 from .stopping import StoppedRun
 from .run import RunSteps
@@ -45,6 +45,10 @@ from .serving import open_run, serving_for
 from .stop_relay import REMOTE_STOP_TIMEOUT, StopRelay
 
 log = logging.getLogger(__name__)
+
+#: what the engine made of a committed entry: the handle of the run it starts here (None: none
+#: here), and whether another kernel serves its session (a shared store)
+Decision = tuple[RunHandle | None, bool]
 
 #: entries of a run that supersede the reply text streamed so far (a tool call: that step's text)
 _ENDS_STREAM = frozenset({EntryType.MESSAGE, EntryType.ERROR, EntryType.ACK, EntryType.TOOL_CALL})
@@ -77,7 +81,6 @@ class RunEngine(RunSteps):
         *,
         max_concurrent_calls: int,
         tool_timeout: float,
-        executor_for: Callable[[RunContext], ToolExecutor] | None = None,
     ) -> None:
         self.store = store
         self.agents = agents  # the façade's dict: a definition there is seen here
@@ -86,12 +89,13 @@ class RunEngine(RunSteps):
         self.tool_timeout = tool_timeout
         self.max_concurrent_calls = max_concurrent_calls
         self.parts: list[Part] = []
-        # how a run gets its tool executor: the façade's make_executor, so that replacing it
-        # on a Server (tests make a run unattended that way) applies to its runs
-        self._executor_for = executor_for or self.make_executor
         self._limiter: asyncio.Semaphore | None = None
         self._states: dict[int, SessionState] = {}
         self._handles: dict[int, RunHandle] = {}  # trigger entry id -> handle, while in flight
+        # the decisions each write of this engine in flight hears of (``_deciding``), and the
+        # entries whose writer decided before their on_write callback came (``_run_for``)
+        self._listening: list[dict[int, Decision]] = []
+        self._early: set[int] = set()
         self._spawn: dict[int, SpawnContext] = {}
         self._completions: dict[int, asyncio.Future] = {}
         #: run-tree budgets, counted in the store (budgets.py)
@@ -159,12 +163,61 @@ class RunEngine(RunSteps):
         sender: str = "user",
         payload: dict[str, Any] | None = None,
     ) -> RunHandle | None:
-        if EntryType(entry_type) in (EntryType.MESSAGE, EntryType.DIRECTIVE):
-            self.loop()  # refuse before writing rather than write a trigger nobody runs
-            self.serve_here(session_id)
-            payload = self._with_authority(sender, payload)
-        entry = self.store.append(session_id, entry_type, sender, content, payload=payload)
-        return self.handle_for(entry)
+        """Write an entry in a commit of its own; the handle of the run it triggers, if any."""
+        payload = self._before_write(session_id, entry_type, sender, payload)
+        with self._deciding() as decisions:
+            entry = self.store.append(session_id, entry_type, sender, content, payload=payload)
+        return self._run_for(entry, decisions)
+
+    async def send(
+        self,
+        session_id: int,
+        entry_type: EntryType | str,
+        content: str,
+        sender: str = "user",
+        payload: dict[str, Any] | None = None,
+    ) -> RunHandle | None:
+        """``post`` through the group commit (the tick's other writes share its transaction)."""
+        payload = self._before_write(session_id, entry_type, sender, payload)
+        with self._deciding() as decisions:
+            entry = await self.store.write_one(session_id, entry_type, sender, content, payload=payload)
+        return self._run_for(entry, decisions)
+
+    def _before_write(
+        self, session_id: int, entry_type: EntryType | str, sender: str, payload: dict[str, Any] | None
+    ) -> dict[str, Any] | None:
+        if EntryType(entry_type) not in (EntryType.MESSAGE, EntryType.DIRECTIVE):
+            return payload
+        self.loop()  # refuse before writing rather than write a trigger nobody runs
+        self.serve_here(session_id)
+        return self._with_authority(sender, payload)
+
+    @contextmanager
+    def _deciding(self) -> Iterator[dict[int, Decision]]:
+        """While a write of this engine is in flight: what ``_decide`` makes of each entry
+        delivered meanwhile, by entry id (the writer picks its own entry's out)."""
+        decisions: dict[int, Decision] = {}
+        self._listening.append(decisions)
+        try:
+            yield decisions
+        finally:
+            self._listening.remove(decisions)
+
+    def _run_for(self, entry: Entry, decisions: dict[int, Decision]) -> RunHandle | None:
+        """The run an entry this engine has just written starts: the decision made from the
+        committed entry when its on_write callbacks ran (at the commit), or, when they are still
+        queued behind the callback that wrote it (a part's on_write writing a trigger), made now;
+        its callback then passes it by. Never a lookup that assumes which came first."""
+        if entry.id in decisions:
+            handle, elsewhere = decisions[entry.id]
+        elif self.store.undelivered(entry):
+            self._early.add(entry.id)
+            handle, elsewhere = self._decide(entry)
+        else:
+            return None  # delivered with no decision: the engine does not listen (stopped)
+        if elsewhere:  # a shared store: the kernel that serves the session runs it (remote.py)
+            return self.serving.remote_handle(entry, self.loop())
+        return handle
 
     def _with_authority(self, sender: str, payload: dict[str, Any] | None) -> dict[str, Any] | None:
         """A trigger written by one of this server's runs (``send_message``) carries the run's
@@ -182,15 +235,6 @@ class RunEngine(RunSteps):
     def handle(self, trigger_id: int) -> RunHandle | None:
         """The handle of the run a trigger entry started, while it is in flight."""
         return self._handles.get(trigger_id)
-
-    def handle_for(self, entry: Entry) -> RunHandle | None:
-        """The handle of the run an entry written here triggers: this server's run, or on a
-        shared store the run of the kernel that serves the session (remote.py)."""
-        handle = self._handles.get(entry.id)
-        if handle is None and self.triggers_run(entry) and not self._stopped \
-                and not any(p.route(entry) for p in self.parts):
-            handle = self.serving.remote_handle(entry, self.loop())
-        return handle
 
     def track(self, trigger: Entry, future: asyncio.Future[Entry | None]) -> RunHandle:
         handle = self._handles[trigger.id] = RunHandle(trigger, future)
@@ -232,26 +276,41 @@ class RunEngine(RunSteps):
         """on_write callback: start (or queue) the session's agent when the entry calls for it."""
         if entry.run_id is not None and entry.entry_type in _ENDS_STREAM:
             self.streams.clear(entry.session_id, entry.run_id)  # the entry replaces the partial text
-        if self._stopped or any(p.route(entry) for p in self.parts) or not self.triggers_run(entry):
-            return  # (a room routes its own entries: mention-gated turns, see rooms.py)
+        if entry.id in self._early:
+            self._early.discard(entry.id)  # its writer decided already (``_run_for``)
+            return
+        decision = self._decide(entry)
+        for decisions in self._listening:
+            decisions[entry.id] = decision
+
+    def _decide(self, entry: Entry) -> Decision:
+        """Start (or queue) the run a committed entry calls for: (its handle, whether another
+        kernel serves it). A room's part routes its own entries (mention-gated turns, rooms.py)."""
+        if self._stopped:
+            return None, False
+        if any(p.route(entry) for p in self.parts):  # (also an agent's Message: a mention wakes a member)
+            return self._handles.get(entry.id), False  # (the part tracks the run it starts)
+        if not self.triggers_run(entry):
+            return None, False
         # a shared store: one server per session, the one that holds its lease (serving.py)
         if not self.serving.claim(entry.session_id):
-            return  # another kernel serves this session (the write woke it), or will
+            return None, True  # another kernel serves this session (the write woke it), or will
         loop = self.loop()
         future: asyncio.Future = loop.create_future()
-        self._handles[entry.id] = RunHandle(entry, future)
+        handle = self._handles[entry.id] = RunHandle(entry, future)
         state = self._states.get(entry.session_id)
         if state is not None:
             # Busy: one more run after this one, on the updated context, answers it.
             state.queued = entry
             state.queued_futures.append(future)
             state.queued_triggers.append(entry)
-            return
+            return handle, False
         state = SessionState(futures=[future])
         self._states[entry.session_id] = state
         state.task = loop.create_task(
             self._session_loop(entry.session_id, entry), name=f"chaz-session-{entry.session_id}"
         )
+        return handle, False
 
     def start_run(self, session_id: int, invocation: Invocation) -> asyncio.Future[Entry | None] | None:
         """Run with no trigger entry (a schedule fire); None when the session is busy or stopped."""

@@ -110,7 +110,31 @@ def send_turn(
     attach: list[str] | None = None,
 ) -> tuple[Any, Any]:
     """Write the Message (or Directive) from this cell; return (run handle, view or None)."""
-    from ...core.entries import EntryType
+    from ..kernel_loop import run_sync
+
+    session, text, payload, view = _prepare_turn(state, name, text, display=display, attach=attach)
+    # through the group commit, on the kernel loop (the run's own entries commit there too): the
+    # cell's one durable commit in front of the model call (issue 32)
+    handle = run_sync(state.server.send(session, text, sender="user", payload=payload, directive=directive),
+                      state.loop)
+    _show_turn(state, session, view)
+    return handle, view
+
+
+async def ask_turn(
+    state: ExtensionState, name: str, text: str, *, directive: bool = False, display: bool = True,
+) -> tuple[Any, Any]:
+    """``send_turn`` for code that awaits (``chaz_nb.ask``): the same write, awaited."""
+    session, text, payload, view = _prepare_turn(state, name, text, display=display)
+    handle = await state.server.send(session, text, sender="user", payload=payload, directive=directive)
+    _show_turn(state, session, view)
+    return handle, view
+
+
+def _prepare_turn(
+    state: ExtensionState, name: str, text: str, *, display: bool, attach: list[str] | None = None,
+) -> tuple[int, str, dict[str, Any], Any]:
+    """Check the agent, pick the session, build the payload, open the view: (session, text, payload, view)."""
     from ..controller import origin
 
     server = state.server
@@ -134,18 +158,14 @@ def send_turn(
     view = None
     if display:
         view = open_view(state, session, after_seq=latest.seq if latest else 0, follow=True)
-    handle = server.post(
-        session,
-        EntryType.DIRECTIVE if directive else EntryType.MESSAGE,
-        text,
-        sender="user",
-        payload=payload,
-    )
+    return session, text, payload, view
+
+
+def _show_turn(state: ExtensionState, session: int, view: Any) -> None:
     state.last_session = session
     if view is not None:
         view.flush()  # show the trigger at once (the run's entries follow from the loop)
         view.display()
-    return handle, view
 
 
 def attachments(server: Any, name: str, names: list[str]) -> tuple[str, dict[str, Any]]:
