@@ -70,7 +70,7 @@ class Server:
             store, self.agents, self.tools, self.backend,
             max_concurrent_calls=max_concurrent_calls, tool_timeout=tool_timeout,
         )
-        handle = getattr(self.tools, "spawn_handle", None) or spawn_tools.install(self.tools)
+        handle = spawn_tools.install(self.tools)  # one handle a registry (spawn.py)
         handle.set(self._engine)
         self._current: dict[str, int] = {}
         # keep_agents: definitions and current sessions kept in the store (agent_book.py);
