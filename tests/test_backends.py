@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from chaz_nb.engine.backends import LiteLLMBackend, ProviderError, script_step
+from chaz_nb.engine.backends import LiteLLMBackend, ProviderError
 
 
 @pytest.fixture
@@ -44,22 +44,6 @@ async def test_script_model_plays_tool_calls_then_text(backend):
     ]
     third = await backend.complete("chaz/script", msgs, tools, script=script)
     assert third.content == "done: r2"
-
-
-def test_script_restarts_at_each_user_message():
-    script = ["first", "second"]
-    assert script_step(script, [{"role": "user", "content": "a"}], True) == "first"
-    msgs = [
-        {"role": "user", "content": "a"},
-        {"role": "assistant", "content": "first"},
-        {"role": "user", "content": "b"},
-    ]
-    assert script_step(script, msgs, True) == "first"
-
-
-def test_script_without_tools_offered_gives_its_next_text():
-    script = [{"tool": "add", "args": {}}, "final"]
-    assert script_step(script, [{"role": "user", "content": "a"}], tools_offered=False) == "final"
 
 
 async def test_unknown_offline_model_is_a_clear_error(backend):
@@ -111,39 +95,3 @@ async def test_offline_models_are_not_retried(backend, monkeypatch):
     with pytest.raises(Exception, match="unknown offline model"):
         await backend.complete("chaz/bogus", [{"role": "user", "content": "x"}], options={"num_retries": 3})
     assert calls == ["chaz/bogus"]
-
-
-def test_litellm_import_runs_without_the_cyclic_collector_and_freezes_what_it_built():
-    # each full collection during the import held the GIL for 100-200 ms (the kernel loop
-    # stalled meanwhile: bench/bench_loop_stall.py --why)
-    import gc
-
-    from chaz_nb.engine.backends import _no_collection
-
-    assert gc.isenabled()
-    frozen = gc.get_freeze_count()
-    try:
-        with _no_collection():
-            assert not gc.isenabled()
-            built = [[] for _ in range(100)]
-        assert gc.isenabled()
-        assert gc.get_freeze_count() >= frozen + len(built)
-        gc.disable()  # a collector the user switched off stays off
-        with _no_collection():
-            pass
-        assert not gc.isenabled()
-    finally:
-        gc.enable()
-        gc.unfreeze()
-
-
-def test_litellm_prices_the_offline_models_at_zero_without_a_failed_lookup():
-    """litellm prices each call for its own logging; an offline model missing from its price
-    map made it search the map and raise on every call (~2-3 ms on the loop, issue 30)."""
-    from chaz_nb.engine.backends import OFFLINE_MODELS, litellm_module
-
-    litellm = litellm_module()
-    for model in OFFLINE_MODELS:
-        assert litellm.completion_cost(model=model, prompt="hello", completion="world") == 0.0
-    with pytest.raises(Exception, match="(?i)not mapped|isn't mapped|not found"):
-        litellm.completion_cost(model="openai/no-such-model-here", prompt="hello", completion="world")

@@ -34,21 +34,21 @@ def test_load_ext_imports_litellm_in_a_background_thread_it_does_not_wait_for(tm
         import sys, threading, time
         import chaz_nb
         print('after import:', 'litellm' in sys.modules, 'duckdb' in sys.modules)
-        from chaz_nb.engine import backends
+        from chaz_nb.engine import litellm_loader as loader
         imported_by = []
         release = threading.Event()
-        real = backends._import_litellm
+        real = loader._import_litellm
         def spy():
             imported_by.append(threading.current_thread().name)
             release.wait(60)  # an import that cannot finish before load_ext returns
             return real()
-        backends._import_litellm = spy
+        loader._import_litellm = spy
         from IPython.core.interactiveshell import InteractiveShell
         ip = InteractiveShell.instance()
         ip.run_line_magic('load_ext', 'chaz_nb')
-        print('loaded while importing:', not backends.start_import().done(), 'nest', 'nest_asyncio2' in sys.modules)
+        print('loaded while importing:', not loader.start_import().done(), 'nest', 'nest_asyncio2' in sys.modules)
         release.set()
-        backends.start_import().result(timeout=120)
+        loader.start_import().result(timeout=120)
         print('imported in:', imported_by, 'litellm' in sys.modules)
         """,
         cwd=str(tmp_path),

@@ -36,8 +36,8 @@ def run_shell(tmp_path, body: str, env: dict[str, str] | None = None) -> dict:
         from IPython.testing.globalipapp import get_ipython
         ip = get_ipython()
         ip.run_line_magic("load_ext", "chaz_nb")
-        from chaz_nb.engine import backends
-        backends.start_import().result(timeout=300)  # litellm and its warm-up: done
+        from chaz_nb.engine import litellm_loader
+        litellm_loader.start_import().result(timeout=300)  # litellm and its warm-up: done
         OPTIONAL = %r
         out = {"loaded": [m for m in OPTIONAL if m in sys.modules]}
         def cell(code):

@@ -8,7 +8,7 @@ says so in that line and uses a file of its own (``.chaz/sessions-<pid>.duckdb``
 
 This module imports nothing heavy at import time. litellm (seconds to import) is imported in
 a background thread that loading starts and does not wait for; the first model call awaits
-that thread without blocking the kernel's loop (``backends.start_import``).
+that thread without blocking the kernel's loop (``litellm_loader.start_import``).
 """
 
 from __future__ import annotations
@@ -187,7 +187,7 @@ def _add_kernel(server: Any, shell: Any) -> None:
 
 def _start_litellm_import() -> None:
     """Import litellm off the kernel loop now, so the first turn finds it ready."""
-    from ..engine.backends import start_import
+    from ..engine.litellm_loader import start_import
 
     start_import()
 

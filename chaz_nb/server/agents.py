@@ -40,7 +40,7 @@ class Agent:
     #: tool names or globs (``web_*``); ``None`` means every registered tool
     tools: list[str] | None = None
     max_iterations: int = 10
-    #: the offline ``chaz/script`` model's moves (see ``backends.script_step``)
+    #: the offline ``chaz/script`` model's moves (see ``offline_models.script_step``)
     script: list[Any] | None = None
     #: spawn depth limit; ``None`` takes ``max_iterations``, as in docs/design.md ("Spawn")
     max_depth: int | None = None

@@ -20,7 +20,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from .agents import Agent
-from ..engine.backends import TASK_KEY
+from ..engine.offline_models import TASK_KEY
 from ..core.entries import (
     ChatMessage, Entry, EntryType, approx_tokens, build_context, context_slice, fit_to_budget,
 )
