@@ -14,7 +14,7 @@ import { Kernel, KernelMessage } from '@jupyterlab/services';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { chatMessage, sentMessage } from './chat';
-import { stopChannel } from './stop';
+import { CHAT_SEND, request, stopChannel } from './stop';
 
 import {
   COMM_TARGET,
@@ -137,11 +137,20 @@ export class ChazClient {
     }
   }
 
-  /** Send a message to the kernel; false when not connected. */
+  /**
+   * Send a message to the kernel; false when not connected. The chat's `send` goes over the
+   * control channel when the kernel takes it (hello protocol 2, chaz_nb/notebook/chat_control.py):
+   * the comm is read only once a waiting cell's wait ends, so "Sending…" would last that long.
+   */
   send(msg: FrontendToKernel): boolean {
     const comm = this._comm;
     if (!comm || comm.isDisposed || this._status !== 'connected') {
       return false;
+    }
+    const kernel = this._kernel;
+    if (msg.type === 'send' && kernel && stopChannel.protocolOf(kernel) >= 2) {
+      this._sendOverControl(kernel, comm.commId, msg);
+      return true;
     }
     try {
       comm.send(msg as any);
@@ -150,6 +159,29 @@ export class ChazClient {
       console.warn('chaz: send failed', err);
       return false;
     }
+  }
+
+  /** The chat's send as a `chaz_chat_send`; its reply (or its absence) is a `sent`. */
+  private _sendOverControl(
+    kernel: Kernel.IKernelConnection,
+    commId: string,
+    msg: Extract<FrontendToKernel, { type: 'send' }>
+  ): void {
+    const { type: _type, ...fields } = msg;
+    void request(kernel, CHAT_SEND, { ...fields, comm_id: commId }).then(reply => {
+      const sent = reply
+        ? sentMessage({ ...reply, type: 'sent' })
+        : null;
+      this._sent.emit(
+        sent ?? {
+          type: 'sent',
+          request_id: msg.request_id,
+          ok: false,
+          session_id: null,
+          message: 'The kernel did not answer: check the transcript, then send again.'
+        }
+      );
+    });
   }
 
   refresh(): void {
