@@ -121,3 +121,49 @@ def test_a_send_that_is_not_an_object_is_refused_before_the_kernel_loop():
         assert refused["ok"] is False and refused["message"] == "a chaz_chat_send carries a JSON object"
     assert chat_control.check({"request_id": "r", "text": "t", "extra": 1, "comm_id": "c"}) == {
         "data": {"type": "send", "request_id": "r", "text": "t"}, "comm_id": "c"}
+
+
+def _open_comm(kernel: Kernel) -> str:
+    """Open a ``chaz`` comm as the sidebar does; its id (once the kernel sent its state)."""
+    msg = kernel.kc.session.msg("comm_open", {"comm_id": "sidebar-1", "target_name": "chaz", "data": {}})
+    kernel.kc.shell_channel.send(msg)
+    kernel.wait_for(lambda m: m["msg_type"] == "comm_msg" and m["content"]["comm_id"] == "sidebar-1"
+                    and m["content"]["data"].get("type") == "state")
+    return "sidebar-1"
+
+
+def test_the_chats_other_comm_messages_over_control_are_answered_on_the_comm_while_a_cell_waits(kernel):
+    comm_id = _open_comm(kernel)
+    echo = int(kernel.run("print(s.current_session('echo'))").stdout)
+    msg_id = kernel.send_execute("%chaz @teller another story")
+    kernel.wait_for(streaming_in(msg_id))
+    reply = control(kernel, "chaz_comm_msg", {"comm_id": comm_id, "data": {"type": "chat_open", "session_id": echo}})
+    assert reply["msg_type"] == "chaz_comm_reply" and reply["content"] == {"status": "ok", "ok": True, "message": ""}
+    seen = kernel.wait_for(lambda m: m["msg_type"] == "comm_msg" and m["content"]["data"].get("type") == "chat",
+                           timeout=5)
+    chat = seen[-1]["content"]["data"]
+    assert chat["ok"] is True and chat["reset"] is True and chat["session_id"] == echo
+    assert not any(m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "status"
+                   and m["content"]["execution_state"] == "idle" for m in seen)  # the teller cell still waits
+    # checked as on the comm: a bad chat_open is answered there in one line
+    control(kernel, "chaz_comm_msg", {"comm_id": comm_id, "data": {"type": "chat_open", "session_id": "x"}})
+    bad = kernel.wait_for(lambda m: m["msg_type"] == "comm_msg" and m["content"]["data"].get("type") == "chat",
+                          timeout=5)[-1]["content"]["data"]
+    assert bad["ok"] is False and "session id (a number)" in bad["message"]
+    r = kernel.collect(msg_id, timeout=60)
+    assert r.status == "ok" and r.error is None
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        ({"data": {"type": "refresh"}}, "needs comm_id"),
+        ({"comm_id": "x" * 101, "data": {"type": "refresh"}}, "needs comm_id"),
+        ({"comm_id": "sidebar-1", "data": "refresh"}, "data is the comm message"),
+        ({"comm_id": "forged", "data": {"type": "refresh"}}, "no chaz comm 'forged' in this kernel"),
+    ],
+)
+def test_forged_comm_messages_over_control_are_refused_in_one_line(kernel, content, needle):
+    reply = control(kernel, "chaz_comm_msg", content)["content"]
+    assert reply["status"] == "ok" and reply["ok"] is False and needle in reply["message"], reply
+    assert kernel.run("print(1 + 1)").stdout == "2\n"

@@ -1,4 +1,4 @@
-"""The sidebar chat's send over the kernel's control channel: written while a cell waits.
+"""The sidebar's chat (and its other comm messages) over the kernel's control channel.
 
 The sidebar's comm (labcomm.py) arrives on the shell channel, which the kernel reads only
 once a waiting ``%chaz @NAME`` cell returns, so a Message sent from the chat then would say
@@ -19,6 +19,15 @@ reuses), once the kernel's ``chaz_stop_hello`` reply said ``protocol`` 2:
   ``stop_control.REPLY_TIMEOUT`` with ``"queued": true``: the Message is written when the
   kernel is free, and its ``sent`` then comes on the comm.
 
+- ``chaz_comm_msg`` ``{"comm_id", "data"}``: any other message of the sidebar's comm
+  (``chat_open``, ``chat_close``, ``page``, ``decide``, ``refresh``...), handed to that comm's
+  ``LabBridge.handle_msg`` on the kernel loop, so it is checked and answered (on the comm, over
+  iopub, which a waiting cell does not hold) exactly as if it came on the comm. The reply
+  ``chaz_comm_reply`` ``{"status": "ok", "ok", "message"}`` only says whether it was handed
+  over: ``ok`` false for a comm this kernel does not know (the frontend then sends it on the
+  comm) or a request that is not ``{"comm_id": str, "data": {...}}``; ``"queued": true`` when
+  the loop is busy in a cell's own code.
+
 The comm's ``send`` stays for frontends that do not say hello (an older extension) or kernels
 whose control channel has no chaz handlers (an older chaz_nb).
 """
@@ -34,10 +43,12 @@ from . import controller
 from .labchat import MAX_ID_CHARS, ChatHub
 from .stop_control import await_loop, on_loop, replier
 
-__all__ = ["SEND", "REPLY", "install", "send_message"]
+__all__ = ["COMM", "COMM_REPLY", "SEND", "REPLY", "comm_message", "install", "send_message"]
 
 SEND = "chaz_chat_send"
 REPLY = "chaz_chat_reply"
+COMM = "chaz_comm_msg"
+COMM_REPLY = "chaz_comm_reply"
 #: the fields of a send (others are ignored, as the comm path ignores them)
 FIELDS = ("request_id", "text", "session_id", "agent", "new")
 
@@ -82,6 +93,29 @@ def send_message(data: dict[str, Any], comm_id: str | None) -> dict[str, Any]:
     return bridge.chat.send(comm, data)
 
 
+def check_comm(content: Any) -> tuple[str, dict[str, Any]] | str:
+    """On the control thread: a ``chaz_comm_msg``'s comm id and data, or why it has none."""
+    if not isinstance(content, dict):
+        return "a chaz_comm_msg carries a JSON object"
+    comm_id, data = content.get("comm_id"), content.get("data")
+    if not isinstance(comm_id, str) or not comm_id or len(comm_id) > MAX_ID_CHARS:
+        return f"a chaz_comm_msg needs comm_id, the sidebar's comm id (at most {MAX_ID_CHARS} characters)"
+    if not isinstance(data, dict):
+        return "a chaz_comm_msg's data is the comm message (a JSON object)"
+    return comm_id, data
+
+
+def comm_message(comm_id: str, data: dict[str, Any]) -> dict[str, Any]:
+    """On the kernel loop: handle ``data`` as a message of the comm ``comm_id``; whether it was."""
+    state = controller.loaded_state()
+    bridge = getattr(getattr(state, "unregister_comm", None), "bridge", None)
+    comm = bridge.comms.get(comm_id) if bridge is not None else None
+    if bridge is None or comm is None:
+        return {"ok": False, "message": f"no chaz comm {comm_id[:40]!r} in this kernel"}
+    bridge.handle_msg(comm, {"content": {"data": data}})  # answers on the comm; never raises
+    return {"ok": True, "message": ""}
+
+
 def install(kernel: Any, loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
     """Register ``chaz_chat_send`` on an ipykernel kernel's control channel; returns the uninstall."""
     handlers = getattr(kernel, "control_handlers", None)
@@ -112,10 +146,28 @@ def install(kernel: Any, loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
                 }
         send(stream, ident, parent, REPLY, {"status": "ok", **reply})
 
+    async def comm_msg(stream: Any, ident: Any, parent: Any) -> None:
+        checked = check_comm(parent.get("content") if isinstance(parent, dict) else None)
+        if isinstance(checked, str):
+            answer: dict[str, Any] = {"ok": False, "message": checked}
+        else:
+            comm_id, data = checked
+            done = on_loop(loop, lambda: comm_message(comm_id, data))
+            try:
+                handed = await await_loop(done)
+            except Exception as exc:  # noqa: BLE001 - never raise in the kernel
+                handed = {"ok": False, "message": f"{type(exc).__name__}: {str(exc)[:200]}"}
+            answer = handed if handed is not None else {
+                "ok": True, "queued": True,
+                "message": "the kernel is busy running code; the message is handled when it is free"}
+        send(stream, ident, parent, COMM_REPLY, {"status": "ok", **answer})
+
     handlers[SEND] = chat_send
+    handlers[COMM] = comm_msg
 
     def uninstall() -> None:
-        if handlers.get(SEND) is chat_send:
-            handlers.pop(SEND, None)
+        for name, fn in ((SEND, chat_send), (COMM, comm_msg)):
+            if handlers.get(name) is fn:
+                handlers.pop(name, None)
 
     return uninstall
