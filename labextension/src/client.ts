@@ -14,7 +14,7 @@ import { Kernel, KernelMessage } from '@jupyterlab/services';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { chatMessage, sentMessage } from './chat';
-import { CHAT_SEND, request, stopChannel } from './stop';
+import { CHAT_SEND, COMM_MSG, request, stopChannel } from './stop';
 
 import {
   COMM_TARGET,
@@ -138,9 +138,10 @@ export class ChazClient {
   }
 
   /**
-   * Send a message to the kernel; false when not connected. The chat's `send` goes over the
-   * control channel when the kernel takes it (hello protocol 2, chaz_nb/notebook/chat_control.py):
-   * the comm is read only once a waiting cell's wait ends, so "Sending…" would last that long.
+   * Send a message to the kernel; false when not connected. Over the control channel when the
+   * kernel takes it (hello protocol 2, chaz_nb/notebook/chat_control.py): the comm is read only
+   * once a waiting cell's wait ends, so "Sending…" would last that long. The chat's `send` is a
+   * `chaz_chat_send` (its reply is the `sent`); the others a `chaz_comm_msg`, answered on the comm.
    */
   send(msg: FrontendToKernel): boolean {
     const comm = this._comm;
@@ -148,10 +149,23 @@ export class ChazClient {
       return false;
     }
     const kernel = this._kernel;
-    if (msg.type === 'send' && kernel && stopChannel.protocolOf(kernel) >= 2) {
-      this._sendOverControl(kernel, comm.commId, msg);
+    if (kernel && stopChannel.protocolOf(kernel) >= 2) {
+      if (msg.type === 'send') {
+        this._sendOverControl(kernel, comm.commId, msg);
+      } else {
+        // the kernel hands it to this comm's handler and answers on the comm, as if it came there
+        void request(kernel, COMM_MSG, { comm_id: comm.commId, data: msg }).then(reply => {
+          if (reply && reply.ok === false && comm === this._comm) {
+            this._sendOnComm(comm, msg); // a comm the kernel does not know of: the comm's way
+          }
+        });
+      }
       return true;
     }
+    return this._sendOnComm(comm, msg);
+  }
+
+  private _sendOnComm(comm: Kernel.IComm, msg: FrontendToKernel): boolean {
     try {
       comm.send(msg as any);
       return true;

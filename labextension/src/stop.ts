@@ -9,7 +9,8 @@
  * - `chaz_stop_hello` `{}` -> `{status: "ok", protocol: 2}`: this frontend delivers Stop over
  *   control; the kernel's Stop rows then stop saying that a click waits for the cell.
  *   Protocol 2 (chaz_nb/notebook/chat_control.py): the sidebar chat's send goes over control
- *   too (`chaz_chat_send`, sent by ./client).
+ *   too (`chaz_chat_send`), and so do the sidebar's other comm messages (`chaz_comm_msg`),
+ *   sent by ./client.
  * - `chaz_stop_request` `{session_id}` -> `{status, ok, session_id, message}`: stop that
  *   session's run, as a click on its Stop button does.
  *
@@ -22,8 +23,10 @@ export const STOP_HELLO = 'chaz_stop_hello';
 export const STOP_REQUEST = 'chaz_stop_request';
 /** The sidebar chat's send over control (chaz_nb/notebook/chat_control.py; protocol 2). */
 export const CHAT_SEND = 'chaz_chat_send';
+/** The sidebar's other comm messages over control (protocol 2), answered on the comm. */
+export const COMM_MSG = 'chaz_comm_msg';
 /** The control message types of chaz (the page does not track their busy/idle). */
-export const CONTROL_TYPES = [STOP_HELLO, STOP_REQUEST, CHAT_SEND];
+export const CONTROL_TYPES = [STOP_HELLO, STOP_REQUEST, CHAT_SEND, COMM_MSG];
 /** The class of a chaz Stop button in a cell output that carries its session id. */
 export const SESSION_CLASS = 'chaz-stop-session-';
 /** How long a request waits for its reply (ms). */

@@ -22,6 +22,7 @@ class ControlKernel {
   /** the hello's protocol: 2 takes the chat's send over control (1: an older chaz_nb) */
   protocol = 2;
   chatReply: any = null;
+  commReply: any = null;
 
   sendControlMessage(msg: any): any {
     this.sent.push(msg);
@@ -32,6 +33,8 @@ class ControlKernel {
         const content =
           type === 'chaz_stop_hello'
             ? { status: 'ok', protocol: this.protocol }
+            : type === 'chaz_comm_msg'
+            ? this.commReply ?? { status: 'ok', ok: true, message: '' }
             : type === 'chaz_chat_send'
             ? this.chatReply ?? {
                 status: 'ok',
@@ -47,7 +50,7 @@ class ControlKernel {
                 session_id: msg.content.session_id,
                 message: `stopped session ${msg.content.session_id} (teller, run 4, was running)`
               };
-        future.onReply?.({ header: { msg_type: type.replace('request', 'reply').replace('send', 'reply') }, content });
+        future.onReply?.({ header: { msg_type: type.replace('request', 'reply').replace('send', 'reply').replace('msg', 'reply') }, content });
       });
     }
     return future;
@@ -269,9 +272,20 @@ describe('the sidebar client', () => {
     expect(sent).toEqual([
       { type: 'sent', request_id: 'send-1', ok: true, session_id: 3, message: 'sent to @gpt (session 3)' }
     ]);
-    // the other chat messages stay on the comm
+    // the other messages of the comm go over control too, answered on the comm
     expect(client.send({ type: 'chat_open', session_id: 3 })).toBe(true);
-    expect(comm.sent).toEqual([{ type: 'chat_open', session_id: 3 }]);
+    expect(comm.sent).toEqual([]);
+    expect(kernel.of('chaz_comm_msg').map(m => m.content)).toEqual([
+      { comm_id: 'comm-1', data: { type: 'chat_open', session_id: 3 } }
+    ]);
+    await flush();
+    expect(comm.sent).toEqual([]); // handed over (ok): nothing on the comm
+    // a comm the kernel does not know of (ok false): sent on the comm after all
+    kernel.commReply = { status: 'ok', ok: false, message: "no chaz comm 'comm-1' in this kernel" };
+    client.send({ type: 'refresh' });
+    expect(comm.sent).toEqual([]);
+    await flush();
+    expect(comm.sent).toEqual([{ type: 'refresh' }]);
     client.dispose();
   });
 
@@ -322,7 +336,7 @@ describe('the sidebar client', () => {
     client.dispose();
   });
 
-  it("the chat's send is one of the control types the page does not track (stop-plugin.ts)", () => {
-    expect(CONTROL_TYPES).toEqual(['chaz_stop_hello', 'chaz_stop_request', 'chaz_chat_send']);
+  it("the chat's messages are control types the page does not track (stop-plugin.ts)", () => {
+    expect(CONTROL_TYPES).toEqual(['chaz_stop_hello', 'chaz_stop_request', 'chaz_chat_send', 'chaz_comm_msg']);
   });
 });
