@@ -213,6 +213,11 @@ def test_a_message_sent_while_a_cell_waits_is_written_before_the_wait_ends(lab):
     reply = chat.locator(".chaz-type-message.chaz-from-agent .chaz-content")
     _wait(lambda: reply.count() == 1 and reply.inner_text() == "echo: hello while you wait", timeout=5,
           what="echo's answer while the teller cell waits")
+    # opening another chat goes over control too: the teller's transcript, streaming, at once
+    chat.locator(".chaz-chat-back").click()
+    lab.sidebar.locator(".chaz-session", has=page.locator(".chaz-agent", has_text="teller")).click()
+    _wait(lambda: chat.locator(".chaz-chat-title").inner_text().endswith("@teller")
+          and chat.locator(".chaz-transcript .chaz-title").count() == 1, timeout=5, what="the teller's chat")
     # ...and the teller's cell still waits, the page still saying the kernel is busy
     assert teller.locator(".jp-InputPrompt").inner_text().strip().startswith("[*]")
     assert "once99" not in teller.locator(".jp-OutputArea").inner_text()
@@ -221,6 +226,10 @@ def test_a_message_sent_while_a_cell_waits_is_written_before_the_wait_ends(lab):
     lab.wait_kernel_idle(60)
     _wait(lambda: "once99" in teller.locator(".jp-OutputArea").inner_text(), what="the story's end")
     assert teller.locator('[data-mime-type="application/vnd.jupyter.stderr"]').count() == 0
+    chat.locator(".chaz-chat-back").click()
+    session.click()
+    _wait(lambda: chat.locator(".chaz-type-message").count() == 2, what="the echo chat again")
+    page.wait_for_timeout(500)
     assert chat.locator(".chaz-type-message").count() == 2  # written once, not again by the comm
     assert lab.page_errors == []
 
