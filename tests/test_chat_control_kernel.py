@@ -160,7 +160,10 @@ def test_the_chats_other_comm_messages_over_control_are_answered_on_the_comm_whi
         ({"data": {"type": "refresh"}}, "needs comm_id"),
         ({"comm_id": "x" * 101, "data": {"type": "refresh"}}, "needs comm_id"),
         ({"comm_id": "sidebar-1", "data": "refresh"}, "data is the comm message"),
-        ({"comm_id": "forged", "data": {"type": "refresh"}}, "no chaz comm 'forged' in this kernel"),
+        ({"comm_id": "forged", "data": {"type": "chat_close"}}, "no chaz comm 'forged' in this kernel"),
+        ({"comm_id": "sidebar-1", "data": {"type": "decide", "request_id": "r", "decision": "approve"}},
+         "'decide' goes over the comm"),
+        ({"comm_id": "sidebar-1", "data": {"type": "send", "text": "hi"}}, "'send' goes over the comm"),
     ],
 )
 def test_forged_comm_messages_over_control_are_refused_in_one_line(kernel, content, needle):

@@ -19,14 +19,16 @@ reuses), once the kernel's ``chaz_stop_hello`` reply said ``protocol`` 2:
   ``stop_control.REPLY_TIMEOUT`` with ``"queued": true``: the Message is written when the
   kernel is free, and its ``sent`` then comes on the comm.
 
-- ``chaz_comm_msg`` ``{"comm_id", "data"}``: any other message of the sidebar's comm
-  (``chat_open``, ``chat_close``, ``page``, ``decide``, ``refresh``...), handed to that comm's
+- ``chaz_comm_msg`` ``{"comm_id", "data"}``: the chat's reads on the sidebar's comm
+  (``COMM_TYPES``: ``chat_open``, ``chat_close``, ``page``), handed to that comm's
   ``LabBridge.handle_msg`` on the kernel loop, so it is checked and answered (on the comm, over
   iopub, which a waiting cell does not hold) exactly as if it came on the comm. The reply
   ``chaz_comm_reply`` ``{"status": "ok", "ok", "message"}`` only says whether it was handed
   over: ``ok`` false for a comm this kernel does not know (the frontend then sends it on the
-  comm) or a request that is not ``{"comm_id": str, "data": {...}}``; ``"queued": true`` when
-  the loop is busy in a cell's own code.
+  comm) or a request that is not ``{"comm_id": str, "data": {...}}`` of those types;
+  ``"queued": true`` when the loop is busy in a cell's own code. Approve / Deny stay on the
+  comm: a decision handled from the control thread's context did not resume the parked run in
+  JupyterLab (tests/e2e/test_sidebar_e2e.py), a wait ends on a parked run anyway.
 
 The comm's ``send`` stays for frontends that do not say hello (an older extension) or kernels
 whose control channel has no chaz handlers (an older chaz_nb).
@@ -49,6 +51,8 @@ SEND = "chaz_chat_send"
 REPLY = "chaz_chat_reply"
 COMM = "chaz_comm_msg"
 COMM_REPLY = "chaz_comm_reply"
+#: the comm messages taken over control (reads: they write nothing, start no run)
+COMM_TYPES = frozenset({"chat_open", "chat_close", "page"})
 #: the fields of a send (others are ignored, as the comm path ignores them)
 FIELDS = ("request_id", "text", "session_id", "agent", "new")
 
@@ -102,6 +106,10 @@ def check_comm(content: Any) -> tuple[str, dict[str, Any]] | str:
         return f"a chaz_comm_msg needs comm_id, the sidebar's comm id (at most {MAX_ID_CHARS} characters)"
     if not isinstance(data, dict):
         return "a chaz_comm_msg's data is the comm message (a JSON object)"
+    if data.get("type") not in COMM_TYPES:
+        kind = data.get("type")
+        shown = kind[:40] if isinstance(kind, str) else kind
+        return f"a chaz_comm_msg carries {', '.join(sorted(COMM_TYPES))}; {shown!r} goes over the comm"
     return comm_id, data
 
 

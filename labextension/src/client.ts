@@ -14,7 +14,7 @@ import { Kernel, KernelMessage } from '@jupyterlab/services';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { chatMessage, sentMessage } from './chat';
-import { CHAT_SEND, COMM_MSG, request, stopChannel } from './stop';
+import { CHAT_SEND, COMM_MSG, CONTROL_COMM_TYPES, request, stopChannel } from './stop';
 
 import {
   COMM_TARGET,
@@ -141,7 +141,8 @@ export class ChazClient {
    * Send a message to the kernel; false when not connected. Over the control channel when the
    * kernel takes it (hello protocol 2, chaz_nb/notebook/chat_control.py): the comm is read only
    * once a waiting cell's wait ends, so "Sending…" would last that long. The chat's `send` is a
-   * `chaz_chat_send` (its reply is the `sent`); the others a `chaz_comm_msg`, answered on the comm.
+   * `chaz_chat_send` (its reply is the `sent`); opening a chat and "show earlier" a
+   * `chaz_comm_msg`, answered on the comm; the rest (Approve / Deny, Refresh) goes on the comm.
    */
   send(msg: FrontendToKernel): boolean {
     const comm = this._comm;
@@ -152,6 +153,8 @@ export class ChazClient {
     if (kernel && stopChannel.protocolOf(kernel) >= 2) {
       if (msg.type === 'send') {
         this._sendOverControl(kernel, comm.commId, msg);
+      } else if (!CONTROL_COMM_TYPES.includes(msg.type)) {
+        return this._sendOnComm(comm, msg); // Approve / Deny, Refresh: the comm's way
       } else {
         // the kernel hands it to this comm's handler and answers on the comm, as if it came there
         void request(kernel, COMM_MSG, { comm_id: comm.commId, data: msg }).then(reply => {

@@ -9,7 +9,7 @@
  * - `chaz_stop_hello` `{}` -> `{status: "ok", protocol: 2}`: this frontend delivers Stop over
  *   control; the kernel's Stop rows then stop saying that a click waits for the cell.
  *   Protocol 2 (chaz_nb/notebook/chat_control.py): the sidebar chat's send goes over control
- *   too (`chaz_chat_send`), and so do the sidebar's other comm messages (`chaz_comm_msg`),
+ *   too (`chaz_chat_send`), and so do opening a chat and "show earlier" (`chaz_comm_msg`),
  *   sent by ./client.
  * - `chaz_stop_request` `{session_id}` -> `{status, ok, session_id, message}`: stop that
  *   session's run, as a click on its Stop button does.
@@ -23,8 +23,10 @@ export const STOP_HELLO = 'chaz_stop_hello';
 export const STOP_REQUEST = 'chaz_stop_request';
 /** The sidebar chat's send over control (chaz_nb/notebook/chat_control.py; protocol 2). */
 export const CHAT_SEND = 'chaz_chat_send';
-/** The sidebar's other comm messages over control (protocol 2), answered on the comm. */
+/** The chat's reads of the sidebar's comm over control (protocol 2), answered on the comm. */
 export const COMM_MSG = 'chaz_comm_msg';
+/** The comm messages a `chaz_comm_msg` carries (the kernel refuses others). */
+export const CONTROL_COMM_TYPES: string[] = ['chat_open', 'chat_close', 'page'];
 /** The control message types of chaz (the page does not track their busy/idle). */
 export const CONTROL_TYPES = [STOP_HELLO, STOP_REQUEST, CHAT_SEND, COMM_MSG];
 /** The class of a chaz Stop button in a cell output that carries its session id. */

@@ -272,7 +272,7 @@ describe('the sidebar client', () => {
     expect(sent).toEqual([
       { type: 'sent', request_id: 'send-1', ok: true, session_id: 3, message: 'sent to @gpt (session 3)' }
     ]);
-    // the other messages of the comm go over control too, answered on the comm
+    // opening a chat (and "show earlier") go over control too, answered on the comm
     expect(client.send({ type: 'chat_open', session_id: 3 })).toBe(true);
     expect(comm.sent).toEqual([]);
     expect(kernel.of('chaz_comm_msg').map(m => m.content)).toEqual([
@@ -282,10 +282,18 @@ describe('the sidebar client', () => {
     expect(comm.sent).toEqual([]); // handed over (ok): nothing on the comm
     // a comm the kernel does not know of (ok false): sent on the comm after all
     kernel.commReply = { status: 'ok', ok: false, message: "no chaz comm 'comm-1' in this kernel" };
-    client.send({ type: 'refresh' });
+    client.send({ type: 'chat_close' });
     expect(comm.sent).toEqual([]);
     await flush();
-    expect(comm.sent).toEqual([{ type: 'refresh' }]);
+    expect(comm.sent).toEqual([{ type: 'chat_close' }]);
+    // Approve / Deny and Refresh stay on the comm
+    client.decide('r1', 'approve');
+    client.send({ type: 'refresh' });
+    expect(comm.sent.slice(1)).toEqual([
+      { type: 'decide', request_id: 'r1', decision: 'approve', reason: null },
+      { type: 'refresh' }
+    ]);
+    expect(kernel.of('chaz_comm_msg')).toHaveLength(2);
     client.dispose();
   });
 
