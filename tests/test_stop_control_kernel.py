@@ -79,7 +79,7 @@ def stop_row_note(msgs: list[dict]) -> list[str]:
 def test_a_stop_request_on_control_stops_the_run_a_waiting_cell_waits_for(kernel):
     hello = control(kernel, "chaz_stop_hello", {})
     assert hello["msg_type"] == "chaz_stop_hello_reply"
-    assert hello["content"] == {"status": "ok", "protocol": 1}
+    assert hello["content"] == {"status": "ok", "protocol": 2}
     sid = int(kernel.run("print(s.current_session('teller'))").stdout)
 
     msg_id = kernel.send_execute("%chaz @teller tell me a story")

@@ -211,11 +211,19 @@ def _connect_sidebar(state: ExtensionState) -> None:
 
 
 def _connect_stop_control(state: ExtensionState) -> None:
-    """Stop over the kernel's control channel, so it acts while a cell waits (stop_control.py)."""
+    """Stop and the sidebar chat's send over the kernel's control channel, so they act while a
+    cell waits (stop_control.py, chat_control.py)."""
     try:
-        from . import stop_control
+        from . import chat_control, stop_control
 
-        state.unregister_stop = stop_control.install(getattr(state.shell, "kernel", None), state.loop)
+        kernel = getattr(state.shell, "kernel", None)
+        uninstalls = [stop_control.install(kernel, state.loop), chat_control.install(kernel, state.loop)]
+
+        def uninstall() -> None:
+            for undo in uninstalls:
+                undo()
+
+        state.unregister_stop = uninstall
     except Exception:  # noqa: BLE001 - optional like the sidebar; never fail the load for it
         state.unregister_stop = None
 

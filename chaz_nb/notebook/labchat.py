@@ -25,6 +25,9 @@ Answers::
     {"type": "chat", "ok": false, "session_id", "message"}     a chat_open refused
     {"type": "sent", "request_id", "ok", "session_id", "message"}
 
+A ``send`` may also come over the kernel's control channel (chat_control.py: read while a
+cell waits, when the comm is not); it is written here all the same (``ChatHub.send``).
+
 ``{"type": "page", ...}`` (a transcript's "show earlier", in the chat and in the cells) is
 answered here too; its contract is in labcomm.py.
 
@@ -359,24 +362,28 @@ class ChatHub:
         self._reply(comm, reply)
 
     # -- writing ---------------------------------------------------------------
-    def send(self, comm: Any, data: dict) -> None:
-        """Write the box's Message; answer ``sent`` and follow its session."""
+    def send(self, comm: Any, data: dict) -> dict:
+        """Write the box's Message; answer ``sent`` and follow its session; the answer.
+
+        ``comm`` None (the send came over the control channel from a comm this kernel does
+        not know, chat_control.py): the Message is written, nobody is answered or followed.
+        """
         rid = data.get("request_id")
         request_id = rid if isinstance(rid, str) and len(rid) <= MAX_ID_CHARS else ""
         try:
             sid, message = self._write(data)
         except ChatError as exc:
-            self._sent(comm, request_id, False, None, str(exc))
-            return
+            return self._sent(comm, request_id, False, None, str(exc))
         except Exception as exc:  # noqa: BLE001 - the server's refusal, one line
             log.debug("chat send failed", exc_info=True)
-            self._sent(comm, request_id, False, None, _one_line(exc))
-            return
-        self._sent(comm, request_id, True, sid, message)
-        watch = self.watches.get(comm_key(comm))
-        if watch is None or watch.session_id != sid:
-            self.open(comm, sid)
+            return self._sent(comm, request_id, False, None, _one_line(exc))
+        answer = self._sent(comm, request_id, True, sid, message)
+        if comm is not None:
+            watch = self.watches.get(comm_key(comm))
+            if watch is None or watch.session_id != sid:
+                self.open(comm, sid)
         self._broadcast_soon()
+        return answer
 
     def _write(self, data: dict) -> tuple[int, str]:
         from ..core.entries import EntryType
@@ -446,9 +453,12 @@ class ChatHub:
             sid = self.server.current_session(agent)
         return int(sid)
 
-    def _sent(self, comm: Any, request_id: Any, ok: bool, session_id: int | None, message: str) -> None:
+    def _sent(self, comm: Any, request_id: Any, ok: bool, session_id: int | None, message: str) -> dict:
         rid = request_id if isinstance(request_id, str) and len(request_id) <= MAX_ID_CHARS else ""
-        self._reply(comm, {"type": "sent", "request_id": rid, "ok": ok, "session_id": session_id, "message": message})
+        answer = {"type": "sent", "request_id": rid, "ok": ok, "session_id": session_id, "message": message}
+        if comm is not None:
+            self._reply(comm, answer)
+        return answer
 
 
 def _origin() -> dict[str, Any]:

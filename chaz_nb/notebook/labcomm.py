@@ -24,6 +24,10 @@ answered by labchat.py. A decide is answered with
 why nothing was), each then with a fresh state; a page with ``{"type": "page", "request_id",
 "ok", "session_id", "entries", "first_seq", "earlier"}`` (or ``ok`` false and a ``message``).
 
+The chat's ``chat_open``, ``chat_close`` and ``page`` may come over the kernel's control
+channel instead (a ``chaz_comm_msg`` naming the comm, chat_control.py: read while a cell
+waits), handed to ``handle_msg`` here.
+
 Only this server interface is used: ``server.store.subscribe(cb) -> unsubscribe``,
 ``server.store.sessions()``, ``server.store.latest(session_id)``, ``server.store.read_page(...)``,
 ``server.session_status(session_id)``, ``server.pending_approvals()``,

@@ -7,7 +7,8 @@ thread and loop of its own, so it is read while the shell is busy. The chaz Jupy
 extension (JupyterLab and Notebook 7) sends there:
 
 - ``chaz_stop_hello`` ``{}``: "this frontend delivers Stop over control"; the reply
-  ``chaz_stop_hello_reply`` ``{"status": "ok", "protocol": 1}``. The live Stop buttons stop
+  ``chaz_stop_hello_reply`` ``{"status": "ok", "protocol": 2}`` (2: the sidebar chat's send
+  goes over control too, chat_control.py). The live Stop buttons stop
   saying that a click waits for the cell's wait to end (views/stop_button.py).
 - ``chaz_stop_request`` ``{"session_id": N}``: stop that session's run, as a click on its
   Stop button does (the button's own handler when the session has a live one, else the
@@ -35,11 +36,12 @@ from collections.abc import Callable
 from . import controller
 from .views import stop_button
 
-__all__ = ["HELLO", "REQUEST", "install", "stop_session"]
+__all__ = ["HELLO", "REQUEST", "await_loop", "install", "on_loop", "replier", "stop_session"]
 
 HELLO = "chaz_stop_hello"
 REQUEST = "chaz_stop_request"
-PROTOCOL = 1
+#: 1: Stop; 2: also the sidebar chat's send (chat_control.py)
+PROTOCOL = 2
 #: seconds the control thread waits for the kernel loop to carry out a stop before it replies
 REPLY_TIMEOUT = 1.0
 
@@ -79,7 +81,7 @@ def _session_id(content: Any) -> int | str:
     return sid
 
 
-def _on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+def on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
     """Run ``fn`` on the kernel loop (from the control thread); its result as a future."""
     done: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
@@ -95,12 +97,24 @@ def _on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[[], Any]) -> concurre
     return done
 
 
-async def _await(done: concurrent.futures.Future[Any]) -> Any:
+async def await_loop(done: concurrent.futures.Future[Any]) -> Any:
     """The loop's answer, or None after ``REPLY_TIMEOUT`` (the stop still happens then)."""
     try:
         return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(done)), REPLY_TIMEOUT)
     except asyncio.TimeoutError:
         return None
+
+
+def replier(session: Any) -> Callable[[Any, Any, Any, str, dict[str, Any]], None]:
+    """A control handler's reply: ``send(stream, ident, parent, msg_type, content)``, never raising."""
+
+    def send(stream: Any, ident: Any, parent: Any, msg_type: str, content: dict[str, Any]) -> None:
+        try:
+            session.send(stream, msg_type, content, parent, ident=ident)
+        except Exception:  # noqa: BLE001 - a frontend gone mid-reply; nothing to tell anyone
+            log.debug("could not send %s", msg_type, exc_info=True)
+
+    return send
 
 
 def install(kernel: Any, loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
@@ -113,15 +127,11 @@ def install(kernel: Any, loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
     if not isinstance(handlers, dict) or session is None:
         return lambda: None
 
-    def send(stream: Any, ident: Any, parent: Any, msg_type: str, content: dict[str, Any]) -> None:
-        try:
-            session.send(stream, msg_type, content, parent, ident=ident)
-        except Exception:  # noqa: BLE001 - a frontend gone mid-reply; nothing to tell anyone
-            log.debug("could not send %s", msg_type, exc_info=True)
+    send = replier(session)
 
     async def hello(stream: Any, ident: Any, parent: Any) -> None:
-        done = _on_loop(loop, lambda: stop_button.set_control_delivery(True))
-        await _await(done)
+        done = on_loop(loop, lambda: stop_button.set_control_delivery(True))
+        await await_loop(done)
         send(stream, ident, parent, HELLO + "_reply", {"status": "ok", "protocol": PROTOCOL})
 
     async def request(stream: Any, ident: Any, parent: Any) -> None:
@@ -136,9 +146,9 @@ def install(kernel: Any, loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
                 {"status": "ok", "ok": False, "session_id": None, "message": sid},
             )
             return
-        done = _on_loop(loop, lambda: stop_session(sid))
+        done = on_loop(loop, lambda: stop_session(sid))
         try:
-            reply = await _await(done)
+            reply = await await_loop(done)
         except Exception as exc:  # noqa: BLE001 - never raise in the kernel
             reply = {"session_id": sid, "ok": False, "message": f"could not stop session {sid}: {exc}"}
         if reply is None:

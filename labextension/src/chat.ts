@@ -142,7 +142,8 @@ export function sentMessage(data: any): ISentMessage | null {
     request_id: String(data.request_id ?? '').slice(0, 100),
     ok: data.ok,
     session_id: sessionIdOf(data.session_id),
-    message: visible(String(data.message ?? '')).slice(0, 500)
+    message: visible(String(data.message ?? '')).slice(0, 500),
+    ...(data.ok === true && data.queued === true ? { queued: true } : {})
   };
 }
 
@@ -332,6 +333,11 @@ export class ChatView {
   /** The kernel's answer to a send. */
   onSent(msg: ISentMessage): void {
     if (msg.request_id !== this._waiting) {
+      return;
+    }
+    if (msg.queued) {
+      // the kernel runs a cell's own code: the Message is written when it is free (its `sent` follows)
+      this._say(msg.message || 'Queued: the kernel is busy; the message is written when it is free.', false);
       return;
     }
     this._waiting = null;

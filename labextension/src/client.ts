@@ -14,7 +14,7 @@ import { Kernel, KernelMessage } from '@jupyterlab/services';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { chatMessage, sentMessage } from './chat';
-import { stopChannel } from './stop';
+import { CHAT_SEND, COMM_MSG, CONTROL_COMM_TYPES, request, stopChannel } from './stop';
 
 import {
   COMM_TARGET,
@@ -137,12 +137,38 @@ export class ChazClient {
     }
   }
 
-  /** Send a message to the kernel; false when not connected. */
+  /**
+   * Send a message to the kernel; false when not connected. Over the control channel when the
+   * kernel takes it (hello protocol 2, chaz_nb/notebook/chat_control.py): the comm is read only
+   * once a waiting cell's wait ends, so "Sending…" would last that long. The chat's `send` is a
+   * `chaz_chat_send` (its reply is the `sent`); opening a chat and "show earlier" a
+   * `chaz_comm_msg`, answered on the comm; the rest (Approve / Deny, Refresh) goes on the comm.
+   */
   send(msg: FrontendToKernel): boolean {
     const comm = this._comm;
     if (!comm || comm.isDisposed || this._status !== 'connected') {
       return false;
     }
+    const kernel = this._kernel;
+    if (kernel && stopChannel.protocolOf(kernel) >= 2) {
+      if (msg.type === 'send') {
+        this._sendOverControl(kernel, comm.commId, msg);
+      } else if (!CONTROL_COMM_TYPES.includes(msg.type)) {
+        return this._sendOnComm(comm, msg); // Approve / Deny, Refresh: the comm's way
+      } else {
+        // the kernel hands it to this comm's handler and answers on the comm, as if it came there
+        void request(kernel, COMM_MSG, { comm_id: comm.commId, data: msg }).then(reply => {
+          if (reply && reply.ok === false && comm === this._comm) {
+            this._sendOnComm(comm, msg); // a comm the kernel does not know of: the comm's way
+          }
+        });
+      }
+      return true;
+    }
+    return this._sendOnComm(comm, msg);
+  }
+
+  private _sendOnComm(comm: Kernel.IComm, msg: FrontendToKernel): boolean {
     try {
       comm.send(msg as any);
       return true;
@@ -150,6 +176,29 @@ export class ChazClient {
       console.warn('chaz: send failed', err);
       return false;
     }
+  }
+
+  /** The chat's send as a `chaz_chat_send`; its reply (or its absence) is a `sent`. */
+  private _sendOverControl(
+    kernel: Kernel.IKernelConnection,
+    commId: string,
+    msg: Extract<FrontendToKernel, { type: 'send' }>
+  ): void {
+    const { type: _type, ...fields } = msg;
+    void request(kernel, CHAT_SEND, { ...fields, comm_id: commId }).then(reply => {
+      const sent = reply
+        ? sentMessage({ ...reply, type: 'sent' })
+        : null;
+      this._sent.emit(
+        sent ?? {
+          type: 'sent',
+          request_id: msg.request_id,
+          ok: false,
+          session_id: null,
+          message: 'The kernel did not answer: check the transcript, then send again.'
+        }
+      );
+    });
   }
 
   refresh(): void {

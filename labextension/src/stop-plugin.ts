@@ -12,15 +12,16 @@ import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application'
 import { PageConfig } from '@jupyterlab/coreutils';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 
-import { STOP_HELLO, STOP_REQUEST, watchNotebook } from './stop';
+import { CONTROL_TYPES, watchNotebook } from './stop';
 
 /**
  * The kernel says busy, then idle, around each control message; the page would show the
  * kernel idle while the cell still waits. The page ignores the status of the message types
  * in the `untracked_message_types` option (jupyter_server's list: interrupt, debug, ...):
- * ours join them, and so do the subshell requests JupyterLab itself sends on the control
- * channel when a cell's first widget comm opens (comms go over subshells by default in 4.6),
- * which would show the kernel idle during a waiting cell too.
+ * ours (Stop's and the sidebar chat's send) join them, and so do the subshell requests
+ * JupyterLab itself sends on the control channel when a cell's first widget comm opens (comms
+ * go over subshells by default in 4.6), which would show the kernel idle during a waiting
+ * cell too.
  */
 export function untrackStopMessages(): void {
   let types: unknown = [];
@@ -30,7 +31,7 @@ export function untrackStopMessages(): void {
     types = [];
   }
   const list = Array.isArray(types) ? types.map(String) : [];
-  for (const name of [STOP_HELLO, STOP_REQUEST, 'create_subshell_request', 'delete_subshell_request']) {
+  for (const name of [...CONTROL_TYPES, 'create_subshell_request', 'delete_subshell_request']) {
     if (!list.includes(name)) {
       list.push(name);
     }

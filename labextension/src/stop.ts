@@ -6,8 +6,11 @@
  * channel is read on a thread of its own; chaz_nb registers two messages there
  * (chaz_nb/notebook/stop_control.py):
  *
- * - `chaz_stop_hello` `{}` -> `{status: "ok", protocol: 1}`: this frontend delivers Stop over
+ * - `chaz_stop_hello` `{}` -> `{status: "ok", protocol: 2}`: this frontend delivers Stop over
  *   control; the kernel's Stop rows then stop saying that a click waits for the cell.
+ *   Protocol 2 (chaz_nb/notebook/chat_control.py): the sidebar chat's send goes over control
+ *   too (`chaz_chat_send`), and so do opening a chat and "show earlier" (`chaz_comm_msg`),
+ *   sent by ./client.
  * - `chaz_stop_request` `{session_id}` -> `{status, ok, session_id, message}`: stop that
  *   session's run, as a click on its Stop button does.
  *
@@ -18,6 +21,14 @@ import { Kernel } from '@jupyterlab/services';
 
 export const STOP_HELLO = 'chaz_stop_hello';
 export const STOP_REQUEST = 'chaz_stop_request';
+/** The sidebar chat's send over control (chaz_nb/notebook/chat_control.py; protocol 2). */
+export const CHAT_SEND = 'chaz_chat_send';
+/** The chat's reads of the sidebar's comm over control (protocol 2), answered on the comm. */
+export const COMM_MSG = 'chaz_comm_msg';
+/** The comm messages a `chaz_comm_msg` carries (the kernel refuses others). */
+export const CONTROL_COMM_TYPES: string[] = ['chat_open', 'chat_close', 'page'];
+/** The control message types of chaz (the page does not track their busy/idle). */
+export const CONTROL_TYPES = [STOP_HELLO, STOP_REQUEST, CHAT_SEND, COMM_MSG];
 /** The class of a chaz Stop button in a cell output that carries its session id. */
 export const SESSION_CLASS = 'chaz-stop-session-';
 /** How long a request waits for its reply (ms). */
@@ -119,6 +130,11 @@ export class StopChannel {
     return !!kernel && this._ready.has(kernel);
   }
 
+  /** The protocol a ready kernel answered the hello with (0: not ready); 2 takes the chat's send. */
+  protocolOf(kernel: StopKernel | null | undefined): number {
+    return kernel && this._ready.has(kernel) ? this._protocol.get(kernel) ?? 1 : 0;
+  }
+
   /** Say hello (once at a time per kernel); resolves whether the kernel answered. */
   hello(kernel: StopKernel): Promise<boolean> {
     if (this._ready.has(kernel)) {
@@ -141,6 +157,7 @@ export class StopChannel {
       const ok = !!reply && reply.status === 'ok';
       if (ok && !kernel.isDisposed) {
         this._ready.add(kernel);
+        this._protocol.set(kernel, typeof reply.protocol === 'number' ? reply.protocol : 1);
         this._failed.delete(kernel);
       } else {
         this._failed.set(kernel, Date.now());
@@ -180,6 +197,7 @@ export class StopChannel {
   }
 
   private _ready = new WeakSet<StopKernel>();
+  private _protocol = new WeakMap<StopKernel, number>();
   private _watched = new WeakSet<StopKernel>();
   private _pending = new WeakMap<StopKernel, Promise<boolean>>();
   private _failed = new WeakMap<StopKernel, number>();

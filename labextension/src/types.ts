@@ -147,6 +147,9 @@ export interface ISentMessage {
   ok: boolean;
   session_id: number | null;
   message: string;
+  /** (over control) the kernel is busy in a cell's own code: written when it is free, and
+   * the `sent` then comes on the comm */
+  queued?: boolean;
 }
 
 export interface IPageMessage extends IPage {

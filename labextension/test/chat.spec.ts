@@ -199,6 +199,26 @@ describe('the chat in the sidebar', () => {
     expect(panel.node.querySelector('.chaz-chat .chaz-entries .chaz-content')?.textContent).toBe('line one\nline two');
   });
 
+  it('a queued send (the kernel runs a cell of its own) keeps waiting for its written answer', () => {
+    const { panel, comm } = setup();
+    panel.openChat(3);
+    comm.receive(reset([]));
+    const input = box(panel);
+    input.value = 'hello';
+    press(input, { key: 'Enter' });
+    comm.receive({ type: 'sent', request_id: 'send-1', ok: true, queued: true, session_id: null,
+                   message: 'the kernel is busy running code; the message is written when it is free' });
+    const note = panel.node.querySelector('.chaz-chat-error') as HTMLElement;
+    expect(note.textContent).toBe('the kernel is busy running code; the message is written when it is free');
+    expect(note.classList.contains('chaz-chat-error-text')).toBe(false);
+    expect(input.value).toBe('hello');
+    press(input, { key: 'Enter' }); // still one send in flight
+    expect(comm.of('send').length).toBe(1);
+    comm.receive({ type: 'sent', request_id: 'send-1', ok: true, session_id: 3, message: 'sent to @gpt (session 3)' });
+    expect(input.value).toBe('');
+    expect(note.textContent).toBe('');
+  });
+
   it('sends @NAME as the agent and keeps the text when the kernel refuses', () => {
     const { panel, comm } = setup();
     panel.openChat(3);

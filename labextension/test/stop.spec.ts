@@ -4,7 +4,7 @@
 import { Signal } from '@lumino/signaling';
 
 import { ChazClient } from '../src/client';
-import { REPLY_TIMEOUT, StopChannel, stopButtonOf, stopChannel, watchNotebook } from '../src/stop';
+import { CONTROL_TYPES, REPLY_TIMEOUT, StopChannel, stopButtonOf, stopChannel, watchNotebook } from '../src/stop';
 
 
 /** A kernel connection that records control messages and answers as chaz_nb's handlers do. */
@@ -19,6 +19,10 @@ class ControlKernel {
   /** answer control messages (false: a kernel without chaz_nb, which never answers) */
   answers = true;
   stopReply: any = null;
+  /** the hello's protocol: 2 takes the chat's send over control (1: an older chaz_nb) */
+  protocol = 2;
+  chatReply: any = null;
+  commReply: any = null;
 
   sendControlMessage(msg: any): any {
     this.sent.push(msg);
@@ -28,21 +32,32 @@ class ControlKernel {
         const type = msg.header.msg_type;
         const content =
           type === 'chaz_stop_hello'
-            ? { status: 'ok', protocol: 1 }
+            ? { status: 'ok', protocol: this.protocol }
+            : type === 'chaz_comm_msg'
+            ? this.commReply ?? { status: 'ok', ok: true, message: '' }
+            : type === 'chaz_chat_send'
+            ? this.chatReply ?? {
+                status: 'ok',
+                type: 'sent',
+                request_id: msg.content.request_id,
+                ok: true,
+                session_id: msg.content.session_id,
+                message: `sent to @gpt (session ${msg.content.session_id})`
+              }
             : this.stopReply ?? {
                 status: 'ok',
                 ok: true,
                 session_id: msg.content.session_id,
                 message: `stopped session ${msg.content.session_id} (teller, run 4, was running)`
               };
-        future.onReply?.({ header: { msg_type: type.replace('request', 'reply') }, content });
+        future.onReply?.({ header: { msg_type: type.replace('request', 'reply').replace('send', 'reply').replace('msg', 'reply') }, content });
       });
     }
     return future;
   }
   createComm(target: string): any {
     const comm: any = {
-      target, sent: [] as any[], isDisposed: false,
+      target, commId: `comm-${this.comms.length + 1}`, sent: [] as any[], isDisposed: false,
       open: () => undefined, close: () => undefined,
       send: (d: any) => comm.sent.push(d), onMsg: null, onClose: null
     };
@@ -225,5 +240,111 @@ describe('the sidebar client', () => {
     expect(comm.sent).toEqual([{ type: 'stop', session_id: 2 }]);
     expect(kernel.of('chaz_stop_request')).toHaveLength(1);
     client.dispose();
+  });
+
+  /** A client connected to `kernel` (its hello answered). */
+  async function connected(kernel: ControlKernel): Promise<{ client: ChazClient; comm: any; sent: any[] }> {
+    const context: any = {
+      kernelChanged: new Signal<any, any>({}),
+      statusChanged: new Signal<any, string>({}),
+      session: { kernel }
+    };
+    const client = new ChazClient();
+    const sent: any[] = [];
+    client.sent.connect((_, msg) => sent.push(msg));
+    client.follow(context);
+    const comm = kernel.comms[0];
+    comm.onMsg({ content: { data: { type: 'state', sessions: [], pending: [] } } });
+    await flush(); // the client's hello, answered
+    return { client, comm, sent };
+  }
+
+  it("sends the chat's Message over control once the kernel said protocol 2, naming its comm", async () => {
+    const kernel = new ControlKernel();
+    const { client, comm, sent } = await connected(kernel);
+    expect(stopChannel.protocolOf(kernel as any)).toBe(2);
+    expect(client.send({ type: 'send', request_id: 'send-1', text: 'hi', session_id: 3 })).toBe(true);
+    expect(comm.sent).toEqual([]); // not the comm: a waiting cell would hold it
+    const [msg] = kernel.of('chaz_chat_send');
+    expect(msg.channel).toBe('control');
+    expect(msg.content).toEqual({ request_id: 'send-1', text: 'hi', session_id: 3, comm_id: 'comm-1' });
+    await flush();
+    expect(sent).toEqual([
+      { type: 'sent', request_id: 'send-1', ok: true, session_id: 3, message: 'sent to @gpt (session 3)' }
+    ]);
+    // opening a chat (and "show earlier") go over control too, answered on the comm
+    expect(client.send({ type: 'chat_open', session_id: 3 })).toBe(true);
+    expect(comm.sent).toEqual([]);
+    expect(kernel.of('chaz_comm_msg').map(m => m.content)).toEqual([
+      { comm_id: 'comm-1', data: { type: 'chat_open', session_id: 3 } }
+    ]);
+    await flush();
+    expect(comm.sent).toEqual([]); // handed over (ok): nothing on the comm
+    // a comm the kernel does not know of (ok false): sent on the comm after all
+    kernel.commReply = { status: 'ok', ok: false, message: "no chaz comm 'comm-1' in this kernel" };
+    client.send({ type: 'chat_close' });
+    expect(comm.sent).toEqual([]);
+    await flush();
+    expect(comm.sent).toEqual([{ type: 'chat_close' }]);
+    // Approve / Deny and Refresh stay on the comm
+    client.decide('r1', 'approve');
+    client.send({ type: 'refresh' });
+    expect(comm.sent.slice(1)).toEqual([
+      { type: 'decide', request_id: 'r1', decision: 'approve', reason: null },
+      { type: 'refresh' }
+    ]);
+    expect(kernel.of('chaz_comm_msg')).toHaveLength(2);
+    client.dispose();
+  });
+
+  it('an older chaz_nb (protocol 1) and a restarted kernel get the send over the comm', async () => {
+    const kernel = new ControlKernel();
+    kernel.protocol = 1;
+    const { client, comm } = await connected(kernel);
+    expect(stopChannel.isReady(kernel as any)).toBe(true); // Stop goes over control...
+    client.send({ type: 'send', request_id: 'send-1', text: 'hi', session_id: 3 });
+    expect(comm.sent).toEqual([{ type: 'send', request_id: 'send-1', text: 'hi', session_id: 3 }]); // ...the chat not
+    expect(kernel.of('chaz_chat_send')).toEqual([]);
+    client.dispose();
+
+    const fresh = new ControlKernel();
+    const other = await connected(fresh);
+    fresh.statusChanged.emit('restarting');
+    other.client.send({ type: 'send', request_id: 'send-2', text: 'hi', session_id: 3 });
+    expect(other.comm.sent).toHaveLength(1);
+    expect(fresh.of('chaz_chat_send')).toEqual([]);
+    other.client.dispose();
+  });
+
+  it('a refusal, a queued send and a kernel that does not answer are each a sent the chat shows', async () => {
+    const kernel = new ControlKernel();
+    const { client, sent } = await connected(kernel);
+    kernel.chatReply = { status: 'ok', type: 'sent', request_id: 'send-1', ok: false, session_id: null,
+                         message: 'send: there is no session 99' };
+    client.send({ type: 'send', request_id: 'send-1', text: 'hi', session_id: 99 });
+    await flush();
+    expect(sent.pop()).toEqual({ type: 'sent', request_id: 'send-1', ok: false, session_id: null,
+                                 message: 'send: there is no session 99' });
+    kernel.chatReply = { status: 'ok', type: 'sent', request_id: 'send-2', ok: true, queued: true, session_id: null,
+                         message: 'the kernel is busy running code; the message is written when it is free' };
+    client.send({ type: 'send', request_id: 'send-2', text: 'hi', session_id: 3 });
+    await flush();
+    expect(sent.pop()).toMatchObject({ request_id: 'send-2', ok: true, queued: true });
+    jest.useFakeTimers();
+    try {
+      kernel.answers = false;
+      client.send({ type: 'send', request_id: 'send-3', text: 'hi', session_id: 3 });
+      jest.advanceTimersByTime(REPLY_TIMEOUT + 1);
+    } finally {
+      jest.useRealTimers();
+    }
+    await flush();
+    expect(sent.pop()).toEqual({ type: 'sent', request_id: 'send-3', ok: false, session_id: null,
+                                 message: 'The kernel did not answer: check the transcript, then send again.' });
+    client.dispose();
+  });
+
+  it("the chat's messages are control types the page does not track (stop-plugin.ts)", () => {
+    expect(CONTROL_TYPES).toEqual(['chaz_stop_hello', 'chaz_stop_request', 'chaz_chat_send', 'chaz_comm_msg']);
   });
 });

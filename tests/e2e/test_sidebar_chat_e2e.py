@@ -7,7 +7,9 @@ inline in the chat, watches the reply stream in and land, and checks that ``%cha
 a cell shows the Message the sidebar wrote; the notice of the approval clears by itself and
 the ``Notebook:`` line follows a rename. Notebook 7: the sidebar from View → Left Sidebar.
 Screenshots of the chat in the light and the dark theme (and in Notebook 7) go to
-``test-artifacts/`` (and, as every e2e shot, ``<tmp_path>/shots``).
+``test-artifacts/`` (and, as every e2e shot, ``<tmp_path>/shots``). A Message sent while a
+``%chaz @NAME`` cell waits is written and answered before that wait ends (over the kernel's
+control channel, chaz_nb/notebook/chat_control.py).
 """
 
 from __future__ import annotations
@@ -146,6 +148,89 @@ def test_chat_in_the_sidebar(lab):
     page.wait_for_function("() => document.body.dataset.jpThemeName === 'JupyterLab Dark'", timeout=20_000)
     page.wait_for_timeout(500)
     _artifact(lab, "dark")
+    assert lab.page_errors == []
+
+
+# ------------------------------------------------- a Message while another cell waits
+STORY = " ".join(f"once{i}" for i in range(100))  # 10 s at 0.1 s a word
+
+
+def _run_cell(lab, index: int) -> None:
+    """Run one cell; not awaited (the command's promise ends with the cell)."""
+    lab.page.evaluate(
+        """(i) => {
+            const nb = window.jupyterapp.shell.currentWidget.content;
+            nb.activeCellIndex = i;
+            void window.jupyterapp.commands.execute('notebook:run-cell');
+        }""",
+        index,
+    )
+
+
+def test_a_message_sent_while_a_cell_waits_is_written_before_the_wait_ends(lab):
+    """The chat's send goes over the control channel (chat_control.py): the box says it was
+    sent, the Message and its answer land, all while a ``%chaz @teller`` cell still waits."""
+    page = lab.page
+    lab.write_notebook("waiting.ipynb", [
+        _code("%load_ext chaz_nb\n%chaz agent echo --model chaz/echo\n%chaz new @echo"),
+        _code(f'%%chaz agent teller\nmodel = "chaz/script"\nscript = ["{STORY}"]\n'
+              "[model_options.metadata]\nchaz_word_delay = 0.1"),
+        _code("%chaz @teller tell me a long story"),
+    ])
+    lab.open("waiting.ipynb")
+    for i in (0, 1):
+        _run_cell(lab, i)
+        page.wait_for_timeout(300)
+        lab.wait_kernel_idle(120)
+    lab.palette("Chaz: show sessions")
+    lab.wait_sidebar_status("connected", timeout=60)
+    session = lab.sidebar.locator(".chaz-session", has=page.locator(".chaz-agent", has_text="echo"))
+    session.wait_for(timeout=30_000)
+    session.click()
+    chat = lab.sidebar.locator(".chaz-chat")
+    _wait(lambda: chat.locator(".chaz-transcript .chaz-title").count() == 1, what="the echo transcript")
+
+    teller = page.locator(".jp-Notebook .jp-Cell").nth(2)
+    _run_cell(lab, 2)
+    page.wait_for_function(
+        "() => (document.querySelectorAll('.jp-Notebook .jp-Cell')[2].querySelector('.jp-OutputArea')"
+        " || {textContent: ''}).textContent.includes('once3 ')",
+        timeout=60_000,
+    )
+    box = chat.locator(".chaz-chat-input")
+    box.click()
+    box.type("hello while you wait")
+    box.press("Enter")
+    # sent (not "Sending…"): the box is empty and says nothing, long before the story ends
+    page.wait_for_function(
+        """() => {
+            const chat = document.querySelector('#chaz-sidebar .chaz-chat');
+            return chat.querySelector('.chaz-chat-input').value === ''
+                && chat.querySelector('.chaz-chat-error').textContent === '';
+        }""",
+        timeout=5_000,
+    )
+    reply = chat.locator(".chaz-type-message.chaz-from-agent .chaz-content")
+    _wait(lambda: reply.count() == 1 and reply.inner_text() == "echo: hello while you wait", timeout=5,
+          what="echo's answer while the teller cell waits")
+    # opening another chat goes over control too: the teller's transcript, streaming, at once
+    chat.locator(".chaz-chat-back").click()
+    lab.sidebar.locator(".chaz-session", has=page.locator(".chaz-agent", has_text="teller")).click()
+    _wait(lambda: chat.locator(".chaz-chat-title").inner_text().endswith("@teller")
+          and chat.locator(".chaz-transcript .chaz-title").count() == 1, timeout=5, what="the teller's chat")
+    # ...and the teller's cell still waits, the page still saying the kernel is busy
+    assert teller.locator(".jp-InputPrompt").inner_text().strip().startswith("[*]")
+    assert "once99" not in teller.locator(".jp-OutputArea").inner_text()
+    assert lab.kernel_status() == "busy"
+    _artifact(lab, "sent-while-waiting")
+    lab.wait_kernel_idle(60)
+    _wait(lambda: "once99" in teller.locator(".jp-OutputArea").inner_text(), what="the story's end")
+    assert teller.locator('[data-mime-type="application/vnd.jupyter.stderr"]').count() == 0
+    chat.locator(".chaz-chat-back").click()
+    session.click()
+    _wait(lambda: chat.locator(".chaz-type-message").count() == 2, what="the echo chat again")
+    page.wait_for_timeout(500)
+    assert chat.locator(".chaz-type-message").count() == 2  # written once, not again by the comm
     assert lab.page_errors == []
 
 
