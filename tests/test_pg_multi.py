@@ -381,12 +381,12 @@ async def test_a_stop_of_a_run_nobody_serves_says_how_it_gets_closed(two):
 
 
 async def test_a_stop_the_serving_kernel_does_not_answer_is_a_one_line_error(held, monkeypatch):
-    import chaz_nb.server.runs as runs
+    import chaz_nb.server.run_stops as run_stops
 
     a, b, release = held
     sid, handle = await held_run(held)
     a._engine.relay.close()  # A hears no request, as a kernel whose loop a long cell holds
-    monkeypatch.setattr(runs, "REMOTE_STOP_TIMEOUT", 0.2)  # (the bound under test, not a wait for A)
+    monkeypatch.setattr(run_stops, "REMOTE_STOP_TIMEOUT", 0.2)  # (the bound under test, not a wait for A)
     try:
         with pytest.raises(ServerError) as stop:
             await b.stop_runs(sid)

@@ -255,5 +255,5 @@ class LiveRows:
         for aw in self._approval_widgets.values():
             try:  # teardown: one card failing to close must not keep the others open
                 aw.close()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - teardown goes on (see the try)
                 log.debug("approval card close failed", exc_info=True)
