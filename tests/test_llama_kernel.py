@@ -49,8 +49,11 @@ def test_a_streamed_turn_in_a_kernel(kernel, llama_log):
     assert kind == "Message" and text
     partials = [line[len("tiny: "):-len(" …")] for t in r.texts() for line in t.splitlines()
                 if line.startswith("tiny: ") and line.endswith(" …")]
-    # the view showed the reply part-written, then whole
-    assert partials and all(text.startswith(p.strip()) and len(p.strip()) < len(text) for p in partials), partials
+    # the view showed the reply part-written (a prefix of it; the last may be all of it, shown
+    # while the reply's Message commits), then whole, without the mark of a reply being written
+    assert partials and all(text.startswith(p.strip()) for p in partials), partials
+    final = [line for line in r.texts()[-1].splitlines() if line.startswith("tiny: ")]
+    assert final and not final[-1].endswith(" …") and text.startswith(final[-1][len("tiny: "):].strip()[:20]), final
     r = kernel.run("s = chaz_nb.current(); print(s.store.execute('SELECT status, prompt_tokens, completion_tokens "
                    "FROM runs ORDER BY run_id DESC LIMIT 1')[0])")
     status, prompt, completion = ast.literal_eval(r.stdout.strip())
