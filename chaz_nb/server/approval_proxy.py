@@ -8,21 +8,32 @@ timeout answers the model with an error.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..engine.runtime import ToolExecutor, ToolOutcome
 from ..engine.tools import ToolError
 from .approval_rules import mask_arguments, needs_approval
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .approvals import ApprovalBook
+    from ..core.entries import Entry
+    from ..engine.tools import Tool
     from .ports import RunContext
+
+
+class Book(Protocol):
+    """What the proxy asks of the approval book (approvals.py's ``ApprovalBook``)."""
+
+    def session_grant(self, session_id: int, agent: str, tool_name: str) -> bool: ...
+
+    async def request(self, ctx: RunContext, t: Tool, call_id: str, arguments: dict[str, Any]) -> Entry: ...
+
+    def take_edit(self, request_id: str) -> dict[str, Any] | None: ...
 
 
 class ApprovalProxy:
     """A ToolExecutor that asks before running tools that need approval."""
 
-    def __init__(self, book: ApprovalBook, ctx: RunContext, inner: ToolExecutor) -> None:
+    def __init__(self, book: Book, ctx: RunContext, inner: ToolExecutor) -> None:
         self.book = book
         self.ctx = ctx
         self.inner = inner

@@ -49,7 +49,7 @@ from .streams import StreamHub
 from .stopping import CANCELLED
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .runs import SessionState
+    from .session_state import SessionState
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from .stop_relay import REMOTE_STOP_TIMEOUT
 from .stopping import StoppedRun
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .runs import SessionState
+    from .session_state import SessionState
 
 
 class RunStops:

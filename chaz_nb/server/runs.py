@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Awaitable, Callable, Iterator
 
@@ -42,6 +41,7 @@ from .ports import Part, SpawnContext, current_run
 from .streams import StreamHub
 from .run import RunSteps
 from .run_stops import RunStops
+from .session_state import SessionState
 from .serving import serving_for
 from .stop_relay import StopRelay
 
@@ -53,21 +53,6 @@ Decision = tuple[RunHandle | None, bool]
 
 #: entries of a run that supersede the reply text streamed so far (a tool call: that step's text)
 _ENDS_STREAM = frozenset({EntryType.MESSAGE, EntryType.ERROR, EntryType.ACK, EntryType.TOOL_CALL})
-
-
-@dataclass
-class SessionState:
-    """What the engine knows of a session with a run (or a part's loop) in flight."""
-
-    task: asyncio.Task | None = None
-    run_id: int | None = None
-    futures: list[asyncio.Future] = field(default_factory=list)
-    queued: Entry | None = None  # the newest trigger waiting for the follow-up run
-    queued_futures: list[asyncio.Future] = field(default_factory=list)
-    queued_triggers: list[Entry] = field(default_factory=list)  # every trigger it will answer
-    parked: int = 0  # open approval requests of the current run
-    stop_by: str | None = None  # who stopped the run (stopping.py); None while not stopped
-    dropped: list[int] = field(default_factory=list)  # queued trigger ids a stop dropped
 
 
 class RunEngine(RunStops, RunSteps):

@@ -52,14 +52,13 @@ import logging
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Callable
 
 from ...core.redaction import redact
 from .base import LiveView
 from .display import OUTPUT_METADATA, WIDGET_MIME, clip_json
-from .session_live import LiveRows
+from .session_live import LiveRows, ViewStats
 from .transcript import (  # noqa: F401 - re-exported: the pure transcript lives there
     DETAIL_CHARS,
     SUMMARY_CHARS,
@@ -85,18 +84,6 @@ DEFAULT_PAGE = 50
 
 
 # ----------------------------------------------------------------- the view
-@dataclass
-class ViewStats:
-    flushes: int = 0
-    static_updates: int = 0
-    widget_sends: int = 0
-    max_send_chars: int = 0
-    entries: int = 0
-    sends: list[int] = field(default_factory=list)
-    stream_events: int = 0  # stream deltas received
-    stream_updates: int = 0  # widget updates they caused (throttled)
-
-
 class SessionView(LiveRows, LiveView):
     """A view of one session: live widget + static transcript, one display_id.
 

@@ -12,6 +12,7 @@ Deny, Approve all, Approve edited) come back to ``_on_event``.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .display import esc
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
     from .approval import ApprovalWidget
     from .live import LiveWidget
     from .stop_button import StopButton
-    from .session import ViewStats
     from .transcript import Transcript
 
 log = logging.getLogger("chaz_nb.notebook.views.session_live")
@@ -33,6 +33,19 @@ log.addHandler(logging.NullHandler())
 
 #: the decisions a card's buttons send
 DECISIONS = ("approve", "deny", "approve_all")
+
+
+@dataclass
+class ViewStats:
+    """What a view sent and why (tests and benches read it)."""
+    flushes: int = 0
+    static_updates: int = 0
+    widget_sends: int = 0
+    max_send_chars: int = 0
+    entries: int = 0
+    sends: list[int] = field(default_factory=list)
+    stream_events: int = 0  # stream deltas received
+    stream_updates: int = 0  # widget updates they caused (throttled)
 
 
 class LiveRows:
