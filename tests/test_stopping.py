@@ -105,6 +105,29 @@ async def test_stop_during_a_slow_model_call_ends_the_run_cancelled(make, store,
     assert [m["content"] for m in sent if m["role"] == "user"] == ["think hard", "and now?"]
 
 
+async def test_a_run_stopped_while_its_ack_is_in_its_commit_window_is_reported_with_its_id(
+        make, store, model_server, monkeypatch):
+    """The Ack commits once the model request has left; a stop that comes before that commit
+    (a fresh-clone CI run hit it) still reports the run it stopped, not ``run_id=None``."""
+    import chaz_nb.server.run as run_module
+
+    monkeypatch.setattr(run_module, "ACK_WINDOW", 600.0)  # only the stop hurries the Ack
+    monkeypatch.setattr(store, "flush_when_idle", lambda: None)
+    model_server.script(slow())
+    server = make("w")
+    s = server.current_session("w")
+    handle = await server.send(s, "think hard")
+    await arrived(model_server, 1)
+    assert [e.entry_type for e in store.entries(s)] == [T.MESSAGE]  # the Ack is not committed yet
+
+    [stopped] = await server.stop_runs(s)
+
+    ack, closing = [e for e in store.entries(s) if e.entry_type is T.ACK]
+    assert (stopped.run_id, stopped.was) == (ack.id, "running")
+    assert closing.run_id == ack.id and closing.payload["status"] == "cancelled"
+    assert await handle.wait() is None
+
+
 async def test_stopping_a_stream_keeps_the_text_so_far_in_the_cancelled_ack(make, store, model_server):
     # the role chunk and three words reach the screen, then the provider goes quiet
     model_server.script(StallMidStream(Reply("one two three four five"), after_chunks=4), Reply("again"))

@@ -5,6 +5,7 @@ on a shared store, ask the kernel that serves them (stopping.py, stop_relay.py).
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..core.entries import Entry, EntryType
@@ -150,11 +151,14 @@ class RunStops:
 
     async def _stop_here_and_wait(self, session_id: int | None, by: str) -> list[StoppedRun]:
         """Stop the runs of this server (``_stop_here``) and wait until they have ended."""
-        tasks = {sid: st.task for sid, st in self._states.items()}  # the states go as runs end
+        states = dict(self._states)  # the states go as runs end
         stopped = self._stop_here(session_id, by)
-        waits = [t for s in stopped if (t := tasks.get(s.session_id)) is not None]
+        waits = [t for s in stopped if (t := states[s.session_id].task) is not None]
         await asyncio.gather(*waits, return_exceptions=True)
-        return stopped
+        # a run stopped while its Ack was still in its commit window (the Ack commits once the
+        # model request has left) has its id now: the stop hurried the Ack before the run closed
+        return [run if run.run_id is not None else replace(run, run_id=states[run.session_id].run_id)
+                for run in stopped]
 
     def _serves(self, session_id: int) -> bool:
         """Whether a stop request for the session is this server's to carry out: it runs the
