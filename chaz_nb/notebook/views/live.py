@@ -9,8 +9,8 @@ escaped HTML (transcript.py) and sends clicks back as events.
 The model's state (``STATE_KEYS``) goes with the comm's open and with every state request
 (a page reload); after that, a change is ONE custom message holding only what changed: the
 new or changed rows (``{"rows": {"set": {index: html}, "n": rows}}``), the cards that changed, the
-header, the status line, the Stop row. The kernel keeps the whole state, so a page that asks
-for the state again gets all of it.
+header, the status line, the notice line (a refused event, one line), the Stop row. The kernel
+keeps the whole state, so a page that asks for the state again gets all of it.
 
 Events from the page (``{"event": ...}``): ``stop``, ``earlier``, ``decide`` (``request_id``,
 ``decision``, ``reason``), ``approve_edited`` (``request_id``, ``text``). They are handled on
@@ -38,7 +38,7 @@ log.addHandler(logging.NullHandler())
 
 STATIC = Path(__file__).with_name("static")
 #: what the front end draws (the model's attributes)
-STATE_KEYS = ("head", "earlier", "rows", "cards", "tail", "stop", "footer")
+STATE_KEYS = ("head", "earlier", "rows", "cards", "tail", "notice", "stop", "footer")
 
 
 @functools.lru_cache(maxsize=1)

@@ -35,6 +35,17 @@ log.addHandler(logging.NullHandler())
 DECISIONS = ("approve", "deny", "approve_all")
 
 
+def _short(value: Any) -> str:
+    """A value the page sent, for a one-line answer (a forged one may be huge)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def _notice(message: str | None) -> str:
+    """The view's notice line (a refused event), escaped; empty once an event is taken."""
+    return f"<div class='chaz-s chaz-notice'><span class='chaz-err'>{esc(message)}</span></div>" if message else ""
+
+
 @dataclass
 class ViewStats:
     """What a view sent and why (tests and benches read it)."""
@@ -81,7 +92,7 @@ class LiveRows:
         self._row_html: list[str] = []
         earlier = esc(self.earlier_line())
         self.live = LiveWidget(
-            {"head": "", "earlier": earlier, "rows": [], "cards": {}, "tail": "", "stop": None,
+            {"head": "", "earlier": earlier, "rows": [], "cards": {}, "tail": "", "notice": "", "stop": None,
              "footer": f"<div class='chaz-footer'>{esc(self.footer)}</div>" if self.footer else ""},
             self._on_event, loop=self._loop,
         )
@@ -218,27 +229,51 @@ class LiveRows:
 
     # ------------------------------------------------------------------ events
     def _on_event(self, content: dict[str, Any]) -> None:
-        """An event from the page's widget (on the kernel loop)."""
+        """An event from the page's widget (on the kernel loop). A forged or stale one (another
+        view's request, a decided one, wrong types) decides nothing and says why in one line:
+        on its card, or on the view's notice line when it names no card of this view."""
         event = content.get("event")
+        refused: str | None = None
         if event == "stop" and self.stop_button is not None:
             self.stop_button.request()
         elif event == "earlier":
             self.show_earlier()
         elif event in ("decide", "approve_edited"):
-            aw = self._approval_widgets.get(str(content.get("request_id")))
-            if aw is None or aw.decided:
-                return
-            try:
-                if event == "approve_edited":
-                    aw.approve_edited(str(content.get("text") or ""))
-                elif content.get("decision") in DECISIONS:
-                    reason = content.get("reason") if content.get("decision") == "deny" else None
-                    aw.decide(str(content["decision"]), reason if isinstance(reason, str) else None)
-            except Exception as exc:  # noqa: BLE001 - a click must never raise into the comm
-                log.exception("approval click failed")
-                aw.message = f"could not decide: {exc}"
-                self._card_changed(aw.request_id)
+            refused = self._card_event(str(event), content)
+        elif event != "stop":
+            refused = f"the page sent an event this view does not know: {_short(event)}"
+        if self.live is not None:
+            self.live.set("notice", _notice(refused))
         self._push()
+
+    def _card_event(self, event: str, content: dict[str, Any]) -> str | None:
+        """A card's button: decide its request (only a card this view shows); why not, for the
+        notice line (a refusal about the card itself is said on the card)."""
+        rid = content.get("request_id")
+        aw = self._approval_widgets.get(rid) if isinstance(rid, str) else None
+        if aw is None or aw.decided:
+            return (f"no open approval card {_short(rid)} in this view (session {self.session_id}); "
+                    "nothing was decided")
+        try:
+            if event == "approve_edited":
+                text = content.get("text")
+                if not isinstance(text, str):
+                    raise ValueError(f"the edited arguments are text, not {type(text).__name__}; "
+                                     "nothing was decided")
+                aw.approve_edited(text)
+            else:
+                decision, reason = content.get("decision"), content.get("reason")
+                if decision not in DECISIONS:
+                    raise ValueError(f"decision is approve, deny or approve_all, not {_short(decision)}")
+                if reason is not None and not isinstance(reason, str):
+                    raise ValueError(f"the reason is text, not {type(reason).__name__}; nothing was decided")
+                aw.decide(str(decision), reason if decision == "deny" else None)
+        except Exception as exc:  # noqa: BLE001 - a click must never raise into the comm
+            if not isinstance(exc, ValueError):
+                log.exception("approval click failed")
+            aw.message = f"could not decide: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+            self._card_changed(aw.request_id)
+        return None
 
     def frontend_event(self, event: str, **fields: Any) -> None:
         """Handle ``{"event": event, **fields}`` as if the page's widget had sent it (tests,

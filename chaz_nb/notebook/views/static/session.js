@@ -1,12 +1,12 @@
 // The live view of a chaz session: one anywidget (chaz_nb/notebook/views/live.py).
 // The kernel renders every row as escaped HTML; this draws them and sends clicks back.
-// State (the model's attributes at open): head, earlier, rows, cards, tail, stop, footer.
+// State (the model's attributes at open): head, earlier, rows, cards, tail, notice, stop, footer.
 // Kernel -> here: a custom message with only what changed ({rows: {set: {i: html}, n}, cards:
 // {id: card|null}, head, tail, ...}) or {reset: state}. Here -> kernel: {event: "stop" |
 // "earlier" | "decide" | "approve_edited", ...}. The Stop button carries the class
 // chaz-stop-session-N: the chaz lab extension takes its click over the control channel
 // (acts while a cell waits); without the extension the click goes by model.send.
-const KEYS = ["head", "earlier", "rows", "cards", "tail", "stop", "footer"];
+const KEYS = ["head", "earlier", "rows", "cards", "tail", "notice", "stop", "footer"];
 
 function apply(model, msg) {
   const st = msg.reset || msg;
@@ -99,13 +99,14 @@ function render({model, el: root}) {
   const head = el("div", "chaz-transcript chaz-s");
   const body = el("div", "chaz-transcript chaz-s chaz-rows");
   const tail = el("div", "chaz-transcript chaz-s");
+  const notice = el("div", "chaz-notice-row"); // a refused click, one line (escaped by the kernel)
   const stopRow = el("div", "chaz-stop-row");
   const stop = button("■ Stop", "mod-danger chaz-stop");
   const note = el("span", "chaz-stop-note");
   stop.onclick = () => { stop.disabled = true; model.send({event: "stop"}); };
   stopRow.append(stop, note);
   const footer = el("div", "chaz-transcript chaz-s");
-  root.append(earlier, head, body, tail, stopRow, footer);
+  root.append(earlier, head, body, tail, notice, stopRow, footer);
   let shown = []; // the row nodes, in order
   const cardNodes = {};
 
@@ -143,6 +144,8 @@ function render({model, el: root}) {
     shown = next;
     tail.innerHTML = model.get("tail") || "";
     tail.style.display = model.get("tail") ? "" : "none";
+    notice.innerHTML = model.get("notice") || "";
+    notice.style.display = model.get("notice") ? "" : "none";
     const s = model.get("stop");
     stopRow.style.display = s && s.shown ? "" : "none";
     if (s) {
