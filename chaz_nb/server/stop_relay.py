@@ -12,6 +12,13 @@ button, the sidebar) goes there as a notice on the store's ``chaz_stop`` channel
    ``StoppedRun`` as a dict), which resolves the asking kernel's wait. NOTIFY is delivered in
    commit order, so the closing Acks have reached the asking kernel's subscribers by then.
 
+A NOTIFY reaches only the listeners LISTENing when it is sent: a kernel whose listener is
+still connecting (its first write started it; a loaded machine starts a backend slowly) or
+reconnecting misses a request. So the asking kernel sends the same request again every
+``RESEND_INTERVAL`` seconds until the answer comes (or ``REMOTE_STOP_TIMEOUT`` passes), also
+for a request nobody waits on (a Stop button's); the serving kernel acts on a request id once
+and answers a repeat with the answer it gave (``ANSWERS_KEPT`` of them are kept).
+
 Trust: any kernel on the store may already write to a session and decide its approval
 requests, so it may stop its runs too. ``by`` is the asking side's plain label (printable,
 cut to ``MAX_BY`` characters); nothing secret is sent. Any client of the database can NOTIFY
@@ -27,6 +34,7 @@ import asyncio
 import json
 import logging
 import uuid
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import Any
@@ -42,6 +50,10 @@ STOP_CHANNEL = "chaz_stop"
 #: how long a stop waits for the serving kernel's answer (a kernel running a long cell answers
 #: when the cell ends: its loop, and with it its run, is held meanwhile)
 REMOTE_STOP_TIMEOUT = 10.0
+#: how often an unanswered request is sent again (a listener that missed it may hear it now)
+RESEND_INTERVAL = 0.5
+#: the request ids answered (and their answers) a serving kernel keeps, for repeats
+ANSWERS_KEPT = 256
 #: the longest ``by`` label kept; a request id is at most as long
 MAX_BY = 64
 #: stopped runs listed in one answer at most (a NOTIFY payload is under 8000 bytes)
@@ -91,7 +103,10 @@ class StopRelay:
         self._serves = serves
         self._stop_here = stop_here
         self._waiting: dict[str, asyncio.Future[list[StoppedRun]]] = {}
-        self._tasks: set[asyncio.Task] = set()  # answers being prepared (kept from the GC)
+        self._tasks: set[asyncio.Task] = set()  # answers being prepared, requests resent (kept from the GC)
+        #: request id -> its answer's payload (None while the stop is under way): a repeat is not
+        #: acted on again
+        self._answers: OrderedDict[str, str | None] = OrderedDict()
         self._unsubscribe: Callable[[], None] | None = None
         if not store.read_only:
             self._unsubscribe = store.on_notice(STOP_CHANNEL, self._heard)
@@ -105,9 +120,16 @@ class StopRelay:
 
     # ----------------------------------------------------------- asking side
     def send(self, session_id: int, by: str) -> str:
-        """Ask the kernel that serves ``session_id`` to stop its run; the request's id."""
+        """Ask the kernel that serves ``session_id`` to stop its run, without waiting for it (it
+        is sent again until answered, in the background); the request's id."""
         request = uuid.uuid4().hex
-        self._request(request, session_id, by)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop to send it again from: once
+            self._request(request, session_id, by)
+            return request
+        self._keep(loop.create_task(self._ask(request, session_id, by, REMOTE_STOP_TIMEOUT),
+                                    name=f"chaz-stop-ask-{session_id}"))
         return request
 
     def _request(self, request: str, session_id: int, by: str) -> None:
@@ -117,17 +139,31 @@ class StopRelay:
     async def ask(self, session_id: int, by: str, timeout: float = REMOTE_STOP_TIMEOUT) -> list[StoppedRun] | None:
         """Send the request and wait for the serving kernel's answer: the runs it stopped, or
         None when no answer came within ``timeout`` seconds."""
+        return await self._ask(uuid.uuid4().hex, session_id, by, timeout)
+
+    async def _ask(self, request: str, session_id: int, by: str, timeout: float) -> list[StoppedRun] | None:
         self.store.start_listener()  # the answer comes through it (running already in a kernel)
-        request = uuid.uuid4().hex
-        future: asyncio.Future[list[StoppedRun]] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[StoppedRun]] = loop.create_future()
         self._waiting[request] = future  # before the request: the answer may come at once
+        end = loop.time() + timeout
         try:
-            self._request(request, session_id, by)
-            return await asyncio.wait_for(future, timeout)
-        except TimeoutError:
-            return None
+            while True:
+                self._request(request, session_id, by)
+                left = end - loop.time()
+                if left <= 0:
+                    return None
+                try:
+                    return await asyncio.wait_for(asyncio.shield(future), min(RESEND_INTERVAL, left))
+                except TimeoutError:
+                    if loop.time() >= end:
+                        return None
         finally:
             self._waiting.pop(request, None)
+
+    def _keep(self, task: asyncio.Task) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     # ---------------------------------------------------------- the listener
     def _heard(self, payload: str) -> None:
@@ -149,10 +185,16 @@ class StopRelay:
     def _asked(self, request: str, session_id: int | None, by: str | None) -> None:
         if session_id is None or by is None or not self._serves(session_id):
             return  # not a request, or not this kernel's session (each kernel hears them all)
-        task = asyncio.get_running_loop().create_task(self._answer(request, session_id, by),
-                                                      name=f"chaz-stop-{session_id}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        if request in self._answers:  # a repeat: the asker missed the answer, or sent it again
+            answer = self._answers[request]
+            if answer is not None:
+                self.store.notify(STOP_CHANNEL, answer)
+            return
+        self._answers[request] = None
+        while len(self._answers) > ANSWERS_KEPT:
+            self._answers.popitem(last=False)
+        self._keep(asyncio.get_running_loop().create_task(self._answer(request, session_id, by),
+                                                          name=f"chaz-stop-{session_id}"))
 
     async def _answer(self, request: str, session_id: int, by: str) -> None:
         try:
@@ -160,8 +202,12 @@ class StopRelay:
             runs = [asdict(run) for run in stopped[:MAX_RUNS]]
             for run in runs:
                 run.pop("elsewhere", None)
-            self.store.notify(STOP_CHANNEL, json.dumps({"stopped": request, "runs": runs}))
+            answer = json.dumps({"stopped": request, "runs": runs})
+            if request in self._answers:
+                self._answers[request] = answer
+            self.store.notify(STOP_CHANNEL, answer)
         except Exception:  # noqa: BLE001 - a request must never break the listener's loop
+            self._answers.pop(request, None)  # a repeat tries again
             log.exception("stop request for session %s failed", session_id)
 
     def _answered(self, request: str, runs: list[StoppedRun] | None) -> None:
