@@ -62,10 +62,12 @@ async def test_pending_lists_every_kernels_requests_and_an_approval_in_b_resumes
     a, b = two
     sid = a.current_session("ops")
     handle = await a.send(sid, "ship it")  # A serves the session: it holds the lease
-    await until(lambda: b.pending_approvals(), b.store.subscribe, what="A's request, seen from B")
+    # pending reads the whole table; a status, only the entries B's listener has handed B's views
+    # (serving.py), which may come a moment later: the wait is for both
+    await until(lambda: b.pending_approvals() and b.session_status(sid) == "parked", b.store.subscribe,
+                what="A's request and A's parked run, seen from B")
     [req] = b.pending_approvals()
     assert (req["session_id"], req["tool_name"]) == (sid, "deploy")
-    assert b.session_status(sid) == "parked"  # read from the log: A's run is parked
     with SessionStore.open(a.store.url) as store:  # a kernel started after the request lists it too
         assert [r["request_id"] for r in Server(store, [ops()]).pending_approvals()] == [req["request_id"]]
     ok, message = b.decide("last", "approve")
