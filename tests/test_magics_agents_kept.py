@@ -162,3 +162,31 @@ def test_an_agent_without_tools_is_not_offered_a_users_tool_and_with_star_it_is(
     server = kept()  # and so after a restart: the default is stored as it was given
     ip.run_cell(TOOLS).raise_error()
     assert "add" not in offered(server, "newcomer") and "add" in offered(server, "trusted")
+
+
+def test_a_kept_agent_whose_tool_is_not_defined_after_a_restart_says_so_when_it_runs(kept, capsys):
+    """It ran with no ``add`` and nothing said why: the model was not offered it, the person
+    saw a reply that ignored the tool. The run now says, in one line of its session (and so of
+    the cell's view), which tool is missing and how to define it; then it goes on."""
+    ip.run_cell(TOOLS).raise_error()
+    ip.run_line_magic("chaz", f"agent calc --model chaz/script --tools add,kernel__*,mcp_x__* --script {CALL_ADD}")
+    ip.run_line_magic("chaz", "@calc add them")
+    server = kept()  # a new kernel: the agent is back, its tool's code is not
+    ip.run_line_magic("chaz", "@calc add them again")
+    sid = server.current_session_id("calc")
+    [note] = [e for e in server.store.entries(sid, types=[EntryType.ERROR]) if e.payload.get("note")]
+    assert note.content == (
+        "@calc's tool add is not defined in this kernel, so this run goes on without it; define it again: "
+        "run the cell with its @chaz_nb.tool function (%chaz agents lists what is missing)"
+    )
+    assert note.payload["missing_tools"] == ["add"] and "\n" not in note.content
+    from chaz_nb.notebook.views.session import SessionView
+
+    assert note.content in SessionView(server.store, sid).text()  # the cell's view shows it
+    assert server.session_status(sid) == "idle"  # the note closes nothing
+    ran = [e.content for e in server.store.entries(sid, types=[EntryType.TOOL_RESULT])]
+    assert ran[0] == "add: 5" and ran[1].startswith("add: unknown tool 'add'")
+    ip.run_cell(TOOLS).raise_error()  # defined again: the next run has it and says nothing
+    ip.run_line_magic("chaz", "@calc and once more")
+    notes = [e for e in server.store.entries(sid, types=[EntryType.ERROR]) if e.payload.get("note")]
+    assert notes == [note]

@@ -38,6 +38,7 @@ from .rooms import ROOM_KIND, Rooms
 from .runs import RunEngine
 from .schedules import Fire, Schedule, Schedules
 from .streams import StreamEvent, StreamListener
+from .tool_notes import MissingTools
 from .stopping import StoppedRun
 
 __all__ = ["RunHandle", "Server", "ServerError", "StoppedRun"]
@@ -95,6 +96,8 @@ class Server:
         self.rooms = self.add_part(Rooms(self._engine))
         self.compaction = self.add_part(Compaction(self._engine, self.rooms))
         self.mcp = self.add_part(McpServers(self._engine))
+        # a kept agent's named tool the notebook has not defined again says so in its run
+        self.add_part(MissingTools(self._engine, self.mcp.names_tool))
         # last: asked first for a run's messages (a branch's context, fork.py)
         # a fork's variant (analyst@gpt-4o) is defined for its branch, not kept
         self.forks = self.add_part(Forks(self._engine, self.compaction, self.recorded,

@@ -252,6 +252,10 @@ class McpServers(Part):
             return executor
         return _FailedServerNotes(self, ctx, executor, list(patterns))
 
+    def names_tool(self, name: str) -> bool:
+        """Whether a configured server (in any state) is the one a tool name (``time__now``) names."""
+        return any(c.names_server(name) for c in self._servers.values())
+
     def failed_for(self, patterns: Sequence[str]) -> list[McpServer]:
         """The failed servers that one of ``patterns`` names."""
         return [c for c in self._servers.values()
