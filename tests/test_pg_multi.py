@@ -490,3 +490,36 @@ async def test_approve_all_from_another_kernel_is_granted_to_the_agent_whose_cal
     finally:
         a.close()
         b.close()
+
+
+def test_a_trigger_written_before_the_ack_of_a_run_that_does_not_answer_it_keeps_the_session_running(two):
+    """B's status read "idle" between A's first reply and A's next run, when B's message had
+    landed before the first run's Ack committed (the Ack commits once the model request has
+    left): "a trigger since the last Ack" missed it, and a cell's wait on the session in B
+    ended before its message was answered (test_a_wait_on_a_run_served_elsewhere_... failed
+    that way under load). A trigger no Ack lists in ``answers`` (or ``dropped``) is waiting."""
+    a, b = two
+    with SessionStore.open(a.store.url) as other:  # the serving kernel (no Server here: it writes by hand)
+        sid = other.create_session("holder")
+        assert other.claim(sid)
+        one = other.append(sid, T.MESSAGE, "user", "hold on")
+        two_ = other.append(sid, T.MESSAGE, "user", "are you there?")  # before the Ack that answers `one`
+        ack = other.append(sid, T.ACK, "holder", "holder is working",
+                           payload={"trigger_id": one.id, "answers": [one.id], "answers_count": 1})
+        other.append(sid, T.MESSAGE, "holder", "done", payload={"run_id": ack.id})
+        b.store.catch_up()
+        assert b.session_status(sid) == "running"  # the run that answers `two_` is about to start
+        later = other.append(sid, T.ACK, "holder", "holder is working",
+                             payload={"trigger_id": two_.id, "answers": [two_.id], "answers_count": 1})
+        other.append(sid, T.MESSAGE, "holder", "yes", payload={"run_id": later.id})
+        b.store.catch_up()
+        assert b.session_status(sid) == "idle"
+        # a stopped run's closing Ack lists the follow-ups it dropped: nothing waits for them
+        three = other.append(sid, T.MESSAGE, "user", "three")
+        four = other.append(sid, T.MESSAGE, "user", "four")
+        run = other.append(sid, T.ACK, "holder", "holder is working",
+                           payload={"trigger_id": three.id, "answers": [three.id], "answers_count": 1})
+        other.append(sid, T.ACK, "holder", "holder was stopped by user",
+                     payload={"run_id": run.id, "status": "cancelled", "dropped": [four.id]})
+        b.store.catch_up()
+        assert b.session_status(sid) == "idle"

@@ -15,6 +15,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 
@@ -57,6 +59,34 @@ WHERE session_id = ? AND id <= ? AND entry_type IN ('Message', 'Directive')
   AND id > coalesce((SELECT max(id) FROM entries WHERE session_id = ? AND id <= ? AND entry_type = 'Ack'), 0)
   AND sender NOT IN (SELECT sender FROM entries WHERE session_id = ? AND entry_type = 'Ack')
 """
+
+#: the newest opening Ack (not a fork's copy, whose answers name the parent's entries) up to an id
+_LAST_RUN_ACK = """
+SELECT id, payload FROM entries
+WHERE session_id = ? AND id <= ? AND entry_type = 'Ack' AND run_id = id AND copied_from IS NULL
+ORDER BY id DESC LIMIT 1
+"""
+
+#: the Messages and Directives between two ids, but those of the session's agents (as above)
+_TRIGGERS_BETWEEN = """
+SELECT id, entry_type, sender FROM entries
+WHERE session_id = ? AND id > ? AND id < ? AND entry_type IN ('Message', 'Directive')
+  AND sender NOT IN (SELECT sender FROM entries WHERE session_id = ? AND entry_type = 'Ack')
+"""
+
+#: the payloads of the Acks in an id range (a stopped run's closing Ack lists what it dropped)
+_ACKS_BETWEEN = "SELECT payload FROM entries WHERE session_id = ? AND id > ? AND id <= ? AND entry_type = 'Ack'"
+
+
+def _ids(value: object) -> set[int]:
+    return {i for i in value if isinstance(i, int) and not isinstance(i, bool)} if isinstance(value, list) else set()
+
+
+def _payload(value: object) -> dict[str, object]:
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            value = json.loads(value)
+    return value if isinstance(value, dict) else {}
 
 
 def open_run(store: Store, session_id: int) -> int | None:
@@ -200,10 +230,31 @@ class SharedServing(Serving):
             # a trigger written since the last Ack: the serving kernel is about to start its run
             # (an agent's reply is no trigger, also where that agent is not defined: it wrote Acks)
             waiting = store.execute(_UNANSWERED, [session_id, seen, session_id, seen, session_id])
-            open_runs = any(t == "Directive" or sender not in self._agents for t, sender in waiting)
+            open_runs = (any(t == "Directive" or sender not in self._agents for t, sender in waiting)
+                         or self._queued_before_ack(session_id, seen))
         if not open_runs or not self.elsewhere(session_id):
             return "idle"  # (a run left open by a dead kernel is closed at the next trigger)
         return "parked" if open_requests else "running"
+
+    def _queued_before_ack(self, session_id: int, seen: int) -> bool:
+        """Whether a trigger written before the newest run's Ack is not among the triggers it
+        answers (nor dropped by a stop): it came while that Ack was committing (the Ack commits
+        once the model request has left), so the next run answers it. Runs answer triggers in
+        order, so only those between the Ack's last answer and the Ack itself are looked at."""
+        store = self.store
+        rows = store.execute(_LAST_RUN_ACK, [session_id, seen])
+        if not rows:
+            return False
+        ack_id, payload = int_or_none(rows[0][0]) or 0, _payload(rows[0][1])
+        answers = _ids(payload.get("answers"))
+        if not answers or max(answers) >= ack_id - 1:
+            return False  # nothing was written between its last answer and the Ack
+        handled = set(answers)
+        for (later,) in store.execute(_ACKS_BETWEEN, [session_id, ack_id, seen]):
+            handled |= _ids(_payload(later).get("dropped"))
+        waiting = store.execute(_TRIGGERS_BETWEEN, [session_id, max(answers), ack_id, session_id])
+        return any(entry_id not in handled and (t == "Directive" or sender not in self._agents)
+                   for entry_id, t, sender in waiting)
 
     def run_elsewhere(self, session_id: int) -> StoppedRun | None:
         """None also when nothing runs there; a run open in the log whose kernel is gone (nobody
