@@ -177,3 +177,50 @@ def test_finished_turns_let_go_of_their_widgets_and_still_show_their_transcripts
         assert WIDGET_MIME not in out["data"], i
         html = out["data"]["text/html"]
         assert needle in ("".join(html) if isinstance(html, list) else html), i  # (saved as lines)
+
+
+EARLIER_CELLS = [
+    "%env CHAZ_DB=:memory:\n%load_ext chaz_nb\nimport chaz_nb\n\n"
+    "@chaz_nb.tool(approval=\"always\", risk=\"high\")\ndef wipe(path: str) -> str:\n"
+    "    \"\"\"Delete a path.\"\"\"\n    return f\"wiped {path}\"",
+    "%chaz agent ops --model chaz/script --tools wipe --script "
+    "'[{\"tool\": \"wipe\", \"args\": {\"path\": \"/tmp/x\"}}, \"done: {result}\"]'",
+    # an older part of the log (the agent's own notes: no run starts for them)
+    "from chaz_nb.core.entries import EntryType\ns = chaz_nb.current()\nsid = s.current_session('ops')\n"
+    "for i in range(30):\n    s.store.append(sid, EntryType.MESSAGE, 'ops', f'old note {i:02d} <i>x</i>')",
+    "%chaz @ops wipe it",  # parks on the approval: the session's views stay live
+    "%chaz log @ops --limit 5",
+]
+
+
+def test_show_earlier_in_the_live_view_brings_the_older_rows_in_place(lab):
+    """The one-widget live view's "show earlier" button (static/session.js, ``earlier``
+    event): a click loads the page before the first row shown, in place, escaped."""
+    page = lab.page
+    lab.write_notebook("earlier.ipynb", [_code(src) for src in EARLIER_CELLS])
+    lab.open("earlier.ipynb")
+    lab.run_all()
+    log = page.locator(".jp-Cell").nth(4)
+    view = log.locator(".chaz-session-view")
+    view.wait_for(timeout=60_000)
+    rows = view.locator(".chaz-row")
+    # the newest 5 entries: a note, the person's message, the call (its Ack and request fold in)
+    _wait(lambda: rows.count() == 3, what="the log's newest page (5 entries, 3 rows)")
+    text = view.inner_text()
+    assert "old note 29 <i>x</i>" in text and "old note 24" not in text  # escaped: shown as text
+    earlier = view.locator(".chaz-earlier-row")
+    assert "29 earlier entries" in earlier.inner_text()
+    lab.shot("earlier-before")
+
+    view.locator(".chaz-earlier-button").click()
+    _wait(lambda: rows.count() == 8, what="the earlier page's rows in the live view")
+    text = view.inner_text()
+    assert "old note 24 <i>x</i>" in text and "old note 23" not in text
+    assert text.index("old note 24") < text.index("old note 29") < text.index("wipe it")  # in log order
+    assert "24 earlier entries" in earlier.inner_text()
+    assert view.locator(".chaz-approval-widget").count() == 1  # the live card is still there, once
+    assert view.locator("i").count() == 0  # no agent-written tag became markup
+    lab.shot("earlier-after")
+    view.locator(".chaz-earlier-button").click()
+    _wait(lambda: rows.count() == 13, what="a second click's page")
+    assert "old note 19" in view.inner_text() and "19 earlier entries" in earlier.inner_text()
