@@ -23,7 +23,7 @@ from ..entries import Entry, EntryType
 from ..redaction import redact as redact_secrets
 from ..redaction import redact_json_text
 from ..window import ContextWindow, chunk_rows, fill_window, window_types
-from ..writer import NewEntry, payload_text, storable_fields
+from ..writer import NewEntry, Statement, payload_text, storable_fields
 from .base import ForkCopy, Row, SessionInfo, Store
 from . import log_cache
 from .lockdown import connect, read_only_transaction
@@ -251,6 +251,39 @@ class SessionStore(Store):
             self._committed(entries, next_seq)
         self._dispatch(entries)
         return entries
+
+    def _commit_with(self, items: list[NewEntry], statements: list[Statement]) -> tuple[list[Entry], list[list[Row]]]:
+        """``GroupCommitWriter._commit_with``: the statements, then the entries, in one transaction.
+
+        Each ``execute`` lets go of the GIL and waits for it back (under load, behind litellm's
+        threads), so a commit is as few of them as DuckDB allows: ``BEGIN`` goes with the first
+        statement (parameters are taken by the last statement of a string only), the entries'
+        INSERT, ``COMMIT``. A lone statement is one autocommit ``execute``.
+        """
+        entries: list[Entry] = []
+        results: list[list[Row]] = []
+        with self._lock:
+            insert: tuple[str, list[object]] | None = None
+            next_seq: dict[int, int] = {}
+            if items:
+                entries, statement, values, next_seq = self._prepare(items, self._next_entry_id)
+                insert = (statement, values)
+            try:
+                if insert is None and len(statements) == 1:
+                    results.append(self._con.execute(statements[0].sql, statements[0].params).fetchall())
+                else:
+                    for i, st in enumerate(statements):
+                        begin = "BEGIN TRANSACTION; " if i == 0 else ""
+                        results.append(self._con.execute(begin + st.sql, st.params).fetchall())
+                    if insert is not None:
+                        self._con.execute(*insert)
+                    self._con.execute("COMMIT")
+            except duckdb.Error as exc:
+                with suppress(duckdb.Error):
+                    self._con.execute("ROLLBACK")
+                raise StoreError(f"could not write: {str(exc).splitlines()[0]}") from exc
+            self._committed(entries, next_seq)
+        return entries, results
 
     def _prepare(self, items: list[NewEntry], next_id: int) -> tuple[list[Entry], str, list[object], dict[int, int]]:
         """The entries ``items`` become from id ``next_id`` on, their INSERT, its values, and

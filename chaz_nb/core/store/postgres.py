@@ -48,7 +48,7 @@ from ..pgreader import ReadRun, ensure_reader_role, run_read_only
 from ..redaction import redact as redact_secrets
 from ..redaction import redact_json_text
 from ..window import ContextWindow, chunk_rows, fill_window, window_types
-from ..writer import LONE_SURROGATE_OR_NUL, NewEntry, payload_text, storable_fields
+from ..writer import LONE_SURROGATE_OR_NUL, NewEntry, Statement, payload_text, storable_fields
 from .base import ForkCopy, Row, SessionInfo, SharedSessions
 from .migrations import MIGRATIONS, Migration, apply_postgres
 from .pgsql import PgResult, bigint, connect, display_url, one_line, to_pg
@@ -252,6 +252,32 @@ class PgSessionStore(SharedSessions):
             self._enqueue(entries)
         self._drain()
         return entries
+
+    def _commit_with(self, items: list[NewEntry], statements: list[Statement]) -> tuple[list[Entry], list[list[Row]]]:
+        """``GroupCommitWriter._commit_with``: the entries, then the statements, in one transaction."""
+        prepared = self._prepare(items)
+        entries: list[Entry] = []
+        results: list[list[Row]] = []
+        with self._lock:
+            try:
+                with self._con.transaction():
+                    if prepared:
+                        self._con.execute("SELECT pg_advisory_xact_lock(%s, %s)", _WRITE_LOCK)
+                        entries = self._insert(prepared)
+                    for st in statements:
+                        cur = self._con.execute(to_pg(st.sql), list(st.params))
+                        results.append(cur.fetchall() if cur.description else [])
+            except StoreError:
+                raise
+            except psycopg.Error as exc:
+                raise StoreError(f"could not write: {one_line(exc)}") from exc
+            if entries:
+                self._enqueue(entries)
+        return entries, results
+
+    def _hand_out(self, entries: list[Entry]) -> None:
+        """The callbacks after ``_commit_with``: what ``_enqueue`` queued, in id order."""
+        self._drain()
 
     def _prepare(self, items: Iterable[NewEntry]) -> list[Prepared]:
         prepared = []
