@@ -1,3 +1,5 @@
+import asyncio
+
 import pytest
 
 from chaz_nb.engine.backends import ModelReply
@@ -118,7 +120,7 @@ async def test_runs_calling_their_model_in_one_loop_turn_share_one_budget_statem
     store.execute, store._commit_with = execute, commit_with
     await asyncio.gather(*(tree.charge_model_call() for tree in trees))  # six second calls
     store.execute, store._commit_with = real, real_commit
-    assert statements == [] and commits == [["INSERT"]]  # one statement (an upsert) for the six charges
+    assert statements == [] and commits == [["UPDATE"]]  # one statement for the six charges
     assert [tuple(r) for r in real("SELECT count(*), sum(model_calls) FROM run_budgets")] == [(6, 12)]
     assert [t.model_calls for t in trees] == [2] * 6
 
@@ -129,3 +131,34 @@ async def test_runs_calling_their_model_in_one_loop_turn_share_one_budget_statem
     row = real("SELECT model_calls, exhausted IS NOT NULL FROM run_budgets WHERE id = 'shared'")
     assert [tuple(r) for r in row] == [(2, True)]
     assert isinstance(tree.batch, ChargeBatch)
+
+
+async def test_a_roots_row_rides_with_its_ack_and_a_row_there_already_is_charged_instead(backend_store):
+    """Issue 30: the row is queued with the Ack and lands in its commit, with a charge queued
+    behind it in the same commit (INSERT, then UPDATE). A row of that id there already (a
+    trigger run again): the Ack still lands, and that row is charged when it does (``write``)."""
+    from chaz_nb.core.entries import EntryType
+    from chaz_nb.core.store import NewEntry
+    from chaz_nb.server.agents import Agent
+    from chaz_nb.server.budgets import Budgets
+
+    store = backend_store
+    sid = store.create_session("a")
+    budgets = Budgets(store)
+    tree = budgets.open("entry:1", Agent("a", max_model_calls=3), first_call=True)
+    ack = store.write_behind([NewEntry(sid, EntryType.ACK, "a", "working")], window=3600)
+    tree.write_with_next_commit()
+    await tree.charge_model_call()  # the prepaid first call: nothing
+    second = asyncio.ensure_future(tree.charge_model_call())  # queued behind the row
+    await second
+    assert ack.done() and tree._unwritten is None
+    assert [tuple(r) for r in store.execute("SELECT model_calls FROM run_budgets WHERE id = 'entry:1'")] == [(2,)]
+
+    again = budgets.open("entry:1", Agent("a", max_model_calls=3), first_call=True)  # the same root again
+    ack2 = store.write_behind([NewEntry(sid, EntryType.ACK, "a", "working again")], window=3600)
+    again.write_with_next_commit()
+    store.hurry()
+    [landed] = await ack2
+    assert landed.content == "working again" and again._unwritten == 1  # the row was refused
+    again.write()  # what the run does when its Ack lands
+    assert [tuple(r) for r in store.execute("SELECT model_calls FROM run_budgets WHERE id = 'entry:1'")] == [(3,)]

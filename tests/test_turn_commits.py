@@ -120,7 +120,8 @@ async def test_a_toolcall_is_committed_before_its_tool_acts_and_the_budget_befor
     assert reply is not None and reply.content == "found it"
     first, second = model.before_calls
     assert first == ["INSERT INTO entries"]
-    assert "INSERT INTO run_budgets" in second  # written before the second call is made
+    # the row (with the Ack) and the second call's charge are committed before that call is made
+    assert "INSERT INTO run_budgets + INSERT INTO entries" in second and second[-1] == "UPDATE run_budgets SET"
     assert acted_after == [["Message", "Ack", "ToolCall"]]
     [[calls]] = store.read("SELECT model_calls FROM run_budgets")
     assert calls == 2

@@ -16,7 +16,7 @@ subscribers through ``_dispatch``/``_drain``, return them). Everything else is h
 - ``undelivered``: whether an entry's on_write callbacks are still to come (queued behind the
   callback that wrote it).
 - ``join_commit``: SQL of the store's own tables (the run-tree budgets, server/budgets.py) that
-  rides in the next group commit's transaction, after its entries: one durable commit for both
+  rides in the next group commit's transaction, with its entries: one durable commit for both
   instead of one each (on DuckDB each statement holds the loop, and under load waits for the
   GIL back from litellm's threads; issue 30).
 - ``subscribe`` and the dispatch queue: callbacks run after each commit, in commit order; a
@@ -65,9 +65,9 @@ class Statement:
     failed: Callable[[Exception], None]
 
 
-#: what ``join_commit`` takes: called as the commit is put together, it gives the statement to
-#: run in it (None: nothing, after all)
-StatementSource = Callable[[], "Statement | None"]
+#: what ``join_commit`` takes: called as the commit is put together, it gives the statements to
+#: run in it, in order (none: nothing, after all)
+StatementSource = Callable[[], "list[Statement]"]
 
 
 @dataclass(frozen=True)
@@ -395,7 +395,7 @@ class GroupCommitWriter:
         return future
 
     def join_commit(self, source: StatementSource, hurry: bool = True) -> None:
-        """Run the statement ``source`` gives in the next group commit, after its entries.
+        """Run the statements ``source`` gives in the next group commit, with its entries.
 
         ``hurry``: that commit is at the next loop turn (someone waits on the statement); else
         it rides with whatever is queued (an Ack written behind) or written next.
@@ -452,7 +452,7 @@ class GroupCommitWriter:
             self._flush_timer.cancel()
             self._flush_timer = None
         # (a source may join the next commit in turn: what did not fit in this one)
-        statements = [s for s in (source() for source in sources) if s is not None]
+        statements = [statement for source in sources for statement in source()]
         if not batch and not statements:
             return
         if self._closed:

@@ -27,15 +27,17 @@ and no tree to count. The call is refused as before when the limit allows none; 
 before its first call leaves that call counted.
 
 Model-call charges are batched (issue 30): the charges of every run that calls its model in the
-same loop turn are one statement, an ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` under the
-limit, run in the store's next group commit (the next loop turn), in the transaction of the
-entries written meanwhile, with the rows of the roots whose Acks it commits: one durable commit
-for all of them (50 sessions on one loop spent a third of the served time in budget commits,
-~13 ms each under load, and then still a commit of their own each loop turn and each Ack). It
+same loop turn are one conditional ``UPDATE ... WHERE id IN (...)`` under the limit, run in the
+store's next group commit (the next loop turn), in the transaction of the entries written
+meanwhile, after one ``INSERT`` of the rows of the roots whose Acks it commits: one durable
+commit for all of them (50 sessions on one loop spent a third of the served time in budget
+commits, ~13 ms each under load; then still a commit of their own each loop turn and each Ack;
+DuckDB's ``INSERT ... ON CONFLICT DO UPDATE`` cost ~3x a plain ``INSERT`` or ``UPDATE``). It
 is as atomic as the single ``UPDATE`` (per row, on DuckDB and PostgreSQL), and each call waits
 for its own row's answer: the count is in the store before the call is made. A budget charged
-twice in one turn gets one charge a commit (an upsert may touch a row once); the rest go in the
-next.
+twice in one turn gets one charge a commit (an ``UPDATE`` touches a row once); the rest go in
+the next. A root's row that is there already (a trigger run again) fails that commit: its
+entries are then committed on their own and the row is charged when the Ack lands (``write``).
 """
 
 from __future__ import annotations
@@ -203,84 +205,93 @@ class ChargeBatch:
         self._pending.append(item)
         if not self._joined:
             self._joined = True
-            self.store.join_commit(self._statement, hurry=hurry)
+            self.store.join_commit(self._statements, hurry=hurry)
         elif hurry:
             self.store.hurry()
 
-    def _statement(self) -> Statement | None:
-        """The statement of this commit: one charge per row (an upsert may touch a row once);
-        the rest join the next commit."""
+    def _statements(self) -> list[Statement]:
+        """The statements of this commit: the roots' rows (one ``INSERT``), then the charges (one
+        ``UPDATE`` under the limit; a row once a statement: the rest join the next commit)."""
         self._joined = False
-        now: dict[str, tuple[StoredBudget, asyncio.Future[None] | None, int]] = {}
+        rows: dict[str, tuple[StoredBudget, asyncio.Future[None] | None, int]] = {}
+        charges: dict[str, tuple[StoredBudget, asyncio.Future[None] | None, int]] = {}
         later: list[tuple[StoredBudget, asyncio.Future[None] | None, int]] = []
         for item in self._pending:
-            if item[0].id in now:
-                later.append(item)
+            now = rows if item[1] is None else charges
+            if item[0].id in now or (item[1] is None and item[0].id in charges):
+                later.append(item)  # (a row queued behind a charge of its id: after it, in order)
             else:
                 now[item[0].id] = item
         self._pending = later
         if later:
             self._joined = True
-            self.store.join_commit(self._statement)
-        if not now:
-            return None
-        sql, params = self.upsert([(b, calls) for b, _, calls in now.values()])
-        items = list(now.values())
-        return Statement(sql, params, lambda rows: self._landed(items, rows), lambda exc: self._failed(items, exc))
+            self.store.join_commit(self._statements)
+        statements = []
+        if rows:
+            inserted = list(rows.values())
+            statements.append(Statement(*self.insert([(b, calls) for b, _, calls in inserted]),
+                                        landed=lambda _rows: self._written(inserted),
+                                        failed=lambda exc: self._failed(inserted, exc)))
+        if charges:
+            charged = list(charges.values())
+            statements.append(Statement(*self.update([b for b, _, _ in charged]),
+                                        landed=lambda got: self._landed(charged, got),
+                                        failed=lambda exc: self._failed(charged, exc)))
+        return statements
+
+    @staticmethod
+    def _written(items: list[tuple[StoredBudget, asyncio.Future[None] | None, int]]) -> None:
+        for budget, _, _ in items:
+            budget._unwritten = None  # the root's row is written, its calls counted
 
     @staticmethod
     def _landed(items: list[tuple[StoredBudget, asyncio.Future[None] | None, int]],
                 rows: list[tuple[object, ...]]) -> None:
         charged = {str_value(row[0], "run_budgets.id"): row for row in rows}
-        for budget, future, calls in items:
+        for budget, future, _ in items:
+            if future is None or future.done():
+                continue
             row = charged.get(budget.id)
             if row is not None:
                 budget._charged(tuple(row))
-                if future is None:
-                    budget._unwritten = None  # the root's row is written
-                elif not future.done():
-                    future.set_result(None)
+                future.set_result(None)
                 continue
-            # at the limit or exhausted (another kernel's row of this id, or the tree's own):
-            # the one-by-one path says why (and marks it)
-            try:
-                if future is None:
-                    budget._unwritten = None
-                    budget._read()
-                for _ in range(calls):
-                    budget._charge("model_calls")
+            try:  # at the limit or exhausted: the one-by-one path says why (and marks it)
+                budget._charge("model_calls")
             except Exception as exc:  # noqa: BLE001 - TreeBudgetExceeded above all
-                if future is None:
-                    log.warning("budget %s: %s", budget.id, exc)  # (the call it counts is made)
-                elif not future.done():
-                    future.set_exception(exc)
+                future.set_exception(exc)
             else:
-                if future is not None and not future.done():
-                    future.set_result(None)
+                future.set_result(None)
 
     @staticmethod
     def _failed(items: list[tuple[StoredBudget, asyncio.Future[None] | None, int]], exc: Exception) -> None:
         for budget, future, _ in items:
             if future is None:
-                budget._row_queued = False  # not written: the next charge or ``write`` writes it
+                # not written (a row of its id is there: an older store's, or a trigger run
+                # again): ``write`` writes it or charges that row when the Ack lands
+                budget._row_queued = False
             elif not future.done():
                 future.set_exception(exc)
 
     @staticmethod
-    def upsert(charges: list[tuple[StoredBudget, int]]) -> tuple[str, list[object]]:
-        """One statement charging ``calls`` model calls to each budget (distinct ids), the row
-        written (with them counted) where there is none; RETURNING the rows charged."""
+    def insert(rows: list[tuple[StoredBudget, int]]) -> tuple[str, list[object]]:
+        """One ``INSERT`` of the rows of new roots' budgets (distinct ids), ``calls`` counted."""
         now = utcnow()
-        values = ", ".join(["(?, ?, ?, ?, 0, ?, ?)"] * len(charges))
         params: list[object] = []
-        for b, calls in charges:
+        for b, calls in rows:
             params += [b.id, b.root_agent, b.max_spawns, b.max_model_calls, calls, now]
-        sql = ("INSERT INTO run_budgets (id, root_agent, max_spawns, max_model_calls, spawns, model_calls, "
-               f"created_at) VALUES {values} ON CONFLICT (id) DO UPDATE SET model_calls = "
-               "run_budgets.model_calls + excluded.model_calls WHERE run_budgets.exhausted IS NULL AND "
-               "run_budgets.model_calls + excluded.model_calls <= run_budgets.max_model_calls "
-               "RETURNING id, root_agent, max_spawns, max_model_calls, spawns, model_calls")
-        return sql, params
+        values = ", ".join(["(?, ?, ?, ?, 0, ?, ?)"] * len(rows))
+        return ("INSERT INTO run_budgets (id, root_agent, max_spawns, max_model_calls, spawns, model_calls, "
+                f"created_at) VALUES {values}"), params
+
+    @staticmethod
+    def update(budgets: list[StoredBudget]) -> tuple[str, list[object]]:
+        """One ``UPDATE`` charging a model call to each of ``budgets`` (distinct ids) that is under
+        its limit and not exhausted, RETURNING the rows charged."""
+        marks = ", ".join(["?"] * len(budgets))
+        return ("UPDATE run_budgets SET model_calls = model_calls + 1 WHERE id IN "
+                f"({marks}) AND exhausted IS NULL AND model_calls < max_model_calls "
+                "RETURNING id, root_agent, max_spawns, max_model_calls, spawns, model_calls"), [b.id for b in budgets]
 
 
 class Budgets:
