@@ -36,7 +36,6 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import Any
 
 from .entries import Entry, EntryType
 from .redaction import redact_data, redact_then_cut
@@ -51,6 +50,10 @@ OnWrite = Callable[[Entry], None]
 COMMIT_WINDOW = 0.005
 
 
+#: a statement's rows, as the database returns them
+StatementRows = list[tuple[object, ...]]
+
+
 @dataclass(frozen=True)
 class Statement:
     """SQL (``?`` parameters) a group commit runs in its entries' transaction (``join_commit``).
@@ -61,7 +64,7 @@ class Statement:
 
     sql: str
     params: list[object]
-    landed: Callable[[list[tuple[Any, ...]]], None]
+    landed: Callable[[StatementRows], None]
     failed: Callable[[Exception], None]
 
 
@@ -291,7 +294,9 @@ class GroupCommitWriter:
         """Commit ``items`` in one transaction, dispatch them, return the entries."""
         raise NotImplementedError
 
-    def _commit_with(self, items: list[NewEntry], statements: list[Statement]) -> tuple[list[Entry], list[list[Any]]]:
+    def _commit_with(
+        self, items: list[NewEntry], statements: list[Statement]
+    ) -> tuple[list[Entry], list[StatementRows]]:
         """Commit ``items`` and then ``statements`` in one transaction; the entries (not yet
         dispatched) and each statement's rows (a store that writes them together overrides it)."""
         raise NotImplementedError  # pragma: no cover
@@ -303,7 +308,7 @@ class GroupCommitWriter:
             return self.append_many(items)
         self._check_writable()
         entries, results = self._commit_with(items, statements)
-        for statement, rows in zip(statements, results):
+        for statement, rows in zip(statements, results, strict=True):
             try:
                 statement.landed(rows)
             except Exception:  # noqa: BLE001 - the entries are committed: their callbacks still run
