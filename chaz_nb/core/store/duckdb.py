@@ -6,6 +6,9 @@ that need to read get their own cursor (``SessionStore.reader()``). Entry ids an
 this process is the only writer and the counters cannot race another one.
 
 The DuckDB instance is opened locked down (``lockdown.py``).
+
+About 600 lines, one class: the ``Store`` methods of DuckDB; what is not one of them lives in
+``rows.py``, ``log_cache.py``, ``lockdown.py`` and ``migrations.py`` already.
 """
 
 from __future__ import annotations
@@ -242,13 +245,7 @@ class SessionStore(Store):
         items = list(items)
         if not items:
             return []
-        with self._lock:
-            entries, statement, values, next_seq = self._prepare(items, self._next_entry_id)
-            try:
-                self._con.execute(statement, values)
-            except duckdb.Error as exc:
-                raise StoreError(f"could not write entry: {str(exc).splitlines()[0]}") from exc
-            self._committed(entries, next_seq)
+        entries, _ = self._commit_with(items, [])
         self._dispatch(entries)
         return entries
 
@@ -256,32 +253,35 @@ class SessionStore(Store):
         """``GroupCommitWriter._commit_with``: the statements, then the entries, in one transaction.
 
         Each ``execute`` lets go of the GIL and waits for it back (under load, behind litellm's
-        threads), so a commit is as few of them as DuckDB allows: ``BEGIN`` goes with the first
-        statement (parameters are taken by the last statement of a string only), the entries'
-        INSERT, ``COMMIT``. A lone statement is one autocommit ``execute``.
+        threads), so a commit is as few of them as DuckDB allows: the entries alone are one
+        autocommit INSERT, a statement alone one ``execute``; together ``BEGIN`` goes with the
+        first statement (parameters are taken by the last statement of a string only), then the
+        other statements, the entries' INSERT and ``COMMIT``.
         """
         entries: list[Entry] = []
         results: list[list[Row]] = []
         with self._lock:
-            insert: tuple[str, list[object]] | None = None
             next_seq: dict[int, int] = {}
             if items:
-                entries, statement, values, next_seq = self._prepare(items, self._next_entry_id)
-                insert = (statement, values)
+                entries, insert, values, next_seq = self._prepare(items, self._next_entry_id)
             try:
-                if insert is None and len(statements) == 1:
-                    results.append(self._con.execute(statements[0].sql, statements[0].params).fetchall())
+                if not statements or (not items and len(statements) == 1):
+                    for st in statements:
+                        results.append(self._con.execute(st.sql, st.params).fetchall())
+                    if items:
+                        self._con.execute(insert, values)
                 else:
                     for i, st in enumerate(statements):
                         begin = "BEGIN TRANSACTION; " if i == 0 else ""
                         results.append(self._con.execute(begin + st.sql, st.params).fetchall())
-                    if insert is not None:
-                        self._con.execute(*insert)
+                    if items:
+                        self._con.execute(insert, values)
                     self._con.execute("COMMIT")
             except duckdb.Error as exc:
-                with suppress(duckdb.Error):
-                    self._con.execute("ROLLBACK")
-                raise StoreError(f"could not write: {str(exc).splitlines()[0]}") from exc
+                if statements:
+                    with suppress(duckdb.Error):
+                        self._con.execute("ROLLBACK")
+                raise StoreError(f"could not write entry: {str(exc).splitlines()[0]}") from exc
             self._committed(entries, next_seq)
         return entries, results
 

@@ -28,6 +28,9 @@ differs, because several processes write one database:
 The store's own SQL (and the server's: schedules, recovery) is written with ``?`` parameters
 and DuckDB's ``INSERT OR REPLACE``; ``execute`` turns them into psycopg's ``%s`` and
 ``ON CONFLICT (id) DO UPDATE``.
+
+About 600 lines, one class: the ``Store`` methods of PostgreSQL; what is not one of them lives
+in ``pgsql.py``, ``pgreader.py``, ``rows.py`` and ``migrations.py`` already.
 """
 
 from __future__ import annotations
@@ -239,17 +242,7 @@ class PgSessionStore(SharedSessions):
         items = list(items)
         if not items:
             return []
-        prepared = self._prepare(items)
-        with self._lock:
-            try:
-                with self._con.transaction():
-                    self._con.execute("SELECT pg_advisory_xact_lock(%s, %s)", _WRITE_LOCK)
-                    entries = self._insert(prepared)
-            except StoreError:
-                raise
-            except psycopg.Error as exc:
-                raise StoreError(f"could not write entry: {one_line(exc)}") from exc
-            self._enqueue(entries)
+        entries, _ = self._commit_with(items, [])
         self._drain()
         return entries
 
@@ -270,7 +263,7 @@ class PgSessionStore(SharedSessions):
             except StoreError:
                 raise
             except psycopg.Error as exc:
-                raise StoreError(f"could not write: {one_line(exc)}") from exc
+                raise StoreError(f"could not write entry: {one_line(exc)}") from exc
             if entries:
                 self._enqueue(entries)
         return entries, results
