@@ -282,6 +282,7 @@ class GroupCommitWriter:
         self._dispatching = False
         self._pending_writes: list[tuple[list[NewEntry], asyncio.Future]] = []
         self._joining: list[StatementSource] = []  # ``join_commit``: statements of the next commit
+        self._committing = False  # inside ``_flush_pending`` (its statements' ``landed`` run there)
         self._flush_scheduled = False
         self._flush_timer: asyncio.TimerHandle | None = None
         self._idle_watch = False  # a ``_flush_when_idle`` is scheduled
@@ -297,8 +298,8 @@ class GroupCommitWriter:
     def _commit_with(
         self, items: list[NewEntry], statements: list[Statement]
     ) -> tuple[list[Entry], list[StatementRows]]:
-        """Commit ``items`` and then ``statements`` in one transaction; the entries (not yet
-        dispatched) and each statement's rows (a store that writes them together overrides it)."""
+        """Commit ``statements`` and ``items`` in one transaction; the entries (not yet
+        dispatched) and each statement's rows (each store overrides it)."""
         raise NotImplementedError  # pragma: no cover
 
     def _append_with(self, items: list[NewEntry], statements: list[Statement]) -> list[Entry]:
@@ -446,8 +447,10 @@ class GroupCommitWriter:
 
     def commit_queued(self) -> None:
         """Commit what is queued now, not at the next loop turn (on the loop: a caller that
-        cannot wait needs a statement of ``join_commit`` in the store)."""
-        self._flush_pending()
+        cannot wait needs a statement of ``join_commit`` in the store). Not from inside a commit
+        (a statement's ``landed``): its entries would reach the callbacks before that commit's."""
+        if not self._committing:
+            self._flush_pending()
 
     def _flush_pending(self) -> None:
         batch, self._pending_writes = self._pending_writes, []
@@ -468,6 +471,13 @@ class GroupCommitWriter:
             for statement in statements:
                 statement.failed(closed)
             return
+        self._committing = True
+        try:
+            self._commit_batch(batch, statements)
+        finally:
+            self._committing = False
+
+    def _commit_batch(self, batch: list[tuple[list[NewEntry], asyncio.Future]], statements: list[Statement]) -> None:
         try:
             written = self._append_with([item for items, _ in batch for item in items], statements)
         except Exception:  # noqa: BLE001 - any failure: retry each request on its own, below

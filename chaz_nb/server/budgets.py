@@ -181,14 +181,15 @@ def take_schedule(store: Store, budget_id: str, limit: int) -> bool:
 
 
 class ChargeBatch:
-    """The model-call charges of one loop turn, and the rows of roots whose Acks are queued, in
-    one statement of the store's next group commit (see the module doc)."""
+    """The model-call charges of one loop turn, and the rows of roots whose Acks are queued, as
+    two statements (an ``INSERT``, an ``UPDATE``) of the store's next group commit (see the
+    module doc)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
         #: (budget, the waiting charge's future or None for a root's row, model calls to count)
         self._pending: list[tuple[StoredBudget, asyncio.Future[None] | None, int]] = []
-        self._joined = False  # ``_statement`` is in the store's next commit
+        self._joined = False  # ``_statements`` is in the store's next commit
 
     async def charge(self, budget: StoredBudget) -> None:
         """Count one model call of ``budget``; returns once it is in the store (else raises)."""

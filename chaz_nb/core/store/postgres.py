@@ -247,19 +247,23 @@ class PgSessionStore(SharedSessions):
         return entries
 
     def _commit_with(self, items: list[NewEntry], statements: list[Statement]) -> tuple[list[Entry], list[list[Row]]]:
-        """``GroupCommitWriter._commit_with``: the entries, then the statements, in one transaction."""
+        """``GroupCommitWriter._commit_with``: the statements, then the entries, in one transaction.
+
+        The statements go before the write lock is taken (the entries' ids and seqs need it,
+        they do not), so they add nothing to the time other kernels' commits wait for it.
+        """
         prepared = self._prepare(items)
         entries: list[Entry] = []
         results: list[list[Row]] = []
         with self._lock:
             try:
                 with self._con.transaction():
-                    if prepared:
-                        self._con.execute("SELECT pg_advisory_xact_lock(%s, %s)", _WRITE_LOCK)
-                        entries = self._insert(prepared)
                     for st in statements:
                         cur = self._con.execute(to_pg(st.sql), list(st.params))
                         results.append(cur.fetchall() if cur.description else [])
+                    if prepared:
+                        self._con.execute("SELECT pg_advisory_xact_lock(%s, %s)", _WRITE_LOCK)
+                        entries = self._insert(prepared)
             except StoreError:
                 raise
             except psycopg.Error as exc:
