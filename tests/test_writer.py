@@ -277,3 +277,25 @@ async def test_closing_the_store_commits_a_joined_statement(tmp_path):
     assert seen == [[("entry:9",)]]
     with SessionStore(path) as reopened:
         assert [tuple(r) for r in reopened.execute("SELECT id FROM run_budgets")] == [("entry:9",)]
+
+
+async def test_commit_queued_inside_a_commit_waits_so_callbacks_keep_commit_order(store):
+    """A statement's ``landed`` (a budget's fallback) asking for the queued entries at once must
+    not commit them inside the commit under way: their callbacks would come before its own."""
+    from chaz_nb.core.writer import Statement
+
+    session = store.create_session("assistant")
+    order: list[str] = []
+    store.subscribe(lambda e: order.append(e.content))
+    later: list = []
+
+    def landed(rows) -> None:
+        later.append(store.write_behind([note(session, "second")], window=3600))
+        store.commit_queued()  # refused: a commit is under way
+
+    store.join_commit(lambda: [Statement("SELECT 1", [], landed=landed, failed=lambda exc: None)], hurry=False)
+    first = await store.write_one(session, T.MESSAGE, "assistant", "first")
+    assert order == ["first"] and not later[0].done()
+    store.hurry()
+    [second] = await later[0]
+    assert order == ["first", "second"] and second.id == first.id + 1
