@@ -2,8 +2,8 @@
 
 A timeline of the statements that write (each one a durable commit on DuckDB, which runs in
 autocommit) from the moment a ``%chaz @a hi`` cell starts to the moment the model is called:
-the trigger's commit is the only one. The run's Ack and its budget row commit while the call is
-in flight. The trigger is committed before the call, the reply before the cell returns, a
+the trigger's commit is the only one. The run's Ack and its budget row commit (in one
+transaction) while the call is in flight. The trigger is committed before the call, the reply before the cell returns, a
 ToolCall before its tool acts.
 """
 
@@ -25,16 +25,30 @@ WRITES = ("INSERT", "UPDATE", "DELETE", "COMMIT", "CREATE", "DROP", "ALTER")
 
 
 class Timeline:
-    """A DuckDB connection that records each statement that writes (autocommit: one commit each)."""
+    """A DuckDB connection that records each commit: a statement that writes (autocommit: one
+    commit each), or the statements of a transaction, joined by " + ", at its ``COMMIT``."""
 
     def __init__(self, con) -> None:
         self.con = con
         self.commits: list[str] = []
         self.marks: list[tuple[str, int]] = []
+        self.open: list[str] | None = None  # the statements of the transaction under way
 
     def execute(self, query, *args, **kwargs):
-        if query.lstrip().upper().startswith(WRITES):
-            self.commits.append(" ".join(query.split()[:3]))
+        text = query.strip()
+        if text.upper().startswith("BEGIN TRANSACTION;"):
+            self.open, text = [], text.split(";", 1)[1].strip()
+        elif text.upper().startswith("BEGIN"):
+            self.open, text = [], ""
+        if text.upper() == "COMMIT" and self.open is not None:
+            self.commits.append(" + ".join(self.open))
+            self.open = None
+        elif text.upper().startswith(WRITES):
+            what = " ".join(text.split()[:3])
+            if self.open is not None:
+                self.open.append(what)
+            else:
+                self.commits.append(what)
         return self.con.execute(query, *args, **kwargs)
 
     def mark(self, what: str) -> None:
@@ -73,8 +87,9 @@ def test_a_cells_turn_commits_once_before_the_model_call(chaz):
     [before] = model.before_calls
     assert before == ["INSERT INTO entries"]  # the trigger, nothing else: no Ack, no budget row
     assert model.logged_at_call[0][-1] == "Message"  # the trigger is committed when the model is called
-    # the Ack and the budget row commit while the call is in flight; the reply before the cell returns
-    assert sorted(timeline.commits[1:]) == ["INSERT INTO entries", "INSERT INTO entries", "INSERT INTO run_budgets"]
+    # the Ack and the budget row commit while the call is in flight (one transaction, issue 30);
+    # the reply before the cell returns
+    assert timeline.commits[1:] == ["INSERT INTO run_budgets + INSERT INTO entries", "INSERT INTO entries"]
     session = chaz.current_session("assistant")
     assert [e.entry_type for e in store.entries(session)][-3:] == [T.MESSAGE, T.ACK, T.MESSAGE]
     assert store.entries(session)[-1].content == "hello back"
@@ -105,7 +120,8 @@ async def test_a_toolcall_is_committed_before_its_tool_acts_and_the_budget_befor
     assert reply is not None and reply.content == "found it"
     first, second = model.before_calls
     assert first == ["INSERT INTO entries"]
-    assert "INSERT INTO run_budgets" in second  # written before the second call is made
+    # the row (with the Ack) and the second call's charge are committed before that call is made
+    assert "INSERT INTO run_budgets + INSERT INTO entries" in second and second[-1] == "UPDATE run_budgets SET"
     assert acted_after == [["Message", "Ack", "ToolCall"]]
     [[calls]] = store.read("SELECT model_calls FROM run_budgets")
     assert calls == 2

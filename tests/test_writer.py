@@ -210,3 +210,92 @@ async def test_undelivered_says_whether_an_entrys_callbacks_are_still_to_come(st
     [(second_id, second_waits, first_waits)] = seen
     assert second_waits and not first_waits and second_id == first.id + 1
     assert not store.undelivered(store.entry(second_id))
+
+
+# ------------------------------------------------------- statements joining a commit
+def budget_row(budget_id: str, seen: list, failed: list | None = None):
+    """A ``join_commit`` source: one row of ``run_budgets`` (a table of both stores)."""
+    from chaz_nb.core.store import utcnow
+    from chaz_nb.core.writer import Statement
+
+    def source():
+        return [Statement(
+            "INSERT INTO run_budgets (id, root_agent, max_spawns, max_model_calls, spawns, model_calls, created_at)"
+            " VALUES (?, 'a', 1, 1, 0, 0, ?) RETURNING id", [budget_id, utcnow()],
+            landed=lambda rows: seen.append([tuple(r) for r in rows]),
+            failed=lambda exc: (failed if failed is not None else seen).append(exc))]
+
+    return source
+
+
+async def test_a_joined_statement_rides_in_the_commit_of_the_entries_written_with_it(store):
+    """Issue 30: the store's own rows (a run's budget) go in the entries' transaction, not a
+    commit of their own; without ``hurry`` they wait for the entries' commit, and they land
+    before the entries' callbacks run."""
+    session = store.create_session("assistant")
+    commits: list[tuple[list[str], int]] = []
+    real = store._commit_with
+
+    def commit_with(items, statements):
+        commits.append(([i.content for i in items], len(statements)))
+        return real(items, statements)
+
+    store._commit_with = commit_with
+    seen: list = []
+    at_callback: list = []
+    store.subscribe(lambda e: at_callback.append(list(seen)))
+    behind = store.write_behind([note(session, "ack")], window=3600)
+    store.join_commit(budget_row("entry:1", seen), hurry=False)
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert commits == [] and seen == []  # no hurry: it waits with the Ack
+    reply = await store.write_one(session, T.MESSAGE, "assistant", "reply")
+    assert commits == [(["ack", "reply"], 1)]  # one transaction: both entries and the row
+    assert seen == [[("entry:1",)]] and at_callback == [seen, seen]
+    assert [e.content for e in await behind] == ["ack"] and reply.content == "reply"
+    assert [tuple(r) for r in store.execute("SELECT id FROM run_budgets")] == [("entry:1",)]
+
+
+async def test_a_statement_the_store_refuses_does_not_sink_the_entries_of_its_commit(store):
+    session = store.create_session("assistant")
+    seen: list = []
+    failed: list = []
+    store.join_commit(budget_row("dup", seen))
+    await until(lambda: seen, store.subscribe, what="the first row")
+    store.join_commit(budget_row("dup", seen, failed), hurry=False)  # the same id: refused
+    reply = await store.write_one(session, T.MESSAGE, "assistant", "reply")
+    assert reply.content == "reply" and [e.content for e in store.entries(session)] == ["reply"]
+    assert len(seen) == 1 and len(failed) == 1 and isinstance(failed[0], StoreError)
+
+
+async def test_closing_the_store_commits_a_joined_statement(tmp_path):
+    path = str(tmp_path / "s.duckdb")
+    store = SessionStore(path)
+    seen: list = []
+    store.join_commit(budget_row("entry:9", seen))
+    store.close()
+    assert seen == [[("entry:9",)]]
+    with SessionStore(path) as reopened:
+        assert [tuple(r) for r in reopened.execute("SELECT id FROM run_budgets")] == [("entry:9",)]
+
+
+async def test_commit_queued_inside_a_commit_waits_so_callbacks_keep_commit_order(store):
+    """A statement's ``landed`` (a budget's fallback) asking for the queued entries at once must
+    not commit them inside the commit under way: their callbacks would come before its own."""
+    from chaz_nb.core.writer import Statement
+
+    session = store.create_session("assistant")
+    order: list[str] = []
+    store.subscribe(lambda e: order.append(e.content))
+    later: list = []
+
+    def landed(rows) -> None:
+        later.append(store.write_behind([note(session, "second")], window=3600))
+        store.commit_queued()  # refused: a commit is under way
+
+    store.join_commit(lambda: [Statement("SELECT 1", [], landed=landed, failed=lambda exc: None)], hurry=False)
+    first = await store.write_one(session, T.MESSAGE, "assistant", "first")
+    assert order == ["first"] and not later[0].done()
+    store.hurry()
+    [second] = await later[0]
+    assert order == ["first", "second"] and second.id == first.id + 1

@@ -15,6 +15,10 @@ subscribers through ``_dispatch``/``_drain``, return them). Everything else is h
   calls it as its model request leaves).
 - ``undelivered``: whether an entry's on_write callbacks are still to come (queued behind the
   callback that wrote it).
+- ``join_commit``: SQL of the store's own tables (the run-tree budgets, server/budgets.py) that
+  rides in the next group commit's transaction, with its entries: one durable commit for both
+  instead of one each (on DuckDB each statement holds the loop, and under load waits for the
+  GIL back from litellm's threads; issue 30).
 - ``subscribe`` and the dispatch queue: callbacks run after each commit, in commit order; a
   callback that writes in turn queues its entries behind the current ones, so every
   subscriber sees entries in commit order.
@@ -44,6 +48,29 @@ OnWrite = Callable[[Entry], None]
 #: seconds an entry written with ``write_behind`` waits for company before its commit; the
 #: event writer gathers tool events for as long (server/events.py)
 COMMIT_WINDOW = 0.005
+
+
+#: a statement's rows, as the database returns them
+StatementRows = list[tuple[object, ...]]
+
+
+@dataclass(frozen=True)
+class Statement:
+    """SQL (``?`` parameters) a group commit runs in its entries' transaction (``join_commit``).
+
+    ``landed`` gets its rows (RETURNING) once the transaction has committed, before the
+    entries' callbacks; ``failed`` the error when it was not committed. Neither may raise.
+    """
+
+    sql: str
+    params: list[object]
+    landed: Callable[[StatementRows], None]
+    failed: Callable[[Exception], None]
+
+
+#: what ``join_commit`` takes: called as the commit is put together, it gives the statements to
+#: run in it, in order (none: nothing, after all)
+StatementSource = Callable[[], "list[Statement]"]
 
 
 @dataclass(frozen=True)
@@ -254,6 +281,8 @@ class GroupCommitWriter:
         self._queue: deque[Entry] = deque()
         self._dispatching = False
         self._pending_writes: list[tuple[list[NewEntry], asyncio.Future]] = []
+        self._joining: list[StatementSource] = []  # ``join_commit``: statements of the next commit
+        self._committing = False  # inside ``_flush_pending`` (its statements' ``landed`` run there)
         self._flush_scheduled = False
         self._flush_timer: asyncio.TimerHandle | None = None
         self._idle_watch = False  # a ``_flush_when_idle`` is scheduled
@@ -265,6 +294,32 @@ class GroupCommitWriter:
     def append_many(self, items: Iterable[NewEntry]) -> list[Entry]:  # pragma: no cover
         """Commit ``items`` in one transaction, dispatch them, return the entries."""
         raise NotImplementedError
+
+    def _commit_with(
+        self, items: list[NewEntry], statements: list[Statement]
+    ) -> tuple[list[Entry], list[StatementRows]]:
+        """Commit ``statements`` and ``items`` in one transaction; the entries (not yet
+        dispatched) and each statement's rows (each store overrides it)."""
+        raise NotImplementedError  # pragma: no cover
+
+    def _append_with(self, items: list[NewEntry], statements: list[Statement]) -> list[Entry]:
+        """``append_many`` with ``statements`` in its transaction: their ``landed`` runs once it has
+        committed, then the entries' callbacks."""
+        if not statements:
+            return self.append_many(items)
+        self._check_writable()
+        entries, results = self._commit_with(items, statements)
+        for statement, rows in zip(statements, results, strict=True):
+            try:
+                statement.landed(rows)
+            except Exception:  # noqa: BLE001 - the entries are committed: their callbacks still run
+                log.exception("a statement's landed callback failed")
+        self._hand_out(entries)
+        return entries
+
+    def _hand_out(self, entries: list[Entry]) -> None:
+        """The callbacks of entries ``_commit_with`` committed (PostgreSQL queues them itself)."""
+        self._dispatch(entries)
 
     def _writing_on(self, loop: asyncio.AbstractEventLoop) -> None:
         """Called by each ``write`` with its loop (PostgreSQL starts its listener there)."""
@@ -345,54 +400,86 @@ class GroupCommitWriter:
             self._flush_timer = loop.call_later(window, self._flush_pending)
         return future
 
+    def join_commit(self, source: StatementSource, hurry: bool = True) -> None:
+        """Run the statements ``source`` gives in the next group commit, with its entries.
+
+        ``hurry``: that commit is at the next loop turn (someone waits on the statement); else
+        it rides with whatever is queued (an Ack written behind) or written next.
+        """
+        self._check_writable()
+        self._joining.append(source)
+        if hurry:
+            self.hurry()
+
     def flush_when_idle(self) -> None:
         """Commit what ``write_behind`` queued as soon as nothing else is ready to run on the
         loop, i.e. every task waits on I/O or a timer (on a loop with no run queue to look at:
         at its window, as before). A run calls it as its model request leaves: the request is
         on the wire by then, and the commit falls while it is (server/run.py)."""
-        if self._pending_writes and not self._flush_scheduled and not self._idle_watch:
+        if (self._pending_writes or self._joining) and not self._flush_scheduled and not self._idle_watch:
             self._idle_watch = True  # one watch per store (two would each see the other as work)
             loop = asyncio.get_running_loop()
             loop.call_soon(self._flush_when_idle, loop)
 
     def _flush_when_idle(self, loop: asyncio.AbstractEventLoop) -> None:
         ready = getattr(loop, "_ready", None)  # (asyncio's run queue, a deque of ready callbacks)
-        if ready and self._pending_writes and not self._flush_scheduled:
+        queued = self._pending_writes or self._joining
+        if ready and queued and not self._flush_scheduled:
             loop.call_soon(self._flush_when_idle, loop)  # busy: look again at the next turn
             return
         self._idle_watch = False
-        if ready is not None and self._pending_writes and not self._flush_scheduled:
+        if ready is not None and queued and not self._flush_scheduled:
             self._flush_pending()
 
     def hurry(self) -> None:
         """Commit what is queued at the next loop turn (someone waits on a ``write_behind``)."""
-        if self._pending_writes and not self._flush_scheduled:
+        if (self._pending_writes or self._joining) and not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush_pending)
 
     def _flush_queued(self) -> None:
         """Commit what is queued now (the store is closing: nothing queued may be lost)."""
-        if self._pending_writes and not self._closed:
+        if (self._pending_writes or self._joining) and not self._closed:
             try:
                 self._flush_pending()
             except RuntimeError:  # the futures' loop is closed: the entries are committed, no one waits
                 log.debug("closing the store after its event loop", exc_info=True)
 
+    def commit_queued(self) -> None:
+        """Commit what is queued now, not at the next loop turn (on the loop: a caller that
+        cannot wait needs a statement of ``join_commit`` in the store). Not from inside a commit
+        (a statement's ``landed``): its entries would reach the callbacks before that commit's."""
+        if not self._committing:
+            self._flush_pending()
+
     def _flush_pending(self) -> None:
         batch, self._pending_writes = self._pending_writes, []
+        sources, self._joining = self._joining, []
         self._flush_scheduled = False
         if self._flush_timer is not None:
             self._flush_timer.cancel()
             self._flush_timer = None
-        if not batch:
+        # (a source may join the next commit in turn: what did not fit in this one)
+        statements = [statement for source in sources for statement in source()]
+        if not batch and not statements:
             return
         if self._closed:
+            closed = StoreError(f"the session store {self.path} is closed")
             for _, future in batch:
                 if not future.done():
-                    future.set_exception(StoreError(f"the session store {self.path} is closed"))
+                    future.set_exception(closed)
+            for statement in statements:
+                statement.failed(closed)
             return
+        self._committing = True
         try:
-            written = self.append_many([item for items, _ in batch for item in items])
+            self._commit_batch(batch, statements)
+        finally:
+            self._committing = False
+
+    def _commit_batch(self, batch: list[tuple[list[NewEntry], asyncio.Future]], statements: list[Statement]) -> None:
+        try:
+            written = self._append_with([item for items, _ in batch for item in items], statements)
         except Exception:  # noqa: BLE001 - any failure: retry each request on its own, below
             # One bad request must not sink the others: write each on its own.
             for items, future in batch:
@@ -404,6 +491,11 @@ class GroupCommitWriter:
                 else:
                     if not future.done():
                         future.set_result(result)
+            for statement in statements:
+                try:
+                    self._append_with([], [statement])
+                except Exception as exc:  # noqa: BLE001 - handed to the statement's owner
+                    statement.failed(exc)
             return
         start = 0
         for items, future in batch:

@@ -7,8 +7,8 @@ The run does not wait for its Ack's commit (issue 14: it is one DuckDB commit, ~
 every turn's critical path otherwise): the context is read and the model called while the Ack
 commits. The Ack is written behind (``write_behind``, core/writer.py) and committed once the
 model request has left (``REQUEST_LEAVING``, then ``flush_when_idle``: the loop idle, the
-request on the wire), at the latest after ``ACK_WINDOW``; the run's budget row follows it
-(budgets.py). So the trigger's commit is the only one in front of the model call (issue 32).
+request on the wire), at the latest after ``ACK_WINDOW``; the run's budget row is written in
+the Ack's transaction (budgets.py). So the trigger's commit is the only one in front of the model call (issue 32).
 What names the run waits for the Ack, and hurries it: each tool call (``AfterAck``), the event
 writer and the closing entry. So they all land after the Ack, in commit order.
 """
@@ -156,6 +156,8 @@ class RunSteps:
                      "answers": [e.id for e in answers], "answers_count": len(answers),
                      **(invocation.ack if invocation else {})},
         )], ACK_WINDOW)))
+        # a root's budget row, its first call counted, rides in the Ack's commit (budgets.py)
+        tree.write_with_next_commit()
         # The Ack commits while the context is read and the model called: the run does not
         # wait on it, and it is written behind, so its commit tends to fall while the model
         # request is on the wire. Whatever needs the run id waits for it: a tool call (the
@@ -215,8 +217,9 @@ class RunSteps:
         if state is not None and state.run_id is None:
             state.run_id = ctx.run_id
         if isinstance(ctx.tree, StoredBudget) and not self.store.closed:
-            # a root's budget row, its first call counted, lands with the Ack: while that call
-            # is on the wire, not in front of it (budgets.py); before any tool or second call
+            # a root's budget row, its first call counted, landed with the Ack, in its commit:
+            # while that call is on the wire, not in front of it (budgets.py); before any tool or
+            # second call. Written now only if that statement failed.
             try:
                 ctx.tree.write()
             except Exception:  # noqa: BLE001 - a callback must not raise; the next charge writes it again

@@ -6,6 +6,9 @@ that need to read get their own cursor (``SessionStore.reader()``). Entry ids an
 this process is the only writer and the counters cannot race another one.
 
 The DuckDB instance is opened locked down (``lockdown.py``).
+
+About 600 lines, one class: the ``Store`` methods of DuckDB; what is not one of them lives in
+``rows.py``, ``log_cache.py``, ``lockdown.py`` and ``migrations.py`` already.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from ..entries import Entry, EntryType
 from ..redaction import redact as redact_secrets
 from ..redaction import redact_json_text
 from ..window import ContextWindow, chunk_rows, fill_window, window_types
-from ..writer import NewEntry, payload_text, storable_fields
+from ..writer import NewEntry, Statement, payload_text, storable_fields
 from .base import ForkCopy, Row, SessionInfo, Store
 from . import log_cache
 from .lockdown import connect, read_only_transaction
@@ -242,15 +245,45 @@ class SessionStore(Store):
         items = list(items)
         if not items:
             return []
-        with self._lock:
-            entries, statement, values, next_seq = self._prepare(items, self._next_entry_id)
-            try:
-                self._con.execute(statement, values)
-            except duckdb.Error as exc:
-                raise StoreError(f"could not write entry: {str(exc).splitlines()[0]}") from exc
-            self._committed(entries, next_seq)
+        entries, _ = self._commit_with(items, [])
         self._dispatch(entries)
         return entries
+
+    def _commit_with(self, items: list[NewEntry], statements: list[Statement]) -> tuple[list[Entry], list[list[Row]]]:
+        """``GroupCommitWriter._commit_with``: the statements, then the entries, in one transaction.
+
+        Each ``execute`` lets go of the GIL and waits for it back (under load, behind litellm's
+        threads), so a commit is as few of them as DuckDB allows: the entries alone are one
+        autocommit INSERT, a statement alone one ``execute``; together ``BEGIN`` goes with the
+        first statement (parameters are taken by the last statement of a string only), then the
+        other statements, the entries' INSERT and ``COMMIT``.
+        """
+        entries: list[Entry] = []
+        results: list[list[Row]] = []
+        with self._lock:
+            next_seq: dict[int, int] = {}
+            if items:
+                entries, insert, values, next_seq = self._prepare(items, self._next_entry_id)
+            try:
+                if not statements or (not items and len(statements) == 1):
+                    for st in statements:
+                        results.append(self._con.execute(st.sql, st.params).fetchall())
+                    if items:
+                        self._con.execute(insert, values)
+                else:
+                    for i, st in enumerate(statements):
+                        begin = "BEGIN TRANSACTION; " if i == 0 else ""
+                        results.append(self._con.execute(begin + st.sql, st.params).fetchall())
+                    if items:
+                        self._con.execute(insert, values)
+                    self._con.execute("COMMIT")
+            except duckdb.Error as exc:
+                if statements:
+                    with suppress(duckdb.Error):
+                        self._con.execute("ROLLBACK")
+                raise StoreError(f"could not write entry: {str(exc).splitlines()[0]}") from exc
+            self._committed(entries, next_seq)
+        return entries, results
 
     def _prepare(self, items: list[NewEntry], next_id: int) -> tuple[list[Entry], str, list[object], dict[int, int]]:
         """The entries ``items`` become from id ``next_id`` on, their INSERT, its values, and

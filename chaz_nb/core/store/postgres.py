@@ -28,6 +28,9 @@ differs, because several processes write one database:
 The store's own SQL (and the server's: schedules, recovery) is written with ``?`` parameters
 and DuckDB's ``INSERT OR REPLACE``; ``execute`` turns them into psycopg's ``%s`` and
 ``ON CONFLICT (id) DO UPDATE``.
+
+About 600 lines, one class: the ``Store`` methods of PostgreSQL; what is not one of them lives
+in ``pgsql.py``, ``pgreader.py``, ``rows.py`` and ``migrations.py`` already.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ from ..pgreader import ReadRun, ensure_reader_role, run_read_only
 from ..redaction import redact as redact_secrets
 from ..redaction import redact_json_text
 from ..window import ContextWindow, chunk_rows, fill_window, window_types
-from ..writer import LONE_SURROGATE_OR_NUL, NewEntry, payload_text, storable_fields
+from ..writer import LONE_SURROGATE_OR_NUL, NewEntry, Statement, payload_text, storable_fields
 from .base import ForkCopy, Row, SessionInfo, SharedSessions
 from .migrations import MIGRATIONS, Migration, apply_postgres
 from .pgsql import PgResult, bigint, connect, display_url, one_line, to_pg
@@ -239,19 +242,39 @@ class PgSessionStore(SharedSessions):
         items = list(items)
         if not items:
             return []
+        entries, _ = self._commit_with(items, [])
+        self._drain()
+        return entries
+
+    def _commit_with(self, items: list[NewEntry], statements: list[Statement]) -> tuple[list[Entry], list[list[Row]]]:
+        """``GroupCommitWriter._commit_with``: the statements, then the entries, in one transaction.
+
+        The statements go before the write lock is taken (the entries' ids and seqs need it,
+        they do not), so they add nothing to the time other kernels' commits wait for it.
+        """
         prepared = self._prepare(items)
+        entries: list[Entry] = []
+        results: list[list[Row]] = []
         with self._lock:
             try:
                 with self._con.transaction():
-                    self._con.execute("SELECT pg_advisory_xact_lock(%s, %s)", _WRITE_LOCK)
-                    entries = self._insert(prepared)
+                    for st in statements:
+                        cur = self._con.execute(to_pg(st.sql), list(st.params))
+                        results.append(cur.fetchall() if cur.description else [])
+                    if prepared:
+                        self._con.execute("SELECT pg_advisory_xact_lock(%s, %s)", _WRITE_LOCK)
+                        entries = self._insert(prepared)
             except StoreError:
                 raise
             except psycopg.Error as exc:
                 raise StoreError(f"could not write entry: {one_line(exc)}") from exc
-            self._enqueue(entries)
+            if entries:
+                self._enqueue(entries)
+        return entries, results
+
+    def _hand_out(self, entries: list[Entry]) -> None:
+        """The callbacks after ``_commit_with``: what ``_enqueue`` queued, in id order."""
         self._drain()
-        return entries
 
     def _prepare(self, items: Iterable[NewEntry]) -> list[Prepared]:
         prepared = []
