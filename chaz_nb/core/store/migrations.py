@@ -422,8 +422,6 @@ def apply_duckdb(con: duckdb.DuckDBPyConnection, migrations: Sequence[Migration]
     transaction of the last pending step that changes them (``Migration.views``): a step that
     is recorded always has its views, and a new store builds them once instead of seven times.
     """
-    from ..audit import create_audit_views
-
     con.execute(
         "CREATE TABLE IF NOT EXISTS _chaz_migrations (name VARCHAR PRIMARY KEY, applied_at TIMESTAMP)"
     )
@@ -442,6 +440,8 @@ def apply_duckdb(con: duckdb.DuckDBPyConnection, migrations: Sequence[Migration]
         try:
             migration.duckdb(con)
             if i == views_in:
+                from ..audit import create_audit_views  # only when a step changes them
+
                 create_audit_views(con)
             con.execute(
                 "INSERT INTO _chaz_migrations VALUES (?, current_timestamp::TIMESTAMP)",
