@@ -23,9 +23,10 @@ Printed per row: median ms per cell and its ratio to ``bare`` (streamed rows to 
 stream``); iopub and comm messages per cell (every iopub message that arrives while the
 cell runs, its own ``status`` and ``execute_input`` left out); widgets created per cell
 (``comm_open`` of ``jupyter.widget``); and the kernel's RSS after it loaded its extension
-and ran one turn (before any other cell), all from the same run: VmRSS, and RssAnon (its
+and ran one turn (before any other cell), all from the same run: VmRSS, RssAnon (its
 private part: without the pages of shared libraries such as DuckDB's, which every kernel on
-the machine shares), in MB.
+the machine shares) and ``duckdb``, the resident pages of DuckDB's shared library (from the
+kernel's /proc/self/smaps; file-backed, so shared, but counted in VmRSS), in MB.
 
     python bench/bench_cell.py [--rounds 3] [--cells 40] [--jai-site /tmp/jai-site] [--before DIR]
 """
@@ -53,6 +54,16 @@ from jupyter_client.manager import KernelManager  # noqa: E402
 from fakes.openai_server import FakeModelServer, Reply  # noqa: E402
 
 RSS = "print(*(int(l.split()[1]) // 1024 for l in open('/proc/self/status') if l.startswith(('VmRSS:', 'RssAnon:'))))"
+
+#: the kernel's resident pages of DuckDB's shared library (file-backed, shared by every process
+#: that maps it, and counted in each one's RSS), in MB, from its own /proc/self/smaps
+DUCKDB_PAGES = (
+    "_m = False; _kb = 0\n"
+    "for _l in open('/proc/self/smaps'):\n"
+    "    if _l[:1] in '0123456789abcdef' and '-' in _l.split(' ', 1)[0]: _m = '_duckdb' in _l\n"
+    "    elif _m and _l.startswith('Rss:'): _kb += int(_l.split()[1])\n"
+    "print(_kb // 1024)"
+)
 
 
 class AnsweringServer(FakeModelServer):
@@ -164,6 +175,7 @@ class Row:
     kernel: BenchKernel | None = None
     rss_mb: int = 0
     anon_mb: int = 0  # RssAnon: private memory (RSS less the shared libraries' and files' pages)
+    duckdb_mb: int = 0  # resident pages of DuckDB's shared library (file-backed, part of RSS)
     cells: list[Cell] = field(default_factory=list)
     medians: list[float] = field(default_factory=list)
 
@@ -250,6 +262,7 @@ def main() -> None:
             if error:
                 raise RuntimeError(f"{row.name}: {error}")
             row.rss_mb, row.anon_mb = map(int, row.kernel.must(RSS).split())
+            row.duckdb_mb = int(row.kernel.must(DUCKDB_PAGES))
         for _ in range(3):  # warm
             for row in rows:
                 row.kernel.run(row.cell)  # type: ignore[union-attr]
@@ -277,7 +290,7 @@ def main() -> None:
     )
     print(
         f"{'cell':26s} {'ms/cell':>8s} {'vs bare':>8s} {'rounds (ms)':>24s} {'msgs':>5s} {'widgets':>7s} "
-        f"{'RSS MB':>7s} {'anon':>5s}  messages by type (per cell)"
+        f"{'RSS MB':>7s} {'anon':>5s} {'duckdb':>6s}  messages by type (per cell)"
     )
     for row in rows:
         ms = statistics.median(row.medians)
@@ -290,7 +303,7 @@ def main() -> None:
         print(
             f"{row.name:26s} {ms:8.1f} {ms / base:7.2f}x {' / '.join(f'{m:.1f}' for m in row.medians):>24s} "
             f"{sum(c.messages for c in row.cells) / n:5.1f} {sum(c.widgets for c in row.cells) / n:7.1f} "
-            f"{row.rss_mb:7d} {row.anon_mb:5d}  {by_type}"
+            f"{row.rss_mb:7d} {row.anon_mb:5d} {row.duckdb_mb:6d}  {by_type}"
         )
     jai = by_name.get("jupyter-ai %%ai")
     if jai is not None:
@@ -300,7 +313,9 @@ def main() -> None:
                 name = r.name
                 print(
                     f"{name} vs jupyter-ai: {statistics.median(r.medians) / j:.2f}x per cell, "
-                    f"RSS {r.rss_mb - jai.rss_mb:+d} MB (anon {r.anon_mb - jai.anon_mb:+d} MB)"
+                    f"RSS {r.rss_mb - jai.rss_mb:+d} MB (anon {r.anon_mb - jai.anon_mb:+d} MB, DuckDB's library "
+                    f"{r.duckdb_mb - jai.duckdb_mb:+d} MB, other files "
+                    f"{(r.rss_mb - r.anon_mb - r.duckdb_mb) - (jai.rss_mb - jai.anon_mb - jai.duckdb_mb):+d} MB)"
                 )
     for reason in skipped:
         print(f"skipped {reason}")

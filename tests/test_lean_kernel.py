@@ -3,7 +3,8 @@
 The optional parts load when first used: the MCP SDK when a server starts, psycopg and
 pglast with a PostgreSQL store or its ``%chaz sql`` check, the schedules' trigger parser with
 the first schedule, pandas with ``%chaz sql -o``; litellm's tiktoken tokenizer (~40 MB) with the
-first streamed call, never in a kernel that only asks for whole replies. Each check runs in
+first streamed call, never in a kernel that only asks for whole replies; ``kernel__query``'s
+module and the read-only SQL check with the first query or ``%chaz sql``. Each check runs in
 a fresh interpreter, since this test process has imported all of them already.
 """
 
@@ -25,6 +26,9 @@ OPTIONAL = (
     "chaz_nb.server.schedules.cron",
     "pandas",
     "litellm.litellm_core_utils.default_encoding",
+    # kernel__query's DuckDB instance and the read-only SQL check: with the first query
+    "chaz_nb.server.kernel.query",
+    "chaz_nb.core.sqlquery",
 )
 
 
@@ -152,3 +156,24 @@ async def test_an_mcp_server_whose_sdk_cannot_be_imported_fails_with_the_reason(
         assert conn.reason == "ImportError: No module named 'mcp'"
     finally:
         await server.stop()
+
+
+def test_kernel_query_imports_its_module_when_first_called(tmp_path):
+    """kernel__query is registered at load; its module (and the SQL check) comes with the call."""
+    out = run_shell(
+        tmp_path,
+        """
+        import asyncio
+        import chaz_nb
+        server = chaz_nb.current()
+        tool = server.tools.get("kernel__query")
+        out["registered"] = tool is not None
+        ip.user_ns["nums"] = [1, 2, 3]
+        reply = asyncio.run(tool.run({"sql": "SELECT 42 AS answer"})) if tool else None
+        out["reply"] = getattr(reply, "text", str(reply))
+        out["after"] = [m for m in OPTIONAL if m in sys.modules]
+    """,
+    )
+    assert out["loaded"] == [] and out["registered"]
+    assert "42" in out["reply"]
+    assert out["after"] == ["chaz_nb.server.kernel.query", "chaz_nb.core.sqlquery"]

@@ -155,6 +155,39 @@ def test_older_file_is_migrated_in_place(db_path):
         assert applied == [m.name for m in MIGRATIONS]
 
 
+def test_a_new_store_builds_the_audit_views_once(db_path, monkeypatch):
+    """A new file runs every migration: the views are built in their newest form once (they
+    were built by each of the seven steps that change them: ~20 ms each of a first %load_ext)."""
+    from chaz_nb.core import audit
+
+    built = []
+    real = audit.create_audit_views
+    monkeypatch.setattr(audit, "create_audit_views", lambda con: (built.append(1), real(con))[1])
+    with SessionStore(db_path) as store:
+        assert built == [1]
+        views = {r[0] for r in store.sql("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+        assert {"tool_calls", "runs", "approvals", "messages", "branches", "data_egress"} <= views
+        assert "forked_from" in {r[0] for r in store.sql("DESCRIBE runs").fetchall()}  # the newest form (013)
+
+
+def test_each_recorded_step_has_its_views(db_path, monkeypatch):
+    """Views are built with the last pending step that changes them, so a file upgraded in two
+    goes (003 recorded, then the rest) ends with the newest views, each go building them once."""
+    from chaz_nb.core import audit
+
+    built = []
+    real = audit.create_audit_views
+    monkeypatch.setattr(audit, "create_audit_views", lambda con: (built.append(1), real(con))[1])
+    with SessionStore(db_path, migrations=MIGRATIONS[:4]) as old:
+        assert "runs" in {r[0] for r in old.sql("SELECT view_name FROM duckdb_views()").fetchall()}
+        assert "forked_from" not in {r[0] for r in old.sql("DESCRIBE runs").fetchall()}
+    with SessionStore(db_path) as new:
+        assert "forked_from" in {r[0] for r in new.sql("DESCRIBE runs").fetchall()}
+    with SessionStore(db_path):  # nothing pending: nothing built
+        pass
+    assert built == [1, 1]
+
+
 def test_session_ceiling_is_kept_with_the_session_across_reopen(db_path):
     ceiling = '{"tools": ["add"], "auto_approve": [[]], "call_depth": 1, "max_call_depth": 3}'
     with SessionStore(db_path) as first:

@@ -29,7 +29,6 @@ from .describe import Egress, describe, lookup, safe_repr, variables
 from .interrupts import Interrupter
 from .namespace import changes, snapshot
 from .policy import DataPolicy, clip
-from .query import run_query
 from .run import CellOutput, CodeHost, PlainHost, reply_text
 
 __all__ = ["KERNEL_READ_ONLY", "KERNEL_TOOLS", "CodeHost", "KernelTools", "PlainHost"]
@@ -141,6 +140,10 @@ class KernelTools:
             Args:
                 sql: one or more read-only statements (SELECT, EXPLAIN, informational PRAGMA)
             """
+            # imported at the first query: DuckDB's query instance and the read-only check
+            # (core/sqlquery.py) are for the agents that query frames, not for every turn
+            from .query import run_query
+
             policy = DataPolicy.current()
             text, egress = run_query(sql, host.namespace, policy, host.hidden)
             return ToolReply(text, payload={"egress": egress_payload(egress, policy)})
