@@ -87,8 +87,8 @@ class LiveView(StaticFallbackView):
 
     # -------------------------------------------------------------- display
     def display_later(self, cap: float | None = None) -> Callable[[], None]:
-        """Display at the latest ``cap`` s (``DISPLAY_CAP``) from now; returns ``soon``: call it (on the loop, from
-        any context) to display as soon as the loop has nothing else to run instead.
+        """Display at the latest ``cap`` s (``DISPLAY_CAP``) from now; returns ``soon``: call it
+        (on the loop, from any context) to display as soon as the loop is idle instead.
 
         A turn's cell writes its trigger and waits: its run then prepares the model request
         (litellm does most of that on a worker thread) and sends it. Opening the view (a
