@@ -191,3 +191,76 @@ async def test_the_ack_commits_while_a_litellm_request_is_on_the_wire(store, mon
     assert Gated.seen == [True]
     assert reply is not None and reply.content == "on the wire"
     assert [e.entry_type for e in store.entries(session)] == [T.MESSAGE, T.ACK, T.MESSAGE]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_turns_view_opens_once_its_model_request_is_on_the_wire(chaz, monkeypatch, stream):
+    """A real litellm request: the cell's view is not displayed in front of the request (its
+    open cost the turn ~3 ms of the loop and the GIL, which litellm's request preparation on
+    its worker thread shares) but once litellm has handed the request to its HTTP client, while
+    it is on the wire: the model server answers only once the view is on screen, live."""
+    import threading
+
+    from fakes.openai_server import FakeModelServer, Reply
+
+    from chaz_nb.engine import backends
+    from chaz_nb.notebook.views import base
+    from chaz_nb.notebook.views.display import WIDGET_MIME, StaticFallbackView
+
+    monkeypatch.setattr(base, "DISPLAY_CAP", 3600.0, raising=False)  # (a first streamed call loads a tokenizer)
+    left, shown = threading.Event(), threading.Event()
+    on_leaving = backends._on_leaving
+
+    def leaving_seen(leaving):
+        def both() -> None:
+            left.set()
+            leaving()
+
+        return on_leaving(both)
+
+    monkeypatch.setattr(backends, "_on_leaving", leaving_seen)
+    bundles: list[tuple[bool, dict]] = []
+    display = StaticFallbackView.display
+
+    def recording(view):
+        bundles.append((left.is_set(), view.bundle()))
+        shown.set()
+        return display(view)
+
+    monkeypatch.setattr(StaticFallbackView, "display", recording)
+
+    class Gated(FakeModelServer):
+        def _next(self, model):
+            assert shown.wait(10)  # (a thread of the server: the kernel loop runs on)
+            return Reply("on the wire")
+
+    model = Gated()
+    try:
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-fake")
+        flag = "" if stream else " --no-stream"
+        ip.run_line_magic("chaz", f"agent a --model openai/fake --api-base {model.openai_base}{flag}")
+        ip.run_line_magic("chaz", "@a hello")
+    finally:
+        model.close()
+    # displayed once, after the request left, while the run went on: the live widget with it
+    [(request_left, bundle)] = bundles
+    assert request_left and WIDGET_MIME in bundle
+    session = chaz.current_session("a")
+    assert [e.entry_type for e in chaz.store.entries(session)] == [T.MESSAGE, T.ACK, T.MESSAGE]
+    assert chaz.store.entries(session)[-1].content == "on the wire"
+
+
+def test_a_turn_over_before_its_view_opened_shows_the_static_output_once(chaz, monkeypatch):
+    """An offline model sends no HTTP request: a run over at once ends the cell with its static
+    output displayed once, and no widget opened for it."""
+    from chaz_nb.notebook.views import base
+    from chaz_nb.notebook.views.display import WIDGET_MIME, StaticFallbackView
+
+    monkeypatch.setattr(base, "DISPLAY_CAP", 3600.0)  # (the run is over long before)
+    bundles: list[dict] = []
+    display = StaticFallbackView.display
+    monkeypatch.setattr(StaticFallbackView, "display", lambda view: (bundles.append(view.bundle()), display(view))[1])
+    ip.run_line_magic("chaz", "agent e --model chaz/echo")
+    ip.run_line_magic("chaz", "@e hi")
+    [bundle] = bundles
+    assert "echo: hi" in bundle["text/plain"] and WIDGET_MIME not in bundle

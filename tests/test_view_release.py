@@ -38,7 +38,10 @@ def final_output(outputs: list, display_id: str) -> dict:
     return [data for data, did, _ in outputs if did == display_id][-1]
 
 
-def test_finished_turns_hold_no_widgets_and_their_output_is_the_html_transcript(chaz, outputs):
+def test_finished_turns_hold_no_widgets_and_their_output_is_the_html_transcript(chaz, outputs, monkeypatch):
+    from chaz_nb.notebook.views import base
+
+    monkeypatch.setattr(base, "DISPLAY_CAP", 0.0)  # live at once (chaz/echo sends no request to wait for)
     ip.run_line_magic("chaz", "@assistant warm up")  # first-use imports and caches
     before = live_widgets()
     for n in range(6):
@@ -86,6 +89,11 @@ def test_a_turn_makes_one_widget_and_no_layout_or_style_of_its_own(chaz, monkeyp
     from ipywidgets import Layout, Widget
     from ipywidgets.widgets.widget_style import Style
 
+    from chaz_nb.notebook.views import base
+
+    # the view opens at once, not once the model request has left: chaz/echo sends none, and
+    # its run would be over (a static output, no widget) before the cap
+    monkeypatch.setattr(base, "DISPLAY_CAP", 0.0)
     ip.run_line_magic("chaz", "@assistant warm up")  # the kernel's shared Layout and Styles exist now
     made: list = []
     monkeypatch.setattr(Widget, "_widget_construction_callback", made.append)

@@ -12,7 +12,8 @@ subscribers through ``_dispatch``/``_drain``, return them). Everything else is h
   then falls while the run's model request is on the wire instead of before it is sent (a
   durable commit holds the loop ~1.5-3 ms). Commit order is request order either way.
   ``flush_when_idle``: commit what is queued once the loop has nothing else to run (a run
-  calls it as its model request leaves).
+  calls it as its model request leaves). ``when_idle``: the same wait for any callback (a
+  turn's view opens then, notebook/magics/turns.py); one watch per loop runs them all.
 - ``undelivered``: whether an entry's on_write callbacks are still to come (queued behind the
   callback that wrote it).
 - ``join_commit``: SQL of the store's own tables (the run-tree budgets, server/budgets.py) that
@@ -27,11 +28,13 @@ subscribers through ``_dispatch``/``_drain``, return them). Everything else is h
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 import math
 import os
 import re
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import suppress
@@ -267,6 +270,53 @@ def _new_entry(
     return NewEntry(session_id, EntryType(entry_type), sender, content, tool_call_id, tool_name, payload)
 
 
+class _IdleWatch:
+    """Callbacks to run once a loop has nothing else ready to run: every task waits on I/O or
+    a timer (a run's model request is on the wire then). One watch per loop: two would each
+    see the other in the run queue as work, and neither would ever find the loop idle."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.callbacks: list[tuple[Callable[[], None], contextvars.Context]] = []
+        self.watching = False
+
+    def add(self, callback: Callable[[], None]) -> None:
+        # run in the context it was registered in, as call_soon does (a cell's output: its parent)
+        self.callbacks.append((callback, contextvars.copy_context()))
+        if not self.watching:
+            self.watching = True
+            self.loop.call_soon(self._check)
+
+    def _check(self) -> None:
+        ready = getattr(self.loop, "_ready", None)  # (asyncio's run queue, a deque of ready callbacks)
+        if ready and self.callbacks:
+            self.loop.call_soon(self._check)  # busy: look again at the next turn
+            return
+        self.watching = False
+        callbacks, self.callbacks = self.callbacks, []
+        if ready is None:  # no run queue to look at: never idle here (each caller has a deadline)
+            return
+        for callback, context in callbacks:
+            try:
+                context.run(callback)
+            except Exception:
+                log.exception("idle callback %r failed", callback)
+
+
+_IDLE_WATCHES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _IdleWatch] = weakref.WeakKeyDictionary()
+
+
+def when_idle(callback: Callable[[], None], loop: asyncio.AbstractEventLoop | None = None) -> None:
+    """Call ``callback()`` (in the caller's context) once ``loop`` (the running one) has nothing
+    else ready to run. On a loop with no run queue to look at (not asyncio's), never: a caller
+    has its own deadline (``write_behind``'s window, a view's cap)."""
+    loop = loop or asyncio.get_running_loop()
+    watch = _IDLE_WATCHES.get(loop)
+    if watch is None:
+        watch = _IDLE_WATCHES[loop] = _IdleWatch(loop)
+    watch.add(callback)
+
+
 class GroupCommitWriter:
     """Group commit and on_write dispatch; the store supplies ``append_many`` (the commit)."""
 
@@ -417,18 +467,16 @@ class GroupCommitWriter:
         at its window, as before). A run calls it as its model request leaves: the request is
         on the wire by then, and the commit falls while it is (server/run.py)."""
         if (self._pending_writes or self._joining) and not self._flush_scheduled and not self._idle_watch:
-            self._idle_watch = True  # one watch per store (two would each see the other as work)
-            loop = asyncio.get_running_loop()
-            loop.call_soon(self._flush_when_idle, loop)
+            self._idle_watch = True  # once per store until it fires
+            when_idle(self._flush_when_idle)
 
-    def _flush_when_idle(self, loop: asyncio.AbstractEventLoop) -> None:
-        ready = getattr(loop, "_ready", None)  # (asyncio's run queue, a deque of ready callbacks)
-        queued = self._pending_writes or self._joining
-        if ready and queued and not self._flush_scheduled:
-            loop.call_soon(self._flush_when_idle, loop)  # busy: look again at the next turn
-            return
+    def when_idle(self, callback: Callable[[], None]) -> None:
+        """``when_idle`` on the running loop (the loop this store's writes run on)."""
+        when_idle(callback)
+
+    def _flush_when_idle(self) -> None:
         self._idle_watch = False
-        if ready is not None and queued and not self._flush_scheduled:
+        if (self._pending_writes or self._joining) and not self._flush_scheduled:
             self._flush_pending()
 
     def hurry(self) -> None:

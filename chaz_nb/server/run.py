@@ -49,6 +49,7 @@ from .streams import StreamHub
 from .stopping import CANCELLED
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .handle import RunHandle
     from .session_state import SessionState
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,7 @@ class RunSteps:
     streams: StreamHub
     _states: dict[int, SessionState]
     _spawn: dict[int, SpawnContext]
+    _handles: dict[int, RunHandle]
 
     def limiter(self) -> asyncio.Semaphore:
         raise NotImplementedError  # RunEngine's
@@ -189,7 +191,7 @@ class RunSteps:
             except asyncio.CancelledError:
                 self._interrupt(session_id, agent, ack_write)
                 raise
-            outcome = await self._execute_and_record(ctx, messages, ack_write)
+            outcome = await self._execute_and_record(ctx, messages, ack_write, answers)
             for part in self.parts:
                 await part.after_run(session_id, agent)  # optional automatic compaction
             return outcome
@@ -257,7 +259,8 @@ class RunSteps:
         return messages
 
     async def _execute_and_record(
-        self, ctx: RunContext, messages: list[dict[str, Any]], ack_write: asyncio.Future[Entry]
+        self, ctx: RunContext, messages: list[dict[str, Any]], ack_write: asyncio.Future[Entry],
+        answers: list[Entry] | None = None,
     ) -> Entry | None:
         agent, session_id = ctx.agent, ctx.session_id
         sink = event_writer.EventWriter()
@@ -290,9 +293,17 @@ class RunSteps:
 
         ack_write.add_done_callback(show_early)
         # as the request leaves (litellm's pre-call hook, maybe on a worker thread): what is
-        # written behind (the Ack) commits once the loop is idle, the request on the wire
+        # written behind (the Ack) commits once the loop is idle, the request on the wire; the
+        # handles of the triggers it answers say so (a turn's view opens then)
+        handles = [h for h in (self._handles.get(e.id) for e in answers or ()) if h is not None]
+
+        def request_sent() -> None:
+            self.store.flush_when_idle()
+            for handle in handles:
+                handle.request_sent()
+
         def on_leaving() -> None:
-            loop.call_soon_threadsafe(self.store.flush_when_idle)
+            loop.call_soon_threadsafe(request_sent)
 
         leaving = REQUEST_LEAVING.set(on_leaving)
         try:

@@ -146,7 +146,7 @@ class ChazMagics(DefineCommands, SessionCommands, ApprovalCommands, SqlCommands,
         state = self.state
         if attach is None and self._room_turn(name, text, wait=wait, directive=directive):
             return  # a room is current: NAME speaks there (magics_multi.py)
-        handle, view = send_turn(state, name, text, directive=directive, attach=attach)
+        handle, view = send_turn(state, name, text, directive=directive, attach=attach, waits=wait)
         if wait:
             wait_session(state, view.session_id, handle, view)
         return

@@ -107,9 +107,13 @@ def open_view(
 
 def send_turn(
     state: ExtensionState, name: str, text: str, *, directive: bool = False, display: bool = True,
-    attach: list[str] | None = None,
+    attach: list[str] | None = None, waits: bool = False,
 ) -> tuple[Any, Any]:
-    """Write the Message (or Directive) from this cell; return (run handle, view or None)."""
+    """Write the Message (or Directive) from this cell; return (run handle, view or None).
+
+    ``waits``: the cell waits for the run next (``wait_session``): the view opens once the
+    model request is on the wire rather than in front of it (``LiveView.display_later``).
+    """
     from ..kernel_loop import run_sync
 
     session, text, payload, view = _prepare_turn(state, name, text, display=display, attach=attach)
@@ -117,7 +121,7 @@ def send_turn(
     # cell's one durable commit in front of the model call (issue 32)
     handle = run_sync(state.server.send(session, text, sender="user", payload=payload, directive=directive),
                       state.loop)
-    _show_turn(state, session, view)
+    _show_turn(state, session, view, handle=handle if waits else None)
     return handle, view
 
 
@@ -161,11 +165,18 @@ def _prepare_turn(
     return session, text, payload, view
 
 
-def _show_turn(state: ExtensionState, session: int, view: Any) -> None:
+def _show_turn(state: ExtensionState, session: int, view: Any, *, handle: Any = None) -> None:
+    """``handle``: the cell waits for this run next, and its view opens once the run's model
+    request has left (the loop then idle, the request on the wire; see ``display_later``)."""
     state.last_session = session
-    if view is not None:
-        view.flush()  # show the trigger at once (the run's entries follow from the loop)
+    if view is None:
+        return
+    view.flush()  # the trigger in the view's state (the run's entries follow from the loop)
+    when_sent = getattr(handle, "when_request_sent", None)  # (a run served elsewhere: none)
+    if when_sent is None:
         view.display()
+    else:
+        when_sent(view.display_later())
 
 
 def attachments(server: Any, name: str, names: list[str]) -> tuple[str, dict[str, Any]]:
@@ -214,6 +225,10 @@ def wait_session(state: ExtensionState, session: int, handle: Any, view: Any) ->
             wake=server.session_writes(session) if elsewhere else None,
             poll_interval=REMOTE_POLL_INTERVAL if elsewhere else None,
         )
+    except BaseException:
+        if view is not None:
+            view.show()  # the cell ends here: its view is in its output (send_turn's waits)
+        raise
     finally:
         if view is not None:
             view.set_waiting(False)
@@ -221,6 +236,7 @@ def wait_session(state: ExtensionState, session: int, handle: Any, view: Any) ->
         if outcome.state == "interrupted":
             view.set_waiting(False, interrupted=True)
         view.flush(final=True)  # a run that is over: the static output, the widgets closed
+        view.show()  # not displayed yet (a run over before the loop was idle): its static output
         if not view.following:  # let go of it (a view that still follows stays, see open_view)
             state.views[:] = [v for v in state.views if v.following]
     if outcome.state == "parked" and view is None:

@@ -13,11 +13,16 @@ closes the widgets and tells the ``on_update`` listeners. A view says what its r
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from typing import Any
 from collections.abc import Callable
 
 from .display import StaticFallbackView
+
+#: the longest a turn's view waits for its model request to leave before it is displayed anyway
+#: (``display_later``): a model that is not called over HTTP (the offline ``chaz/*`` ones)
+DISPLAY_CAP = 0.05
 
 
 class LiveView(StaticFallbackView):
@@ -32,6 +37,7 @@ class LiveView(StaticFallbackView):
     _timer: Any = None
     _closed: bool = False
     _lock: threading.Lock
+    _display_timer: Any = None
 
     # ------------------------------------------------------------ subscribe
     def _subscribe(self) -> None:
@@ -78,6 +84,40 @@ class LiveView(StaticFallbackView):
     def _timers(self) -> tuple[str, ...]:
         """The attributes holding this view's pending timer handles."""
         return ("_timer",)
+
+    # -------------------------------------------------------------- display
+    def display_later(self, cap: float | None = None) -> Callable[[], None]:
+        """Display at the latest ``cap`` s (``DISPLAY_CAP``) from now; returns ``soon``: call it
+        (on the loop, from any context) to display as soon as the loop is idle instead.
+
+        A turn's cell writes its trigger and waits: its run then prepares the model request
+        (litellm does most of that on a worker thread) and sends it. Opening the view (a
+        widget's comm, ~3 ms of the loop and the GIL) in front of the request delayed it; once
+        the request is on the wire it costs the turn nothing (issue 32). The display runs in
+        this call's context, so it lands in the cell that called it; a cell that stops waiting
+        before calls ``show``.
+        """
+        loop = self._loop
+        if self._displayed or loop is None or loop.is_closed():
+            self.show()
+            return lambda: None
+        # (call_later runs it in this context, as the idle callback below is)
+        self._display_timer = loop.call_later(DISPLAY_CAP if cap is None else cap, self.show)
+        context = contextvars.copy_context()
+
+        def soon() -> None:
+            if not self._displayed:
+                self.store.when_idle(lambda: context.run(self.show))
+
+        return soon
+
+    def show(self) -> None:
+        """Display now unless it is displayed already (see ``display_later``)."""
+        timer, self._display_timer = self._display_timer, None
+        if timer is not None:
+            timer.cancel()
+        if not self._displayed and not self._closed:
+            self.display()
 
     # --------------------------------------------------------------- finish
     def _stop_following(self) -> None:
