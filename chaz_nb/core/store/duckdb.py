@@ -32,8 +32,8 @@ from . import log_cache
 from .lockdown import connect, read_only_transaction
 from .log_cache import LogCache, LogWindow, row_bytes
 from .migrations import MIGRATIONS, Migration, apply_duckdb
-from .rows import (ENTRY_COLUMNS, entry_from_row, fork_metadata, fork_point, int_value, metadata_text,
-                   run_id_of, session_from_row, utcnow, Value)
+from .rows import (ENTRY_COLUMNS, duckdb_entries_insert, entry_from_row, fork_metadata, fork_point, int_value,
+                   metadata_text, run_id_of, session_from_row, utcnow, Value)
 
 log = logging.getLogger(__name__)
 
@@ -330,14 +330,14 @@ class SessionStore(Store):
             entries.append(entry)
             next_id += 1
             next_seq[sid] += 1
-        # One multi-row INSERT in autocommit is one transaction: ~1.4 ms for one row here
+        # One INSERT in autocommit is one transaction: ~1.4 ms for one row here
         # (bench/bench_commit.py: parsing ~0.1 ms, WAL write + fdatasync ~0.35 ms, the
         # rest DuckDB's transaction, ~35 us a column); BEGIN + INSERT + COMMIT costs 30 %
-        # more, and a reused cursor, PREPARE/EXECUTE or the Appender no less.
+        # more, and a reused cursor, PREPARE/EXECUTE or the Appender no less. Many rows
+        # bind one list a column (``duckdb_entries_insert``).
         columns = ENTRY_COLUMNS + (", run_id" if self._has_run_id else "")
-        one_row = "(" + ", ".join("?" * len(rows[0])) + ")"
-        statement = f"INSERT INTO entries ({columns}) VALUES {', '.join([one_row] * len(rows))}"
-        return entries, statement, [value for row in rows for value in row], next_seq
+        statement, values = duckdb_entries_insert(columns, rows)
+        return entries, statement, values, next_seq
 
     def _committed(self, entries: list[Entry], next_seq: dict[int, int]) -> None:
         # Counters move only after the commit, so a failed write leaves no gap.

@@ -58,6 +58,32 @@ SESSION_COLUMNS = (
 )
 
 
+#: DuckDB types of ``ENTRY_COLUMNS`` + run_id, for the column-list INSERT (``duckdb_entries_insert``)
+_ENTRY_TYPES = ("BIGINT", "BIGINT", "BIGINT", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "JSON",
+                "TIMESTAMP", "BIGINT")
+#: from this many rows on, a DuckDB commit binds one list a column, not one parameter a value
+UNNEST_FROM_ROWS = 8
+
+
+def duckdb_entries_insert(columns: str, rows: list[list[object]]) -> tuple[str, list[object]]:
+    """The INSERT of ``rows`` into DuckDB's ``entries`` (``columns`` in row order) and its parameters.
+
+    A few rows go as one multi-row VALUES (one parameter a value); more as one list a column
+    unnested (``UNNEST_FROM_ROWS``): DuckDB binds and plans each of a VALUES' parameters
+    (~11 us each), so 22 rows of 11 columns cost ~3.3 ms of CPU that way and ~2.3 ms as 11
+    lists (~2.7 against ~5.5 ms at 40 rows; one row 0.7 against 1.3 ms). Same rows, one
+    statement, one autocommitted transaction either way.
+    """
+    width = len(rows[0])
+    if len(rows) < UNNEST_FROM_ROWS:
+        one_row = "(" + ", ".join("?" * width) + ")"
+        return (f"INSERT INTO entries ({columns}) VALUES {', '.join([one_row] * len(rows))}",
+                [value for row in rows for value in row])
+    lists = ", ".join(f"unnest(?::{t}[])" if t != "JSON" else "unnest(?::VARCHAR[])::JSON"
+                      for t in _ENTRY_TYPES[:width])
+    return f"INSERT INTO entries ({columns}) SELECT {lists}", [list(column) for column in zip(*rows, strict=True)]
+
+
 def utcnow() -> datetime:
     """Naive UTC: DuckDB's TIMESTAMP has no zone and needs no pytz to come back."""
     return datetime.now(timezone.utc).replace(tzinfo=None)
