@@ -67,6 +67,22 @@ def test_a_key_set_right_after_another_is_removed_is_masked_at_once(monkeypatch)
     assert redact("second-secret-value-2") == REDACTED
 
 
+
+def test_a_text_found_clean_is_masked_once_a_key_holding_it_is_set(monkeypatch):
+    """Clean short texts are remembered (issue 30: most of a turn's strings repeat); a key
+    set since then makes the remembered text a secret at once, and no secret is remembered."""
+    from chaz_nb.core import redaction
+
+    text = "plain-looking-value-7"
+    assert redact(text) == text and redact(text) == text  # the second from the memo
+    assert text in redaction._clean[1]
+    monkeypatch.setenv("LATE_API_KEY", text)
+    assert redact(text) == REDACTED
+    assert redact(f"say {text}") == f"say {REDACTED}"
+    assert not any(text in kept for kept in redaction._clean[1])
+    monkeypatch.delenv("LATE_API_KEY")
+    assert redact(text) == text
+
 # --------------------------------------------------------- keys, header names, log records
 def test_a_secret_used_as_a_dict_key_is_masked_at_every_depth(store, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", KEY)

@@ -89,11 +89,28 @@ def _current_secret_values() -> list[str]:
     return _cache[1]
 
 
+#: Short texts found to hold no secret under the secret values they were checked against (the
+#: list object ``_current_secret_values`` returns, replaced when the environment changes). A
+#: turn redacts ~50 strings, most of them repeats (payload keys, senders, tool names, short
+#: results) at six regex passes each; a set lookup skips those. Only clean texts are kept, so
+#: the set holds no secret; it is bounded and starts over when full.
+_clean: tuple[list[str] | None, set[str]] = (None, set())
+_CLEAN_MAX_CHARS, _CLEAN_MAX_TEXTS = 256, 8192
+
+
 def redact(text: str, environ: dict[str, str] | None = None) -> str:
     """``text`` with secret values and Authorization credentials replaced by [REDACTED]."""
+    global _clean
     if not text:
         return text
     values = secret_values(environ) if environ is not None else _current_secret_values()
+    memo = environ is None and len(text) <= _CLEAN_MAX_CHARS
+    if memo:
+        if _clean[0] is not values or len(_clean[1]) >= _CLEAN_MAX_TEXTS:
+            _clean = (values, set())
+        elif text in _clean[1]:
+            return text
+    original = text
     for value in values:
         if value in text:
             text = text.replace(value, REDACTED)
@@ -102,6 +119,8 @@ def redact(text: str, environ: dict[str, str] | None = None) -> str:
     lowered = text.lower()
     if "key" in lowered or "-token" in lowered:
         text = _KEY_HEADER_VALUE[0].sub(_KEY_HEADER_VALUE[1], text)
+    if memo and text == original:
+        _clean[1].add(text)
     return text
 
 
