@@ -83,6 +83,26 @@ def test_a_text_found_clean_is_masked_once_a_key_holding_it_is_set(monkeypatch):
     monkeypatch.delenv("LATE_API_KEY")
     assert redact(text) == text
 
+def test_a_text_checked_against_old_keys_is_not_remembered_as_clean_under_new_ones(monkeypatch):
+    """Redaction runs on threads too (log records): a text checked clean against the keys of
+    before is not remembered for the keys set while it was being checked, else it would pass
+    unmasked from then on."""
+    text = "value-set-while-checking-9"
+
+    class SetsAKeyWhileChecked(str):
+        def __contains__(self, other: object) -> bool:  # the scan over the old keys
+            monkeypatch.setenv("MIDWAY_API_KEY", text)  # meanwhile, on another thread
+            from chaz_nb.core import redaction
+            redaction._current_secret_values()  # (which that thread's redact refreshed)
+            redaction.redact("refresh")
+            return str.__contains__(self, other)
+
+    monkeypatch.setenv("EARLIER_API_KEY", "an-earlier-key-value")  # one old key to scan for
+    redact("warm")
+    redact(SetsAKeyWhileChecked(text))
+    assert redact(text) == REDACTED
+
+
 # --------------------------------------------------------- keys, header names, log records
 def test_a_secret_used_as_a_dict_key_is_masked_at_every_depth(store, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", KEY)

@@ -105,10 +105,15 @@ def redact(text: str, environ: dict[str, str] | None = None) -> str:
         return text
     values = secret_values(environ) if environ is not None else _current_secret_values()
     memo = environ is None and len(text) <= _CLEAN_MAX_CHARS
+    clean: set[str] = set()
     if memo:
-        if _clean[0] is not values or len(_clean[1]) >= _CLEAN_MAX_TEXTS:
-            _clean = (values, set())
-        elif text in _clean[1]:
+        # One read of the pair: the set kept below is the one of the values checked against,
+        # even when another thread starts a new pair (new keys) meanwhile.
+        clean_for, clean = _clean
+        if clean_for is not values or len(clean) >= _CLEAN_MAX_TEXTS:
+            clean = set()
+            _clean = (values, clean)
+        elif text in clean:
             return text
     original = text
     for value in values:
@@ -120,7 +125,7 @@ def redact(text: str, environ: dict[str, str] | None = None) -> str:
     if "key" in lowered or "-token" in lowered:
         text = _KEY_HEADER_VALUE[0].sub(_KEY_HEADER_VALUE[1], text)
     if memo and text == original:
-        _clean[1].add(text)
+        clean.add(text)
     return text
 
 
