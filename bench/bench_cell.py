@@ -6,6 +6,10 @@ every request after ``--latency`` seconds (20 ms) through litellm's real OpenAI 
 
 - ``bare``          ``r = await litellm.acompletion(...)`` (no log, no view), whole reply
 - ``bare stream``   the same, ``stream=True``, the chunks read
+- ``floor``         ``bare`` with the two durable commits the guarantees put on a cell's path: the
+                    user's Message before the call (write-ahead) and the reply after it (durable
+                    before the cell is done), one-row ``append_many`` each on a DuckDB file, no view
+- ``floor stream``  the same around ``bare stream``
 - ``chaz``          ``%chaz @a hello``, agent ``a`` defined ``--no-stream`` (durable DuckDB log, live view)
 - ``chaz stream``   ``%chaz @a hello`` (streamed, the default)
 - ``jupyter-ai``    jupyter-ai v3 ``%%ai fake`` (jupyter-ai-magic-commands, its own sync
@@ -21,7 +25,9 @@ checkout of chaz_nb (``git archive main | tar -x -C DIR``): before/after in the 
 Rounds are interleaved (one cell of each row in turn, ``--cells`` per round, ``--rounds``).
 Printed per row: median ms per cell and its ratio to ``bare`` (streamed rows to ``bare
 stream``); iopub and comm messages per cell (every iopub message that arrives while the
-cell runs, its own ``status`` and ``execute_input`` left out); widgets created per cell
+cell runs, its own ``status`` and ``execute_input`` left out); against jupyter-ai, the
+``floor`` rows show how close to ``%%ai`` any cell with a durable log before and after the
+call can come on this machine; widgets created per cell
 (``comm_open`` of ``jupyter.widget``); and the kernel's RSS after it loaded its extension
 and ran one turn (before any other cell), all from the same run: VmRSS, RssAnon (its
 private part: without the pages of shared libraries such as DuckDB's, which every kernel on
@@ -63,6 +69,19 @@ DUCKDB_PAGES = (
     "    if _l[:1] in '0123456789abcdef' and '-' in _l.split(' ', 1)[0]: _m = '_duckdb' in _l\n"
     "    elif _m and _l.startswith('Rss:'): _kb += int(_l.split()[1])\n"
     "print(_kb // 1024)"
+)
+
+
+#: the ``floor`` rows' store: one durable commit of one entry a ``_write`` (``append_many``)
+FLOOR = (
+    "import os, tempfile\n"
+    "from chaz_nb import SessionStore\n"
+    "from chaz_nb.core.entries import EntryType\n"
+    "from chaz_nb.core.writer import NewEntry\n"
+    "_store = SessionStore(os.path.join(tempfile.mkdtemp(), 'floor.duckdb'))\n"
+    "_sid = _store.create_session('a')\n"
+    "def _write(text, sender='user'):\n"
+    "    _store.append_many([NewEntry(_sid, EntryType.MESSAGE, sender, text)])"
 )
 
 
@@ -196,6 +215,13 @@ def rows_for(api: str, jai_site: str | None, before: list[str] | None) -> tuple[
             "bare stream",
         ),
     ]
+    rows += [
+        Row("floor", ROOT, [bare, FLOOR], f"_write('hello')\nr = await litellm.acompletion({call})\n"
+            "_write(r.choices[0].message.content, 'a')\nprint(r.choices[0].message.content)", "bare"),
+        Row("floor stream", ROOT, [bare, FLOOR], f"_write('hello')\nr = [c async for c in await litellm.acompletion("
+            f"{call}, stream=True, stream_options={{'include_usage': True}})]\n_write(str(len(r)), 'a')\nprint(len(r))",
+            "bare stream"),
+    ]
     agent = f"%chaz agent a --model openai/fake --api-base {api}"
     trees = [("", ROOT)]
     for spec in before or []:  # LABEL=DIR, or DIR (labelled "before")
@@ -242,13 +268,13 @@ def main() -> None:
         metavar="[LABEL=]DIR",
         help="another chaz_nb checkout whose chaz rows run beside (repeatable)",
     )
-    ap.add_argument("--only", default=None, help="comma-separated row names to run (bare is always run)")
+    ap.add_argument("--only", default=None, help="comma-separated row names to run (bare and floor always run)")
     args = ap.parse_args()
 
     server = AnsweringServer(args.latency)
     rows, skipped = rows_for(server.openai_base, args.jai_site, args.before)
     if args.only:
-        keep = {"bare", "bare stream", *args.only.split(",")}
+        keep = {"bare", "bare stream", "floor", "floor stream", *args.only.split(",")}
         rows = [r for r in rows if r.name in keep]
     workdir = tempfile.mkdtemp(prefix="bench-cell-")
     try:
@@ -309,7 +335,7 @@ def main() -> None:
     if jai is not None:
         j = statistics.median(jai.medians)
         for r in rows:
-            if r.name.startswith("chaz"):
+            if r.name.startswith(("chaz", "floor")):
                 name = r.name
                 print(
                     f"{name} vs jupyter-ai: {statistics.median(r.medians) / j:.2f}x per cell, "

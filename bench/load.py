@@ -13,7 +13,7 @@ whole replies (the no-server side did not stream while the server did until issu
 carrying the session's earlier turns as the server's context does. CPU per turn of the loop
 thread and of the process is printed for both sides: on a shared machine it moves far less
 than wall time.
-Run: python bench/load.py [--sessions 50] [--turns 20] [--db file|memory] [--whole]
+Run: python bench/load.py [--sessions 50] [--turns 20] [--db file|memory] [--whole] [--max-calls N]
 
 Several kernels on one PostgreSQL store (issue 16): ``--db postgresql://...`` (or ``--db
 postgres``: a throw-away cluster from tests/fakes/postgres.py, stopped at the end) runs
@@ -134,13 +134,16 @@ async def bare_turn(litellm, stream: bool = True, history: list[dict] | None = N
             messages.append({"role": "tool", "tool_call_id": i, "content": str(out)})
 
 
-async def run(sessions: int, turns: int, path: str, stream: bool = True) -> float:
-    """The single-kernel run (DuckDB); prints its figures, returns the served turns/s."""
+async def run(sessions: int, turns: int, path: str, stream: bool = True, max_calls: int | None = None) -> float:
+    """The single-kernel run (DuckDB); prints its figures, returns the served turns/s.
+
+    ``max_calls``: the server's ``max_concurrent_calls`` (default: one a session, every
+    session's call in flight at once, as on the no-server side)."""
     litellm = litellm_module()
     store = SessionStore(path)
     server = Server(store, [Agent("loader", model="chaz/script", tools=["lookup", "add"], script=SCRIPT,
                                   stream=stream)],
-                    ToolRegistry([lookup, add]), max_concurrent_calls=sessions)
+                    ToolRegistry([lookup, add]), max_concurrent_calls=max_calls or sessions)
     await (await server.send(server.new_session("loader"), "warm up")).wait()  # builds litellm's caches
     await bare_turn(litellm, stream)
     ids = [server.new_session("loader") for _ in range(sessions)]
@@ -185,7 +188,8 @@ async def run(sessions: int, turns: int, path: str, stream: bool = True) -> floa
         return "met" if ok else "NOT met"
 
     print(f"{sessions} sessions x {turns} turns = {n} turns, 3 model calls and 2 tool calls each, "
-          f"{'streamed' if stream else 'whole replies'} on both sides")
+          f"{'streamed' if stream else 'whole replies'} on both sides; the server's max_concurrent_calls "
+          f"{server.max_concurrent_calls}")
     print(f"through the server: {n / wall:.1f} turns/s (wall {wall:.1f} s); same turns without the server: "
           f"{n / bare_wall:.1f} turns/s (wall {bare_wall:.1f} s): "
           f"{ratio:.2f}x (target >= 0.8x: {verdict(ratio >= 0.8)})")
@@ -331,6 +335,8 @@ def main() -> None:
     parser.add_argument("--kernels", type=int, default=4, help="kernel processes on PostgreSQL")
     parser.add_argument("--whole", action="store_true",
                         help="whole replies on both sides (default: streamed, as an Agent calls by default)")
+    parser.add_argument("--max-calls", type=int, default=None,
+                        help="the server's max_concurrent_calls (default: one a session)")
     parser.add_argument("--kernel", metavar="URL", help=argparse.SUPPRESS)  # one kernel process of a run
     args = parser.parse_args()
     if args.kernel:
@@ -345,7 +351,7 @@ def main() -> None:
     args.sessions = args.sessions or 50
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "load.duckdb") if args.db == "file" else ":memory:"
-        asyncio.run(run(args.sessions, args.turns, path, stream=not args.whole))
+        asyncio.run(run(args.sessions, args.turns, path, stream=not args.whole, max_calls=args.max_calls))
 
 
 if __name__ == "__main__":
