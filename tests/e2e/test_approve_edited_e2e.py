@@ -111,10 +111,12 @@ def test_edit_and_approve_edited_from_the_cell_card_and_the_sidebar(lab):
           what="wipe to get the edited path")
     _wait(lambda: cards.count() == 0, what="no pending cards")
 
-    # the finished transcript: code calls as code blocks, the approver's edit shown
-    transcript = waiting.locator(".chaz-transcript")
+    # the finished transcript (the lab renderer's output, not the live widget, whose frame is
+    # four .chaz-transcript parts while the run writes its reply): code calls as code blocks,
+    # the approver's edit shown
+    transcript = waiting.locator(".chaz-session-output .chaz-transcript")
     transcript.wait_for(timeout=60_000)
-    assert "done: wiped /tmp/cache" in transcript.inner_text()
+    _wait(lambda: "done: wiped /tmp/cache" in transcript.inner_text(), what="the reply in the finished transcript")
     outcomes = transcript.locator(".chaz-tool-approval").all_inner_texts()
     assert outcomes == ["approved with edited arguments by user"] * 2
     tool = transcript.locator("details.chaz-tool").first

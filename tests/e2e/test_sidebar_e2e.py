@@ -359,7 +359,9 @@ def test_the_sidebar_says_idle_and_drops_stop_once_a_run_ends(lab):
         _run_cell(lab, i)
     lab.wait_sidebar_status("connected", timeout=60)
     _run_cell(lab, 2)
-    transcript = page.locator(".jp-Cell").nth(2).locator(".chaz-transcript")
+    # the finished output (the lab renderer's), not the live widget: its frame is four
+    # .chaz-transcript parts while the run is on
+    transcript = page.locator(".jp-Cell").nth(2).locator(".chaz-session-output .chaz-transcript")
     transcript.wait_for(timeout=60_000)
     _wait(lambda: transcript.locator(".chaz-status").inner_text() == "idle", timeout=60, what="the cell idle")
     assert "echo: hello" in transcript.inner_text()
