@@ -74,6 +74,11 @@ def full_row() -> list[Any]:
     return [*row(), None]
 
 
+def append_flushed(app: Any) -> None:
+    """One row through the Appender, flushed: its own commit."""
+    app.append_row(*full_row())
+    app.flush()
+
 
 class Databases:
     def __init__(self, tmp: str) -> None:
@@ -133,10 +138,6 @@ def reused(make: Callable[[Any], Any], use: Callable[[Any], None]) -> Callable[[
 
 
 def ways(db: Databases) -> list[Case]:
-    def flush(app: Any) -> None:
-        app.append_row(*full_row())
-        app.flush()
-
     def three(con: Any) -> None:
         con.execute("BEGIN TRANSACTION")
         con.execute(INSERT, row())
@@ -152,7 +153,7 @@ def ways(db: Databases) -> list[Case]:
                 lambda c: c.execute(f"EXECUTE ins({', '.join(map(literal, row()))})"))),
         ("literal SQL", db.store(), lambda c: c.execute(f"INSERT INTO entries ({COLS}) VALUES "
                                                          f"({', '.join(map(literal, row()))})")),
-        ("Appender, flushed per row", db.store(), reused(lambda c: c.appender("entries"), flush)),
+        ("Appender, flushed per row", db.store(), reused(lambda c: c.appender("entries"), append_flushed)),
         ("relation.insert", db.store(), reused(lambda c: c.table("entries"), lambda r: r.insert(full_row()))),
         ("one list-of-STRUCT parameter", db.store(),
          lambda c: c.execute(f"INSERT INTO entries ({COLS}) SELECT unnest(?::{ROW_TYPE}[], recursive := true)",
@@ -251,10 +252,8 @@ def gil(db: Databases, rounds: int) -> None:
     thread.start()
     cases = [("execute(sql, params), defaults", db.store(), insert),
              ("execute(sql, params), threads=1", db.store(threads=1), insert),
-             ("Appender, flushed per row", db.store(), reused(lambda c: c.appender("entries"),
-                                                              lambda a: (a.append_row(*full_row()), a.flush()))),
-             ("Appender, threads=1", db.store(threads=1),
-              reused(lambda c: c.appender("entries"), lambda a: (a.append_row(*full_row()), a.flush())))]
+             ("Appender, flushed per row", db.store(), reused(lambda c: c.appender("entries"), append_flushed)),
+             ("Appender, threads=1", db.store(threads=1), reused(lambda c: c.appender("entries"), append_flushed))]
     try:
         run("another Python thread idle", cases, rounds)
         state["busy"] = True
