@@ -183,7 +183,7 @@ class KernelTools:
                 raise ToolError(f"kernel__cells: last must be from 1 to {MAX_CELLS}, not {last}")
             cells = host.history(last)
             if not cells:
-                return ToolReply("no cells run yet")
+                return ToolReply("no cells run yet", payload={"egress": egress_payload(Egress(chars=16), policy)})
             secrets = Secrets.of(host.namespace, host.hidden)
             lines: list[str] = []
             rows = 0

@@ -243,8 +243,8 @@ def _query_error(exc: duckdb.Error, sql: str, ns: Mapping[str, Any], hidden: Any
     def value(match: re.Match[str]) -> str:
         nonlocal quoted
         inner = match.group(1)
-        if inner in sql:
-            return match.group(0)  # the query's own text
+        if inner in sql or inner == REDACTED:
+            return match.group(0)  # the query's own text, or a masked column's constant
         quoted += 1
         if policy.row_limit == 0:
             return "'[a value: this agent's data policy sends no rows]'"
