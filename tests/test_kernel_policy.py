@@ -254,3 +254,21 @@ async def test_on_each_store_no_secret_reaches_the_log_and_every_error_is_a_ledg
     assert "ann" in results[2].payload["output"]  # CAST(name AS INT): the value it quotes, recorded
     assert [r[2] for r in rows] == [len(e.payload["output"]) for e in results]
     assert json.loads(rows[2][3]) if isinstance(rows[2][3], str) else rows[2][3] == ["users"]
+
+
+async def test_a_recorded_replay_on_another_model_is_a_ledger_row_naming_that_model(store):
+    query = {"tool": "kernel__query", "args": {"sql": "SELECT name, amount FROM users ORDER BY 1"}}
+    analyst = Agent("analyst", model="chaz/script", script=[query, "done: {result}"], tools=list(SAFE_DEFAULT_TOOLS))
+    critic = Agent("critic", model="chaz/script", api_base="https://other.example.com/v1",
+                   script=[query, "again: {result}"], tools=list(SAFE_DEFAULT_TOOLS))
+    server = Server(store, [analyst, critic])
+    server.add_kernel({"users": users("note", "plain")})
+    s = server.current_session("analyst")
+    await (await server.send(s, "look")).wait()
+    branch = await server.replay(s, agent="critic")
+    [result] = [e for e in store.entries(branch) if e.entry_type is T.TOOL_RESULT and "replayed_from" in e.payload]
+    assert "ann | 1.5" in result.payload["output"]
+    rows = store.execute("SELECT session_id, agent, host, rows_sent, chars_sent FROM data_egress"
+                         " WHERE session_id = ? AND entry_id = ?", [branch, result.id])
+    assert rows == [(branch, "critic", "other.example.com", 3, len(result.payload["output"]))]
+    await server.stop()

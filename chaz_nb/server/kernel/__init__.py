@@ -33,7 +33,7 @@ from .namespace import changes, snapshot, user_items
 from .policy import REDACTED, DataPolicy, Secrets, clip, names_in
 from .run import CellOutput, CodeHost, PlainHost, reply_text
 
-__all__ = ["KERNEL_READ_ONLY", "KERNEL_TOOLS", "CodeHost", "KernelTools", "PlainHost"]
+__all__ = ["KERNEL_READ_ONLY", "KERNEL_TOOLS", "CodeHost", "KernelTools", "PlainHost", "egress_target"]
 
 KERNEL_READ_ONLY = ("kernel__variables", "kernel__describe", "kernel__query", "kernel__cells")
 KERNEL_TOOLS = (*KERNEL_READ_ONLY, "kernel__run")
@@ -61,15 +61,19 @@ def ledgered(fn: Callable[..., ToolReply], host: CodeHost) -> Callable[..., Tool
     return wrapper
 
 
+def egress_target(agent: Any) -> dict[str, Any]:
+    """Where an ``egress`` goes: the agent, its model, the model's provider and the host."""
+    model = getattr(agent, "model", None)
+    api_base = getattr(agent, "api_base", None)
+    return {"agent": getattr(agent, "name", None), "model": model,
+            "provider": model.split("/", 1)[0] if model and "/" in model else None,
+            "host": urlparse(api_base).hostname if api_base else None}
+
+
 def egress_payload(egress: Egress, policy: DataPolicy) -> dict[str, Any]:
     """The ``egress`` payload: what was sent, under which policy, to which model and host."""
     ctx = current_run.get()
-    agent = ctx.agent if ctx is not None else None
-    model = agent.model if agent is not None else None
-    host = urlparse(agent.api_base).hostname if agent is not None and agent.api_base else None
-    provider = model.split("/", 1)[0] if model and "/" in model else None
-    return {**egress.to_json(policy), "agent": agent.name if agent else None, "model": model,
-            "provider": provider, "host": host}
+    return {**egress.to_json(policy), **egress_target(ctx.agent if ctx is not None else None)}
 
 
 class KernelTools:
@@ -125,11 +129,7 @@ class KernelTools:
             total.rows += egress.rows
             total.columns += egress.columns
             total.chars += len(text)
-        model = getattr(agent, "model", None)
-        api_base = getattr(agent, "api_base", None)
-        egress_json = {**total.to_json(policy), "agent": getattr(agent, "name", None), "model": model,
-                       "provider": model.split("/", 1)[0] if model and "/" in model else None,
-                       "host": urlparse(api_base).hostname if api_base else None}
+        egress_json = {**total.to_json(policy), **egress_target(agent)}
         return "\n\n".join(blocks), {"attachments": attachments, "egress": egress_json}
 
     # ------------------------------------------------------------ the tools
