@@ -272,3 +272,19 @@ async def test_a_recorded_replay_on_another_model_is_a_ledger_row_naming_that_mo
                          " WHERE session_id = ? AND entry_id = ?", [branch, result.id])
     assert rows == [(branch, "critic", "other.example.com", 3, len(result.payload["output"]))]
     await server.stop()
+
+
+async def test_an_attachment_is_a_ledger_row_of_the_run_that_read_it(store):
+    """``%chaz @analyst --with users``: the Message is written before its run; its egress row
+    names that run (it was NULL)."""
+    agent = Agent("analyst", model="chaz/script", script=["ok"], tools=list(SAFE_DEFAULT_TOOLS))
+    server = Server(store, [agent])
+    server.add_kernel({"users": users("password", SECRETS[0])})
+    s = server.current_session("analyst")
+    block, extra = server.kernel.attach(["users"], agent)
+    assert SECRETS[0] not in block and "ann" in block
+    await (await server.send(s, "look\n\n" + block, payload=extra)).wait()
+    [run_id] = [r[0] for r in store.execute("SELECT run_id FROM runs WHERE session_id = ?", [s])]
+    rows = store.execute("SELECT via, run_id, variables FROM data_egress WHERE session_id = ?", [s])
+    assert [(r[0], r[1]) for r in rows] == [("attachment", run_id)]
+    await server.stop()

@@ -78,9 +78,16 @@ class Dialect:
         """One row per tool result or Message attachment that sent the notebook's data to a
         model (the kernel's tools write an ``egress`` payload: server/kernel/)."""
         t, cast = self.text_at, self.try_cast
+        # a Message's attachments (%chaz --with) are written before the run that reads them:
+        # their run is the first run of that agent opened in the session after the Message
+        answering_run = (
+            "(SELECT min(a.id) FROM entries a WHERE a.session_id = e.session_id AND a.entry_type = 'Ack'"
+            f" AND a.run_id = a.id AND a.id > e.id AND a.sender = {t('e.payload', 'egress', 'agent')})")
         return f"""
 CREATE OR REPLACE VIEW data_egress AS
-SELECT e.id AS entry_id, e.run_id, e.session_id,
+SELECT e.id AS entry_id,
+       CASE WHEN e.entry_type = 'Message' THEN coalesce(e.run_id, {answering_run}) ELSE e.run_id END AS run_id,
+       e.session_id,
        coalesce({t('e.payload', 'egress', 'agent')}, s.agent) AS agent,
        {t('e.payload', 'egress', 'model')} AS model,
        {t('e.payload', 'egress', 'provider')} AS provider,

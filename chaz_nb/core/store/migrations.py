@@ -359,6 +359,15 @@ def _pg_m014(cur: PgConnection) -> None:
     create_pg_audit_views(cur)  # data_egress, variable_changes (the kernel's tools)
 
 
+def _m_data_egress_attachment_run(con: duckdb.DuckDBPyConnection) -> None:
+    # data_egress.run_id of a --with attachment: the run that answered its Message
+    del con  # the views: apply_duckdb (Migration.views)
+
+
+def _pg_m_data_egress_attachment_run(cur: PgConnection) -> None:
+    create_pg_audit_views(cur)  # data_egress.run_id of a --with attachment
+
+
 def _pg_m015(cur: PgConnection) -> None:
     # Run-tree budgets (chaz_nb/server/budgets.py), charged by every kernel with a conditional
     # UPDATE; a schedule keeps the budget of the run tree that made it.
@@ -412,6 +421,8 @@ MIGRATIONS: list[Migration] = [
     Migration("014_kernel_audit_views", _m014_kernel_audit_views, _pg_m014, views=True),
     Migration("015_run_budgets", _m015_run_budgets, _pg_m015),
     Migration("016_agent_definitions", duckdb=_m016_agent_definitions, postgres=_pg_m016),
+    Migration("017_data_egress_attachment_run", _m_data_egress_attachment_run, _pg_m_data_egress_attachment_run,
+              views=True),
 ]
 
 
