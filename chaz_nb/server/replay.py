@@ -103,7 +103,7 @@ def read_recording(store: Store, source_id: int, after_seq: int, upto_seq: int, 
             tool=e.tool_name or "", key=arguments_key(args, store.redact),
             output=str(result.payload.get("output", "")), is_error=bool(result.payload.get("is_error")),
             session_id=source_id, result_id=result.id, result_seq=result.seq,
-            egress=result.payload.get("egress") if isinstance(result.payload.get("egress"), dict) else None,
+            egress=_egress_of(result),
         ))
     used: set[int] = set()
     if branch_id is not None:
@@ -123,6 +123,11 @@ def replayed_egress(recorded: RecordedCall, agent: Any) -> dict[str, Any] | None
 
     return {**recorded.egress, "chars": len(recorded.output), **egress_target(agent),
             "replayed_from": recorded.result_id}
+
+
+def _egress_of(result: Entry) -> dict[str, Any] | None:
+    egress = result.payload.get("egress")
+    return dict(egress) if isinstance(egress, dict) else None
 
 
 class RecordedExecutor:

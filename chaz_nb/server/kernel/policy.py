@@ -107,7 +107,7 @@ def secret_name(name: Any) -> bool:
     words = [w.lower() for w in _WORD.findall(_CAMEL.sub(" ", text))]
     if any(w in _SECRET_WORDS for w in words):
         return True
-    return any(pair in _SECRET_PAIRS for pair in zip(words, words[1:]))
+    return any(pair in _SECRET_PAIRS for pair in zip(words, words[1:], strict=False))
 
 
 # ------------------------------------------------------------------ secret values in text

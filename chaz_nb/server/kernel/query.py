@@ -88,7 +88,7 @@ def masked_relation(con: duckdb.DuckDBPyConnection, table: Any) -> duckdb.DuckDB
     duck = rel.columns
     exprs: list[str] = []
     masked = False
-    for i, (column, kind) in enumerate(zip(duck, rel.types), 1):
+    for i, (column, kind) in enumerate(zip(duck, rel.types, strict=True), 1):
         original = names[i - 1] if len(names) == len(duck) else column
         if secret_name(column) or secret_name(original) or secret_fields(str(kind)):
             exprs.append(f"'{REDACTED}'::VARCHAR AS {_quote(column)}")
