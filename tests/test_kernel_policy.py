@@ -144,6 +144,7 @@ async def test_cells_send_nothing_that_describe_hides():
         "conn",
         "f'{db_password}!'",
         "print(db_password)",
+        "users.password.tolist(), users.to_dict()",
     ]
     replies = [await call(kernel, "kernel__run", code=code) for code in cells]
     reply = await call(kernel, "kernel__cells", last=20)
@@ -153,7 +154,7 @@ async def test_cells_send_nothing_that_describe_hides():
     assert "Out[3]:" in reply.text and "ann" in reply.text  # the frame is shown, its column masked
     assert "db_password = [REDACTED]" in reply.text
     egress = reply.payload["egress"]
-    assert egress["variables"] == ["conn", "db_password", "users"] and egress["rows"] == 5
+    assert egress["variables"] == ["conn", "db_password", "users"] and egress["rows"] == 6
     reply = await call(kernel, "kernel__describe", name="conn")
     assert SECRETS[0] not in reply.text and "'host': 'db'" in reply.text
 

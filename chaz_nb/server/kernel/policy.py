@@ -172,6 +172,10 @@ class Secrets:
             if secret_name(name):
                 objects.add(id(obj))
                 _leaves(obj, values)
+            elif type(obj).__module__.split(".")[0] == "pandas" and hasattr(obj, "columns"):
+                # a secret column's first values: code run may print them (a list, a dict)
+                for column in [c for c in obj.columns if secret_name(c)][:20]:
+                    _leaves(list(obj[column].iloc[:MAX_KNOWN]), values)
         return cls(tuple(sorted(set(values), key=len, reverse=True)), frozenset(objects))
 
     def holds(self, obj: Any) -> bool:

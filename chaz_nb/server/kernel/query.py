@@ -84,7 +84,8 @@ def masked_relation(con: duckdb.DuckDBPyConnection, table: Any) -> duckdb.DuckDB
     if isinstance(table, dict):  # numpy columns: value / c0, c1...: names no secret can have
         return None
     rel = con.from_df(table) if type(table).__module__.split(".")[0] == "pandas" else con.from_arrow(table)
-    names = [str(c) for c in getattr(table, "columns", [])]
+    # pyarrow's ``columns`` are the columns' data: its names are ``column_names``
+    names = [str(c) for c in (getattr(table, "column_names", None) or getattr(table, "columns", []))]
     duck = rel.columns
     exprs: list[str] = []
     masked = False
