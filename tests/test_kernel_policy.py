@@ -289,3 +289,26 @@ async def test_an_attachment_is_a_ledger_row_of_the_run_that_read_it(store):
     rows = store.execute("SELECT via, run_id, variables FROM data_egress WHERE session_id = ?", [s])
     assert [(r[0], r[1]) for r in rows] == [("attachment", run_id)]
     await server.stop()
+
+
+async def test_a_forks_copied_context_sent_to_another_model_is_a_ledger_row(store):
+    query = {"tool": "kernel__query", "args": {"sql": "SELECT name, amount FROM users ORDER BY 1"}}
+    analyst = Agent("analyst", model="chaz/script", script=[query, "done: {result}"], tools=list(SAFE_DEFAULT_TOOLS))
+    critic = Agent("critic", model="chaz/script", api_base="https://other.example.com/v1", script=["seen"] * 3,
+                   tools=list(SAFE_DEFAULT_TOOLS))
+    server = Server(store, [analyst, critic])
+    server.add_kernel({"users": users("note", "plain")})
+    s = server.current_session("analyst")
+    await (await server.send(s, "look")).wait()
+    end = store.entries(s)[-1].seq
+    same = server.fork_session(s, end, say="and again?")  # the same model and host: no new send
+    forked = server.fork_session(s, end, agent="critic", say="what do you make of it?")
+    for branch in (same, forked):
+        await branch.handle.wait()
+    other = forked.session_id
+    await (await server.send(other, "more?")).wait()  # its second run: sent already
+    rows = store.execute("SELECT session_id, agent, host, variables, rows_sent FROM data_egress"
+                         " WHERE via = 'fork_context'")
+    assert [(r[0], r[1], r[2], r[4]) for r in rows] == [(other, "critic", "other.example.com", 3)]
+    assert (json.loads(rows[0][3]) if isinstance(rows[0][3], str) else rows[0][3]) == ["users"]
+    await server.stop()

@@ -76,7 +76,8 @@ class Dialect:
 
     def data_egress(self) -> str:
         """One row per tool result or Message attachment that sent the notebook's data to a
-        model (the kernel's tools write an ``egress`` payload: server/kernel/)."""
+        model (the kernel's tools write an ``egress`` payload: server/kernel/), and per
+        branch's first run that sent its copied context to another model (server/egress.py)."""
         t, cast = self.text_at, self.try_cast
         # a Message's attachments (%chaz --with) are written before the run that reads them:
         # their run is the first run of that agent opened in the session after the Message
@@ -92,7 +93,9 @@ SELECT e.id AS entry_id,
        {t('e.payload', 'egress', 'model')} AS model,
        {t('e.payload', 'egress', 'provider')} AS provider,
        {t('e.payload', 'egress', 'host')} AS host,
-       CASE WHEN e.entry_type = 'ToolResult' THEN e.tool_name ELSE 'attachment' END AS via,
+       CASE WHEN e.entry_type = 'ToolResult' THEN e.tool_name
+            -- a branch's first run sending its copied context to another model (server/egress.py)
+            WHEN e.entry_type = 'Ack' THEN 'fork_context' ELSE 'attachment' END AS via,
        e.tool_call_id,
        {self.json_at('e.payload', 'egress', 'variables')} AS variables,
        {cast(t('e.payload', 'egress', 'rows'), 'BIGINT')} AS rows_sent,
@@ -101,7 +104,7 @@ SELECT e.id AS entry_id,
        {t('e.payload', 'egress', 'policy')} AS policy,
        e.created_at
 FROM entries e JOIN sessions s ON s.id = e.session_id
-WHERE e.entry_type IN ('ToolResult', 'Message') AND {self.json_at('e.payload', 'egress')} IS NOT NULL
+WHERE e.entry_type IN ('ToolResult', 'Message', 'Ack') AND {self.json_at('e.payload', 'egress')} IS NOT NULL
 """
 
     def variable_changes(self) -> str:

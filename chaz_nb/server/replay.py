@@ -119,7 +119,7 @@ def replayed_egress(recorded: RecordedCall, agent: Any) -> dict[str, Any] | None
     this run's model, so the ``data_egress`` view has a row for this send too (naming it)."""
     if recorded.egress is None:
         return None
-    from .kernel import egress_target
+    from .egress import egress_target
 
     return {**recorded.egress, "chars": len(recorded.output), **egress_target(agent),
             "replayed_from": recorded.result_id}

@@ -42,6 +42,7 @@ from ..errors import CeilingError
 from . import events as event_writer
 from .agents import Agent
 from .budgets import Budgets, StoredBudget
+from .egress import copied_context_egress
 from .ceiling import Authority, Ceiling
 from .invocation import Invocation
 from .ports import Part, RunContext, ServerPort, SpawnContext, current_run
@@ -156,6 +157,7 @@ class RunSteps:
                      "budget": tree.id,
                      "parent_run": spawn.parent_run if spawn else None,
                      "answers": [e.id for e in answers], "answers_count": len(answers),
+                     **_copied_egress(self.store, session, agent),
                      **(invocation.ack if invocation else {})},
         )], ACK_WINDOW)))
         # a root's budget row, its first call counted, rides in the Ack's commit (budgets.py)
@@ -442,3 +444,10 @@ class RunSteps:
         for part in reversed(self.parts):  # the first part registered is the outermost wrapper
             executor = part.wrap_executor(ctx, executor)
         return executor
+
+
+def _copied_egress(store: Store, session: Any, agent: Agent) -> dict[str, Any]:
+    """``{"egress": ...}`` for a branch's first run that sends its copied context to another
+    model or host than the source did (egress.py); ``{}`` otherwise."""
+    egress = copied_context_egress(store, session, agent)
+    return {"egress": egress} if egress is not None else {}

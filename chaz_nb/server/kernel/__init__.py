@@ -21,11 +21,11 @@ import functools
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
-from urllib.parse import urlparse
 
 from ...engine.tools import Tool, ToolRegistry, ToolReply, function_tool
 from ...errors import ToolError
 from ..agents import DEFAULT_CODE_TIMEOUT
+from ..egress import egress_target
 from ..ports import current_run
 from .describe import DataToolError, Egress, describe, lookup, safe_repr, variables
 from .interrupts import Interrupter
@@ -59,15 +59,6 @@ def ledgered(fn: Callable[..., ToolReply], host: CodeHost) -> Callable[..., Tool
             return ToolReply(text, is_error=True, payload={"egress": egress_payload(egress, policy)})
 
     return wrapper
-
-
-def egress_target(agent: Any) -> dict[str, Any]:
-    """Where an ``egress`` goes: the agent, its model, the model's provider and the host."""
-    model = getattr(agent, "model", None)
-    api_base = getattr(agent, "api_base", None)
-    return {"agent": getattr(agent, "name", None), "model": model,
-            "provider": model.split("/", 1)[0] if model and "/" in model else None,
-            "host": urlparse(api_base).hostname if api_base else None}
 
 
 def egress_payload(egress: Egress, policy: DataPolicy) -> dict[str, Any]:
