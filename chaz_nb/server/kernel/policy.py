@@ -123,6 +123,7 @@ _NOT_VALUES = frozenset({"None", "True", "False", "null", "true", "false", REDAC
 #: characters of a known secret value that are replaced wherever they appear (shorter ones
 #: would mask ordinary words)
 MIN_KNOWN = 4
+MIN_KNOWN_NUMBER = 6
 #: leaves of a secret-named container whose values are collected
 MAX_KNOWN = 200
 
@@ -145,7 +146,9 @@ def _leaves(value: Any, out: list[str], depth: int = 0) -> None:
         value = bytes(value).decode("utf-8", "replace")
     if isinstance(value, (str, int, float)) and not isinstance(value, bool):
         text = str(value)
-        if len(text) >= MIN_KNOWN:
+        # a number is masked wherever it appears only when it is long (a count of 1000 in a
+        # result is no key; a 6-digit PIN is)
+        if len(text) >= (MIN_KNOWN if isinstance(value, str) else MIN_KNOWN_NUMBER):
             out.append(text)
         return
     if type(value) is dict:
