@@ -104,6 +104,17 @@ async def test_the_original_frame_is_reachable_by_no_name_in_the_querys_catalog(
         assert reply.payload["egress"]["chars"] == len(reply.text)
 
 
+async def test_a_struct_column_with_a_secret_field_is_hidden_whole_and_a_frame_named_in_a_string_too():
+    frame = pd.DataFrame({"name": ["ann"], "creds": [{"user": "u", "pass_word": SECRETS[0]}]})
+    kernel = kernel_over({"users": frame})
+    for sql in ("SELECT creds.pass_word AS x, creds::VARCHAR AS s, to_json(creds) AS j FROM users",
+                "SELECT * FROM query_table('users')", "SELECT struct_extract(creds, 'pass_word') FROM users"):
+        reply = await call(kernel, "kernel__query", sql=sql)
+        assert SECRETS[0] not in reply.text and "does not exist" not in reply.text, reply.text
+    reply = await call(kernel, "kernel__query", sql="PRAGMA table_info('users')")
+    assert not reply.is_error and "creds" in reply.text
+
+
 async def test_a_secret_named_index_is_hidden_from_describe_and_query():
     frame = users("note", "plain").set_index(pd.Index(["ix-" + SECRETS[0], "iy-1", "iz-2"], name="api_key"))
     kernel = kernel_over({"users": frame})
@@ -119,7 +130,7 @@ async def test_a_secret_named_index_is_hidden_from_describe_and_query():
 
 
 @pytest.mark.parametrize("name", ["password", "db_password", "apiKey", "API-KEY", "x_api_key", "AWS_SECRET_ACCESS_KEY",
-                                  "auth_token", "client_secret", "PrivateKey", ("creds", "pwd")])
+                                  "auth_token", "client_secret", "PrivateKey", "pass_word", ("creds", "pwd")])
 def test_secret_names_in_every_spelling(name):
     assert secret_name(name)
 

@@ -87,7 +87,8 @@ _SECRET_WORDS = frozenset({"password", "passwords", "passwd", "passphrase", "pwd
                            "secretkey", "authorization", "bearer"})
 #: two words in a row that do (``api_key``, ``API-KEY``, ``apiKey``, ``private key``)
 _SECRET_PAIRS = frozenset({("api", "key"), ("access", "key"), ("private", "key"), ("secret", "key"),
-                           ("auth", "key"), ("signing", "key"), ("session", "key"), ("client", "secret")})
+                           ("auth", "key"), ("signing", "key"), ("session", "key"), ("client", "secret"),
+                           ("pass", "word"), ("pass", "phrase")})
 #: parts of a name written without separators (``dbpassword``, ``myapikey``)
 _SECRET_PARTS = ("password", "passwd", "passphrase", "apikey", "privatekey", "accesskey", "secretkey")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")

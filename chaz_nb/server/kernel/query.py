@@ -45,7 +45,7 @@ def _connection() -> duckdb.DuckDBPyConnection:
 
 
 def referenced_names(sql: str) -> set[str]:
-    """Identifiers of the query (quoted ones unquoted), as DuckDB's tokenizer sees them."""
+    """Identifiers and strings of the query (unquoted), as DuckDB's tokenizer sees them."""
     names: set[str] = set()
     try:
         marks = duckdb.tokenize(sql)
@@ -56,6 +56,8 @@ def referenced_names(sql: str) -> set[str]:
         word = sql[start:end].strip()
         if kind.name in ("identifier", "keyword"):
             names.add(word.strip('"'))
+        elif kind.name == "string_const":  # a frame named in a string: table_info('sales'), query_table('sales')
+            names.add(word.strip("'"))
     return names
 
 
