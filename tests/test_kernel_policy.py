@@ -97,6 +97,11 @@ async def test_the_original_frame_is_reachable_by_no_name_in_the_querys_catalog(
                        sql="SELECT view_name, sql FROM duckdb_views() WHERE NOT internal UNION ALL "
                            "SELECT table_name, sql FROM duckdb_tables()")
     assert not reply.is_error and SECRETS[0] not in reply.text
+    # DuckDB's Python replacement scan (a frame found by its name among the caller's locals,
+    # the raw one among them) is off: file access is off on the query's instance
+    for sql in ("SELECT * FROM obj", 'SELECT * FROM "table"', "SELECT * FROM df", "SELECT * FROM rel"):
+        reply = await call(kernel, "kernel__query", sql=sql)
+        assert reply.is_error and "does not exist" in reply.text and SECRETS[0] not in reply.text
     for sql in ("SELECT * FROM pandas_scan()", "SELECT * FROM arrow_scan(1, 2, 3)",
                 "SELECT * FROM python_arrow_scan()"):
         reply = await call(kernel, "kernel__query", sql=sql)
