@@ -120,6 +120,21 @@ async def test_a_struct_column_with_a_secret_field_is_hidden_whole_and_a_frame_n
     assert not reply.is_error and "creds" in reply.text
 
 
+async def test_a_map_column_hides_the_values_under_secret_looking_keys():
+    frame = pd.DataFrame({"name": ["ann", "bo"], "m": [{"user": "u"}, {"db_password": SECRETS[0], "x": "y"}]})
+    kernel = kernel_over({"users": frame})
+    for sql in ("SELECT m, m['db_password'] AS p, map_values(m) AS v, m::VARCHAR AS s FROM users",
+                "SELECT list_filter(map_values(m), lambda v: v LIKE 'zebra%') AS z FROM users",
+                "SELECT count(*) AS n FROM users WHERE m['db_password'] LIKE 'zebra%'"):
+        reply = await call(kernel, "kernel__query", sql=sql)
+        assert not reply.is_error and SECRETS[0] not in reply.text, reply.text
+    reply = await call(kernel, "kernel__query",
+                       sql="SELECT count(*) AS n FROM users WHERE m['db_password'] LIKE 'zebra%'")
+    assert reply.text.splitlines() == ["n", "0"]
+    reply = await call(kernel, "kernel__query", sql="SELECT m['x'] AS x FROM users ORDER BY name")
+    assert reply.text.splitlines() == ["x", "NULL", "y"]
+
+
 async def test_a_secret_named_index_is_hidden_from_describe_and_query():
     frame = users("note", "plain").set_index(pd.Index(["ix-" + SECRETS[0], "iy-1", "iz-2"], name="api_key"))
     kernel = kernel_over({"users": frame})

@@ -96,9 +96,25 @@ def masked_relation(con: duckdb.DuckDBPyConnection, table: Any) -> duckdb.DuckDB
         if secret_name(column) or secret_name(original) or secret_fields(str(kind)):
             exprs.append(f"'{REDACTED}'::VARCHAR AS {_quote(column)}")
             masked = True
+        elif str(getattr(kind, "id", "")).lower() == "map":  # dicts of varied keys: their keys are data
+            exprs.append(f"{_map_masked(i)} AS {_quote(column)}")
+            masked = True
         else:
             exprs.append(f"#{i} AS {_quote(column)}")
     return rel.project(", ".join(exprs)) if masked else rel
+
+
+#: a map key that says its value is a credential (``policy.secret_name``, in DuckDB's regex)
+SECRET_KEY_PATTERN = ("pass_?(word|wd|phrase)|pwd|secret|token|api[-_ ]?key|private[-_ ]?key|access[-_ ]?key"
+                      "|credential|authorization|bearer")
+#: DuckDB 1.3 writes a lambda ``lambda e: ...`` (the arrow form is refused from 2.0 on)
+_LAMBDA = "lambda e: " if tuple(int(p) for p in re.findall(r"\d+", duckdb.__version__)[:2]) >= (1, 3) else "e -> "
+
+
+def _map_masked(i: int) -> str:
+    """Column ``#i``, a MAP, with the value under each secret-looking key NULL."""
+    return (f"map_from_entries(list_transform(map_entries(#{i}), {_LAMBDA}{{'key': e.key, 'value': CASE WHEN "
+            f"regexp_matches(lower(CAST(e.key AS VARCHAR)), '{SECRET_KEY_PATTERN}') THEN NULL ELSE e.value END}}))")
 
 
 def _quote(name: str) -> str:
