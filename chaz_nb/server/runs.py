@@ -35,6 +35,7 @@ from ..errors import ServerError
 from .agents import Agent
 from .budgets import Budgets
 from .ceiling import Authority, Ceiling
+from .repost import carried
 from .invocation import Invocation
 from .handle import RunHandle
 from .ports import Part, SpawnContext, current_run
@@ -211,7 +212,7 @@ class RunEngine(RunStops, RunSteps):
         run = current_run.get()
         if run is None or run.port is not self or sender != run.agent.name:
             return payload
-        return {**(payload or {}), **Authority.of_run(run).to_payload()}
+        return carried(payload, Authority.of_run(run))
 
     def serve_here(self, session_id: int) -> None:
         """Before this server writes a trigger: take the session when nobody serves it and this
