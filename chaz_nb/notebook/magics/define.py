@@ -160,9 +160,9 @@ def describe_agent(agent: Agent, server: Server) -> str:
     extra = f", max depth {agent.max_depth}" if agent.max_depth is not None else ""
     if getattr(agent, "auto_approve", None):
         extra += f", auto-approves {', '.join(agent.auto_approve)}"
-    left_out = getattr(getattr(server, "roster", None), "left_out", {}).get(agent.name)
-    if left_out:  # kept with the sessions, but never a key
-        extra += f" (not stored: {', '.join(left_out)}; keys come from the environment)"
+    note = getattr(getattr(server, "roster", None), "notes", {}).get(agent.name)
+    if note:  # kept with the sessions, but never a key: what was left out, and how to give it
+        extra += f" ({note})"
     return f"agent {agent.name}: {agent.model}, {tools}{extra}"
 
 
