@@ -36,6 +36,7 @@ from ..core.credentials import credential_in, is_credential_key, without_userinf
 from ..core.redaction import redact_data
 from ..core.store import SharedSessions, Store, int_value, str_value, utcnow
 from ..errors import AgentError, StoreError
+from .agent_trust import Held, hold
 from .agents import Agent
 
 log = logging.getLogger(__name__)
@@ -283,10 +284,16 @@ class Roster:
     """A server's agents by name, where each comes from, and their current sessions; with a
     book, the kept ones are written through to the store and read back at start."""
 
-    def __init__(self, agents: dict[str, Agent], current: dict[str, int], book: AgentBook | None) -> None:
+    def __init__(self, agents: dict[str, Agent], current: dict[str, int], book: AgentBook | None,
+                 held: dict[str, Held] | None = None) -> None:
         self.agents = agents
         self.current = current
         self.book = book
+        #: each agent as this kernel confirmed it (defined here, loaded at start, accepted):
+        #: what a definition heard from another kernel is held to (agent_trust.py)
+        self.confirmed: dict[str, Agent] = {}
+        #: the agents another kernel changed, held to ``confirmed`` (the run engine's dict)
+        self.held: dict[str, Held] = {} if held is None else held
         #: name -> HERE, LOCAL, STORED or BUILT_IN (``%chaz agents``'s "from")
         self.origin: dict[str, str] = {}
         #: definitions made in code and never kept (the notebook's ``assistant``, a Server's
@@ -316,7 +323,25 @@ class Roster:
             self.notes.pop(agent.name, None)
             self.origin[agent.name] = LOCAL
         self.agents[agent.name] = agent
+        self._confirm(agent.name, agent)
         return agent
+
+    def _confirm(self, name: str, agent: Agent) -> None:
+        self.confirmed[name] = agent
+        self.held.pop(name, None)
+
+    def accept(self, name: str) -> Agent:
+        """Take the stored definition another kernel made of ``name`` as this kernel's own
+        (``%chaz agent NAME --accept``); AgentError when there is none to take."""
+        held = self.held.get(name)
+        if held is None:
+            raise AgentError(f"{name!r} runs here as defined; no other kernel's change of it is held here "
+                             "(%chaz agents lists the ones that are)")
+        stored = held.stored
+        self.agents[name] = stored
+        self.origin[name] = STORED
+        self._confirm(name, stored)
+        return stored
 
     def define_built_in(self, agent: Agent) -> Agent:
         """A definition made in code: never kept, and a stored one of that name wins."""
@@ -326,6 +351,7 @@ class Roster:
         if self.origin.get(agent.name) != STORED:
             self.agents[agent.name] = agent
             self.origin[agent.name] = BUILT_IN
+            self._confirm(agent.name, agent)
         return agent
 
     def load(self) -> list[str]:
@@ -333,9 +359,10 @@ class Roster:
         if self.book is None:
             return []
         loaded = self.book.load()
-        for name, agent in loaded.items():
+        for name, agent in loaded.items():  # what the store holds when this kernel starts
             self.agents[name] = agent
             self.origin[name] = STORED
+            self._confirm(name, agent)
         for name, sid in self.book.current_sessions().items():
             self.current.setdefault(name, sid)
         return sorted(loaded)
@@ -362,9 +389,12 @@ class Roster:
         if name in self.built_in:
             self.agents[name] = self.built_in[name]
             self.origin[name] = BUILT_IN
+            self._confirm(name, self.built_in[name])
         else:
             self.agents.pop(name, None)
             self.origin.pop(name, None)
+            self.confirmed.pop(name, None)
+            self.held.pop(name, None)
 
     def heard(self, name: str, agent: Agent | None) -> None:
         """Another kernel kept (``agent``) or forgot (None) ``name``: the store's word holds,
@@ -377,10 +407,20 @@ class Roster:
             return
         if self._stores_as(name, agent):
             return  # the row is this kernel's own definition as stored (secrets redacted): keep ours whole
+        held = self.held.get(name)
+        if held is not None and held.stored == agent:
+            return  # heard before (a refresh): held as it is, its line said once a session
         # (the current session is taken from the store at load only: from then on each
         # kernel keeps its own, so a definition heard never moves this kernel's conversation)
-        self.agents[name] = agent
+        # Another kernel's definition runs here within this kernel's confirmed one: its
+        # endpoints and keys, its tools and auto-approve as a cap (agent_trust.py)
+        runs, held = hold(agent, self.confirmed.get(name))
+        self.agents[name] = runs
         self.origin[name] = STORED
+        if held is None:
+            self.held.pop(name, None)
+        else:
+            self.held[name] = held
         self.left_out.pop(name, None)
         self.notes.pop(name, None)
 

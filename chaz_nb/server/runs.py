@@ -34,6 +34,7 @@ from ..engine.tools import ToolRegistry
 from ..errors import ServerError
 from .agents import Agent
 from .budgets import Budgets
+from .agent_trust import Held
 from .ceiling import Authority, Ceiling
 from .repost import carried
 from .invocation import Invocation
@@ -71,6 +72,9 @@ class RunEngine(RunStops, RunSteps):
     ) -> None:
         self.store = store
         self.agents = agents  # the façade's dict: a definition there is seen here
+        #: agents another kernel changed, held to this kernel's confirmed definition (the
+        #: roster's dict, agent_trust.py): their runs meet ``Held.ceiling``
+        self.held: dict[str, Held] = {}
         self.tools = tools
         self.backend = backend
         self.tool_timeout = tool_timeout

@@ -183,10 +183,14 @@ class DefineCommands(AgentCommands):
         except HelpShown:
             return
         where = f"%chaz agent {args.name}" if body is None else f"%%chaz agent {args.name}"
-        if args.forget:
+        if args.forget or args.accept:
+            flag = "forget" if args.forget else "accept"
             others = body is not None or any(
-                v not in (None, False) for k, v in vars(args).items() if k not in ("name", "forget"))
-            self._forget_agent(args.name, others)
+                v not in (None, False) for k, v in vars(args).items() if k not in ("name", flag))
+            if flag == "forget":
+                self._forget_agent(args.name, others)
+            else:
+                self._accept_agent(args.name, others)
             return
         spec: dict[str, Any] = {} if body is None else parse_toml(body, where)
         for key in ("model", "system", "max_depth", "max_iterations", "approval_timeout", "max_spawns",
