@@ -112,3 +112,19 @@ async def test_ordinary_options_and_urls_are_kept_as_they_are(location):
     finally:
         await server.stop()
         server.store.close()
+
+
+async def test_a_private_key_or_a_urls_password_in_the_prompt_or_script_is_masked_where_kept_and_shown(location):
+    server = Server(SessionStore.open(location), keep_agents=True)
+    try:
+        agent = Agent("ops", model="chaz/script", system=f"sign with {PEM} then call http://bob:{PASSWORD}@h/x",
+                      script=[f"key {PEM}"])
+        server.define_agent(agent)
+        stored = "".join(str(row) for row in server.store.execute("SELECT * FROM agent_definitions"))
+        assert secrets_in(stored) == [] and secrets_in(repr(agent)) == []
+        kept = json.loads(server.store.execute("SELECT definition FROM agent_definitions")[0][0])
+        assert kept["system"] == "sign with [REDACTED]\n then call http://[REDACTED]@h/x"
+        assert server.agents["ops"].system == agent.system  # this kernel keeps what it was given
+    finally:
+        await server.stop()
+        server.store.close()

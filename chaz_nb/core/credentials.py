@@ -24,6 +24,11 @@ from .redaction import is_credential_field, is_secret_name, redact
 
 #: a PEM block that holds a private key (RSA, EC, OpenSSH, PKCS#8, encrypted)
 _PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----")
+#: the whole block (to its END line, or to the end of the text when it has none)
+_PRIVATE_KEY_BLOCK = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----.*?(?:-----END [A-Z0-9 ]*-----|\Z)",
+                                re.DOTALL)
+#: the userinfo of a URL, to mask it (keeps the scheme and the host)
+_USERINFO_PART = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s?#@]+@")
 #: ``scheme://userinfo@``: a URL that carries a credential before its host
 _USERINFO = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^/\s?#@]+@")
 #: fields of a JSON credential (a service account, an OAuth client or token, a login)
@@ -78,6 +83,16 @@ def _in_text(text: str, redact_text: Callable[[str], str]) -> str | None:
     if redact_text(text) != text:
         return "a key or token"
     return None
+
+
+def mask_text(text: str, redact_text: Callable[[str], str] = redact) -> str:
+    """``text`` redacted, its private-key blocks and URLs' ``user:password@`` masked too."""
+    text = redact_text(text)
+    if "PRIVATE KEY" in text:
+        text = _PRIVATE_KEY_BLOCK.sub("[REDACTED]", text)
+    if "@" in text:
+        text = _USERINFO_PART.sub(r"\1[REDACTED]@", text)
+    return text
 
 
 def without_userinfo(url: str) -> tuple[str, bool]:

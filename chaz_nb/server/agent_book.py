@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ..core.credentials import credential_in, is_credential_key, without_userinfo
+from ..core.credentials import credential_in, is_credential_key, mask_text, without_userinfo
 from ..core.redaction import redact_data
 from ..core.store import SharedSessions, Store, int_value, str_value, utcnow
 from ..errors import AgentError, StoreError
@@ -132,7 +132,9 @@ def stored_form(agent: Agent, redact: Callable[[str], str]) -> tuple[dict[str, A
         data["api_base"], kind = stored_url(agent.api_base, redact)
         if kind is not None:
             why.append(("api_base", kind))  # "api_base (a user:password in a URL)"
-    return redact_data(data, redact), why
+    # every other string (a system prompt, a script) as the log keeps it, and never a private
+    # key block or a URL's user:password either
+    return redact_data(data, lambda text: mask_text(text, redact)), why
 
 
 def stored_url(url: str, redact: Callable[[str], str]) -> tuple[str, str | None]:

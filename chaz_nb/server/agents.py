@@ -9,7 +9,7 @@ from typing import Any
 
 from ..engine.backends import DEFAULT_MODEL_TIMEOUT, DEFAULT_RETRIES
 from ..engine.tree_budget import DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_SPAWNS
-from ..core.credentials import credential_in, is_credential_key, masked_url
+from ..core.credentials import credential_in, is_credential_key, mask_text, masked_url
 from ..core.redaction import REDACTED, redact, redact_data
 from ..errors import AgentError
 
@@ -80,7 +80,8 @@ class Agent:
     def __repr__(self) -> str:
         # model_options can hold a key given literally (api_key=..., a credential header): a
         # cell that ends with an Agent, or server.agents, would put it in the notebook.
-        shown = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        # Every other field as the log would keep it (a key pasted in a system prompt or a script).
+        shown = {f.name: redact_data(getattr(self, f.name), mask_text) for f in dataclasses.fields(self)}
         shown["model_options"] = masked_options(self.model_options)
         if isinstance(self.api_base, str):  # never its user:password@ (or a key in it)
             shown["api_base"] = redact(masked_url(self.api_base))
