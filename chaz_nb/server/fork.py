@@ -37,7 +37,7 @@ from .agents import Agent
 from .handle import RunHandle
 from .ports import Part
 from .replay import META_KEY, REPLAY_MODES, RecordedTools
-from .repost import repost_payload
+from .repost import answered_index, repost_payload
 from .rooms import ROOM_KIND
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -160,11 +160,12 @@ class Forks(Part):
         return ForkResult(copy.session_id, source.id, copy.at_seq, branch_agent, copy.copied, len(copy.closing),
                           replay, handle, trigger, defined)
 
-    def _repost(self, trigger: Entry, marker: dict[str, Any]) -> dict[str, Any]:
+    def _repost(self, trigger: Entry, marker: dict[str, Any],
+                index: dict[int, list[int]] | None = None) -> dict[str, Any]:
         """The payload of ``trigger`` written again: the authority of the run it re-starts
         (repost.py); a ServerError when that authority is unreadable."""
         try:
-            return repost_payload(self.port.store, trigger, marker)
+            return repost_payload(self.port.store, trigger, marker, index)
         except CeilingError as exc:
             raise ServerError(f"cannot write #{trigger.seq} of session {trigger.session_id} again: {exc}") from None
 
@@ -222,7 +223,8 @@ class Forks(Part):
                     if is_trigger(e, self.port.agents)]
         if not triggers:
             raise ServerError(f"session {source.id} has no Message or Directive to replay")
-        payloads = [self._repost(trigger, {"replays": trigger.id}) for trigger in triggers]
+        index = answered_index(store, source.id)
+        payloads = [self._repost(trigger, {"replays": trigger.id}, index) for trigger in triggers]
         branch = self.fork(source.id, 0, agent=agent or source.agent, model=model, replay=replay)
         for trigger, payload in zip(triggers, payloads, strict=True):
             handle = self.port.post(branch.session_id, trigger.entry_type, trigger.content, trigger.sender, payload)

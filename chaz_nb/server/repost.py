@@ -33,26 +33,38 @@ if TYPE_CHECKING:  # pragma: no cover
 ROUTING_KEYS = ("to", "default")
 
 
-def answered_with(store: Store, trigger: Entry) -> list[Entry]:
+def answered_index(store: Store, session_id: int) -> dict[int, list[int]]:
+    """For each trigger a run of the session answered: the ids of every trigger that run
+    answered (its opening Ack's ``answers``), read in one pass over the session's Acks."""
+    index: dict[int, list[int]] = {}
+    for ack in store.entries(session_id, types=(EntryType.ACK,)):
+        answers = ack.payload.get("answers")  # (only a run's opening Ack lists them)
+        if isinstance(answers, list):
+            ids = [i for i in answers if isinstance(i, int)]
+            for i in ids:
+                index.setdefault(i, ids)
+    return index
+
+
+def answered_with(store: Store, trigger: Entry, index: dict[int, list[int]] | None = None) -> list[Entry]:
     """The triggers the source's run that answered ``trigger`` answered (``trigger`` first);
     ``[trigger]`` when no run answered it (it was cut by the fork point, or is still queued)."""
-    for ack in store.entries(trigger.session_id, trigger.seq, types=(EntryType.ACK,)):
-        answers = ack.payload.get("answers")
-        if isinstance(answers, list) and trigger.id in answers:  # (only a run's opening Ack lists them)
-            others = [store.entry(i) for i in answers if isinstance(i, int) and i != trigger.id]
-            return [trigger, *(e for e in others if e is not None)]
-    return [trigger]
+    if index is None:
+        index = answered_index(store, trigger.session_id)
+    others = [store.entry(i) for i in index.get(trigger.id, ()) if i != trigger.id]
+    return [trigger, *(e for e in others if e is not None)]
 
 
-def repost_payload(store: Store, trigger: Entry, marker: dict[str, Any]) -> dict[str, Any]:
+def repost_payload(store: Store, trigger: Entry, marker: dict[str, Any],
+                   index: dict[int, list[int]] | None = None) -> dict[str, Any]:
     """The payload of ``trigger`` written again: ``marker`` (``rerun_of`` / ``replays``), its
     routing, and the authority of the run it re-starts (a CeilingError when unreadable: the
-    run must not run open)."""
+    run must not run open). ``index``: ``answered_index`` of its session, when read already."""
     payload = dict(marker)
     for key in ROUTING_KEYS:
         if key in trigger.payload:
             payload[key] = trigger.payload[key]
-    authority = Authority.of_entries(e.payload for e in answered_with(store, trigger))
+    authority = Authority.of_entries(e.payload for e in answered_with(store, trigger, index))
     if authority is not None:
         payload.update(authority.to_payload())
     return payload
