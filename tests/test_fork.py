@@ -315,3 +315,29 @@ async def test_copies_are_no_news_to_on_write_callbacks_on_either_store(backend_
     assert [(e.session_id, e.entry_type.value) for e in seen] == [(branch, "Ack")]  # the closing Ack only
     assert not server.running_sessions()
     await server.stop()
+
+
+async def test_compare_and_branches_after_a_fork_made_mid_run_count_what_the_source_did_after_the_point(
+        backend_store):
+    # the source's first run: #1 go, #2 Ack, #3 count(a), #4 result, #5 count(b), #6 result, #7 reply;
+    # forked at #4 (inside that run), the branch asks something else and calls no tool
+    store = backend_store
+    server, sid = await two_turns(store, counting_tools())
+    result = server.fork_session(sid, 4, model="chaz/echo", say="what now?")
+    assert result.handle is not None
+    await result.handle.wait()
+    c = server.compare(sid, result.session_id)
+    assert c.point == 4
+    [continued, second] = c.a.runs
+    assert continued.tool_calls == ['count({"label": "b"})'] and continued.reply == "done b=2"
+    assert continued.seq == 2 and continued.continued  # opened before the point, went on after it
+    assert second.tool_calls == ['count({"label": "a"})', 'count({"label": "b"})'] and not second.continued
+    [own] = c.b.runs
+    assert own.tool_calls == [] and own.reply == "echo: what now?" and not own.continued
+    assert c.first_difference == 0
+    rows = store.sql("SELECT runs, tool_calls, source_runs, source_tool_calls, source_steps FROM branches "
+                     "WHERE session_id = ?", [result.session_id]).fetchall()
+    # the source's continued run and its second run; their calls after #4 (b, then a and b); a
+    # run's steps are recorded when it ends: the whole runs' (3 each)
+    assert rows == [(1, 0, 2, 3, 6)]
+    await server.stop()

@@ -68,3 +68,19 @@ def test_replay_and_compare_show_escaped_agent_text_and_run_no_tool(chaz, sessio
     assert "<b>bold</b>" not in html and "&lt;b&gt;bold&lt;/b&gt;" in html
     assert "\x1b" not in html + text and "\\x1b[2J" in text and "<U+202E>" in text
     assert "the same tool calls on both sides" in text
+
+
+def test_compare_after_a_fork_made_mid_run_shows_what_the_source_did_after_the_point(chaz, session, capsys):
+    # the source: #1 weather?, #2 Ack, #3 lookup(Oslo), #4 its result, #5 the reply; forked at #2
+    ip.run_line_magic("chaz", f"fork {session} --at 2 --model chaz/echo --say 'and tomorrow?'")
+    capsys.readouterr()
+    ip.run_line_magic("chaz", f"compare {session} 2")
+    out = capsys.readouterr().out
+    assert "the same tool calls on both sides" not in out
+    assert "#2 (open at the fork point #2, went on after it; totals: the whole run)" in out
+    assert 'lookup({"city": "Oslo"})  ◀ first difference' in out  # the source's call after #2
+    assert "→ <b>bold</b> \\x1b[2J <U+202E>evil Oslo: sunny" in out  # and its reply
+    from chaz_nb.notebook.views.compare import CompareView
+
+    html = CompareView(chaz.compare(session, 2)).html()
+    assert "no runs" not in html and "&lt;b&gt;bold&lt;/b&gt;" in html and "\u202e" not in html

@@ -291,12 +291,13 @@ LEFT JOIN open_requests o ON o.run_id = a.run_id
 
     def branches(self) -> str:
         """Every fork: its point, its agent and model, and the totals of each branch from the
-        fork point on (the branch's own runs; the source's runs that opened after the point)."""
+        fork point on: the branch's own runs; the source's runs with an entry after the point
+        (one open at the point goes on in the source), their tool calls made after it."""
         d = self.double
 
-        def totals(prefix: str) -> str:
+        def totals(prefix: str, calls: str = "sum(o.tool_calls)") -> str:
             return (f"count(o.run_id) AS {prefix}runs, CAST(coalesce(sum(o.steps), 0) AS BIGINT) AS {prefix}steps, "
-                    f"CAST(coalesce(sum(o.tool_calls), 0) AS BIGINT) AS {prefix}tool_calls, "
+                    f"CAST(coalesce({calls}, 0) AS BIGINT) AS {prefix}tool_calls, "
                     f"CAST(sum(o.prompt_tokens) AS BIGINT) AS {prefix}prompt_tokens, "
                     f"CAST(sum(o.completion_tokens) AS BIGINT) AS {prefix}completion_tokens, "
                     f"CAST(sum(o.cost_usd) AS {d}) AS {prefix}cost_usd, "
@@ -316,12 +317,21 @@ forks AS (
     FROM sessions f LEFT JOIN sessions s ON s.id = f.forked_from
     WHERE f.forked_from IS NOT NULL
 ),
+source_runs AS (
+    -- per fork, the source's runs with an entry after the point, and their calls after it
+    SELECT f.id AS fork_id, x.run_id,
+           count(CASE WHEN x.entry_type = 'ToolCall' THEN 1 END) AS calls_after
+    FROM forks f JOIN entries x ON x.session_id = f.forked_from AND x.seq > f.forked_at_seq
+    WHERE x.run_id IS NOT NULL
+    GROUP BY f.id, x.run_id
+),
 branch AS (
     SELECT f.id, {totals('')} FROM forks f LEFT JOIN own o ON o.session_id = f.id GROUP BY f.id
 ),
 source AS (
-    SELECT f.id, {totals('source_')} FROM forks f
-    LEFT JOIN own o ON o.session_id = f.forked_from AND o.seq > f.forked_at_seq GROUP BY f.id
+    SELECT f.id, {totals('source_', 'sum(CASE WHEN o.run_id IS NOT NULL THEN sr.calls_after END)')} FROM forks f
+    LEFT JOIN source_runs sr ON sr.fork_id = f.id
+    LEFT JOIN own o ON o.session_id = f.forked_from AND o.run_id = sr.run_id GROUP BY f.id
 )
 SELECT f.id AS session_id, f.forked_from, f.forked_at_seq, f.created_at AS forked_at,
        f.agent, b.model, b.runs, b.steps, b.tool_calls, b.prompt_tokens, b.completion_tokens,
