@@ -84,3 +84,29 @@ def test_compare_after_a_fork_made_mid_run_shows_what_the_source_did_after_the_p
 
     html = CompareView(chaz.compare(session, 2)).html()
     assert "no runs" not in html and "&lt;b&gt;bold&lt;/b&gt;" in html and "\u202e" not in html
+
+
+def test_log_and_the_cell_views_show_each_rows_seq_for_fork_at(chaz, session, capsys, monkeypatch):
+    import IPython.display
+
+    shown: list[dict] = []
+    monkeypatch.setattr(IPython.display, "display", lambda data, **kw: shown.append(data))
+    monkeypatch.setattr(IPython.display, "update_display", lambda data, **kw: shown.append(data))
+    ip.run_line_magic("chaz", f"log {session}")
+    data = shown[-1]
+    lines = data["text/plain"].splitlines()
+    # #1 weather?, #2 its run's Ack (a status, no row), #3 the call (its result folded in), #5 the reply
+    assert lines[1] == "#1 user: weather?"
+    assert lines[2].startswith('#3   ⚙ lookup({"city": "Oslo"})')
+    assert lines[3] == "#5 analyst: <b>bold</b> <U+001B>[2J <U+202E>evil Oslo: sunny"
+    html = data["text/html"]
+    seq = ("<span class='chaz-seq' title='entry #{0} of the session: %chaz fork SESSION --at {0} branches "
+           "from here'>#{0}</span>")
+    assert html.count("class='chaz-seq'") == 3
+    for n, badge in ((1, "message"), (3, "tool"), (5, "message")):
+        assert seq.format(n) + f"<span class='chaz-badge chaz-badge-{badge}'>" in html
+    assert "<b>bold</b>" not in html and "\x1b" not in html and "\u202e" not in html  # the reply, escaped
+    # a turn's cell view: the rows it shows, with their seqs (its last form, once the run ended)
+    ip.run_line_magic("chaz", "@analyst again?")
+    cell = shown[-1]["text/plain"]
+    assert "#6 user: again?" in cell and "#8   ⚙ lookup(" in cell
