@@ -256,8 +256,8 @@ class Row:
             stopped = " chaz-stopped" if p.get("status") == "cancelled" else ""
             return (
                 f"<div class='chaz-entry chaz-type-ack chaz-closed{stopped}' data-type='Ack'>"
-                f"{entry_head_html('Ack', sender, e.created_at, self.seq)}<div class='chaz-content'>{_esc(e.content)}</div>"
-                f"{extra}</div>"
+                f"{entry_head_html('Ack', sender, e.created_at, self.seq)}"
+                f"<div class='chaz-content'>{_esc(e.content)}</div>{extra}</div>"
             )
         if self.kind == "approval":
             if self.open_request:
