@@ -110,3 +110,32 @@ def test_log_and_the_cell_views_show_each_rows_seq_for_fork_at(chaz, session, ca
     ip.run_line_magic("chaz", "@analyst again?")
     cell = shown[-1]["text/plain"]
     assert "#6 user: again?" in cell and "#8   ⚙ lookup(" in cell
+
+
+def test_replay_and_fork_take_api_base_so_a_local_model_is_called_there(chaz, session, capsys, model_server,
+                                                                       monkeypatch):
+    from fakes.openai_server import Call, Reply
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-local-not-checked")
+    model_server.script(Reply(tool_calls=[Call("lookup", {"city": "Oslo"})]), Reply(text="local: sunny"))
+    ip.run_line_magic("chaz", f"replay {session} --model openai/smol --api-base {model_server.openai_base} "
+                              "--system 'Be brief.'")
+    assert "every trigger replayed by @analyst@openai-smol-prompt-" in capsys.readouterr().out
+    branch = chaz.store.session(chaz.store.sessions()[-1].id)
+    assert chaz.store.latest(branch.id).content == "local: sunny"
+    requests = model_server.chat_requests()
+    assert len(requests) == 2 and requests[0].body["messages"][0] == {"role": "system", "content": "Be brief."}
+    assert ip.user_ns["calls"] == ["Oslo"]  # the call was answered from the recording
+    assert chaz.agents[branch.agent].api_base == model_server.openai_base
+    # a fork with another server alone: a definition named after its host
+    ip.run_line_magic("chaz", f"fork {session} --at 1 --api-base {model_server.openai_base}")
+    out = capsys.readouterr().out
+    assert f"agent @analyst@127.0.0.1-{model_server.port} (a new definition)" in out
+
+
+def test_a_bad_api_base_on_replay_is_one_line_that_writes_nothing(chaz, session):
+    before = len(chaz.store.sessions())
+    with pytest.raises(UsageError, match=r"^%chaz replay: cannot make analyst@openai-smol: .*api_base must be an "
+                                         r"http:// or https:// URL") as err:
+        ip.run_line_magic("chaz", f"replay {session} --model openai/smol --api-base ftp://nowhere")
+    assert "\n" not in str(err.value) and len(chaz.store.sessions()) == before
