@@ -33,6 +33,8 @@ _HELP = """\
 %%chaz agent NAME           the same fields as a TOML body (model = "...", tools = ["a", "b"], ...)
 %chaz agents                the agents here: where each comes from, the tools they name not defined yet
 %chaz agent NAME --forget   remove NAME from this kernel and the store (agents are kept with the sessions)
+%chaz agent NAME --accept   take the definition another kernel stored for NAME (until then its runs here keep
+                            this kernel's tools, auto-approve list and api_base)
 %chaz sessions              the sessions in the database
 %chaz log [SESSION] [--limit N] [--before SEQ] [--all]
                             a session's transcript (SESSION: an id or @NAME; default: the last one):
@@ -55,9 +57,10 @@ _HELP = """\
 %chaz room NAME @a @b [--host a] [--budget N]   a session shared by agents; it becomes the current room:
                             %chaz @a text then speaks there, and the agents @mentioned take turns
 %chaz room [NAME]           list the rooms / enter room NAME;  %chaz room --leave  leaves the current room
-%chaz fork SESSION [--at SEQ] [--agent NAME] [--model M] [--system TEXT] [--say TEXT] [--rerun] [--replay recorded|live]
-                            a new session starting with SESSION's log up to SEQ (another model, prompt, message)
-%chaz replay SESSION --model M [--agent NAME]   every trigger of SESSION again in a new branch; tools from the recording
+%chaz fork SESSION [--at SEQ] [--agent NAME] [--model M] [--system TEXT] [--api-base URL] [--say TEXT] [--rerun]
+      [--replay recorded|live]   a new session starting with SESSION's log up to SEQ (another model, prompt, message)
+%chaz replay SESSION --model M [--agent NAME] [--system TEXT] [--api-base URL]
+                            every trigger of SESSION again in a new branch; tools from the recording
 %chaz compare A B           two branches side by side from their fork point
 %chaz compact [SESSION]     summarize the conversation into a Summary: later runs start from it
 %chaz mcp add NAME -- COMMAND ARGS...   start an MCP tool server (or --url URL); its tools are NAME__TOOL
@@ -110,6 +113,8 @@ def agent_parser() -> CommandParser:
                    help="ask the model for whole replies (default: stream, the view shows the reply as it is written)")
     p.add_argument("--forget", action="store_true",
                    help="remove NAME from this kernel and the store (its sessions stay)")
+    p.add_argument("--accept", action="store_true",
+                   help="take the definition another kernel stored for NAME (its tools, auto-approve, api_base)")
     p.usage = "%chaz " + usage_of(p)
     return p
 
