@@ -310,3 +310,27 @@ async def test_malformed_tool_call_json_goes_back_to_the_model(make, store, mode
     assert call.entry_type is T.TOOL_CALL and call.payload["arguments"] == '{"a": 2, "b":'
     assert result.payload["is_error"] is True and "not valid JSON" in result.payload["output"]
     assert "not valid JSON" in model_server.chat_requests()[1].body["messages"][-1]["content"]
+
+
+# ------------------------------------------------------------------ keys
+async def test_a_missing_key_is_one_line_naming_the_variable_and_no_retries(make, store, monkeypatch):
+    """After a kernel restart OPENAI_API_KEY is gone: the Error names it, nothing is retried,
+    and it does not read as the provider's HTTP 500."""
+    monkeypatch.delenv("OPENAI_API_KEY")
+    server = make(wire_agent("w", "https://llm.example.invalid/v1"))
+    error = await asyncio.wait_for((await server.send(server.current_session("w"), "hi")).wait(), 20)
+    assert error.entry_type is T.ERROR and "\n" not in error.content
+    assert "set OPENAI_API_KEY" in error.content and "%env OPENAI_API_KEY=" in error.content
+    assert "HTTP 500" not in error.content and "attempts" not in error.content and "later" not in error.content
+    assert (error.payload["error_kind"], error.payload["attempts"]) == ("missing_key", 1)
+
+
+async def test_a_server_on_this_machine_needs_no_key(make, store, model_server, monkeypatch):
+    """llama.cpp or vLLM on 127.0.0.1 asks for no key: an agent there works with none set."""
+    monkeypatch.delenv("OPENAI_API_KEY")
+    model_server.script(Reply("local hello"))
+    server = make(wire_agent("w", model_server.openai_base))
+    reply = await (await server.send(server.current_session("w"), "hi")).wait()
+    assert reply.content == "local hello"
+    [req] = model_server.chat_requests()
+    assert req.headers["authorization"] == "Bearer sk-chaz-local-no-key"

@@ -74,8 +74,32 @@ def _status(exc: BaseException) -> int | None:
     return status if isinstance(status, int) else None
 
 
+#: how a provider's SDK (through litellm) says no key was given: the OpenAI SDK ("Missing
+#: credentials ... set the `OPENAI_API_KEY` ... environment variable", older "The api_key client
+#: option must be set"), litellm's own checks ("Missing Anthropic API Key"). No request was made.
+_NO_KEY = re.compile(r"missing credentials|api_key client option must be set|missing [\w ]*api[ _]key"
+                     r"|no (?:api )?key is set", re.IGNORECASE)
+#: the environment variable a missing-key message names
+_KEY_VARIABLE = re.compile(r"\b[A-Z][A-Z0-9]*_API_KEY\b")
+
+
+def missing_key_variable(exc: BaseException, provider: str) -> str | None:
+    """The environment variable to set when ``exc`` says no key was given (else None): the one
+    the message names, or ``PROVIDER_API_KEY``."""
+    for e in _chain(exc):
+        text = str(getattr(e, "message", None) or e)
+        if _NO_KEY.search(text):
+            named = _KEY_VARIABLE.search(text)
+            return named.group(0) if named else f"{(provider or 'OPENAI').upper()}_API_KEY"
+    return None
+
+
 def classify(exc: BaseException) -> tuple[str, int | None]:
-    """``(kind, status)`` of a failed call: timeout, connection, rate_limit, auth, http."""
+    """``(kind, status)`` of a failed call: missing_key, context_window, timeout, connection,
+    rate_limit, auth, http."""
+    if missing_key_variable(exc, "") is not None:
+        # litellm reports the SDK's "no key" as a 500: no request left, another attempt is the same
+        return "missing_key", None
     names = {type(e).__name__ for e in _chain(exc)}
     if "ContextWindowExceededError" in names:
         # litellm's name for a provider's "too many tokens" answer (llama.cpp, OpenAI, vLLM, ...)
@@ -208,6 +232,12 @@ def provider_error(exc: BaseException, model: str, api_base: str | None, attempt
             provider = ""
     provider = provider or "unknown"
     where = _where(api_base)
+    if kind == "missing_key":
+        variable = missing_key_variable(exc, provider) or "OPENAI_API_KEY"
+        message = (f"{model} ({provider}{where}): no API key was given, so no request was made; set "
+                   f"{variable} in the kernel's environment (%env {variable}=...) and send the message again")
+        return ProviderError(message, model=model, provider=provider, kind=kind, status=None, attempts=attempts,
+                             extra={"variable": variable})
     if kind == "context_window":
         message, sizes = _context_error(exc, model, f"{model} ({provider}{where})", litellm, max_tokens,
                                         newest_alone)
