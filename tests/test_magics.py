@@ -574,3 +574,11 @@ def test_a_message_over_the_entry_limit_is_a_one_line_error_and_nothing_is_writt
     one_line_error(capsys, "%chaz @assistant " + "x" * 30_000,
                    "is over the entry limit of 20,000 (CHAZ_MAX_ENTRY_CHARS); nothing was written")
     assert entries(chaz, "assistant") == []
+
+
+def test_config_db_refuses_a_directory_that_does_not_exist(chaz, tmp_path, capsys):
+    """A typo in the directory must not make a new, empty store (and move the kernel to it)."""
+    path = tmp_path / "not-there" / "sessions.duckdb"
+    one_line_error(capsys, f"%chaz config db={path}", f"the directory {tmp_path / 'not-there'} does not exist")
+    assert not (tmp_path / "not-there").exists()
+    assert chaz_nb.current() is chaz and not chaz.store.closed  # still on the store it had
