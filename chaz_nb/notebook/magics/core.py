@@ -28,7 +28,7 @@ from .sql import SqlCommands
 from .stop import StopCommands
 from .fork import ForkCommands
 from .args import split_words
-from .usage import CELL_USAGE, HELP, USAGE
+from .usage import CELL_USAGE, HELP, SHORT_USAGE, USAGE
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..controller import ExtensionState
@@ -95,8 +95,9 @@ class ChazMagics(DefineCommands, SessionCommands, ApprovalCommands, SqlCommands,
         if cell is not None:
             return self._cell(line, cell)
         line = line.strip()
-        if not line:
-            raise UsageError(USAGE)
+        if not line:  # a person asking what to type: a few lines of output, not an error
+            print(SHORT_USAGE)
+            return None
         head, _, rest = line.partition(" ")
         if head.startswith("@") or head.startswith("--"):
             return self._message(line, directive=False)
