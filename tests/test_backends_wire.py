@@ -320,7 +320,7 @@ async def test_a_missing_key_is_one_line_naming_the_variable_and_no_retries(make
     server = make(wire_agent("w", "https://llm.example.invalid/v1"))
     error = await asyncio.wait_for((await server.send(server.current_session("w"), "hi")).wait(), 20)
     assert error.entry_type is T.ERROR and "\n" not in error.content
-    assert "set OPENAI_API_KEY" in error.content and "%env OPENAI_API_KEY=" in error.content
+    assert "set OPENAI_API_KEY" in error.content and "(%env or os.environ)" in error.content
     assert "HTTP 500" not in error.content and "attempts" not in error.content and "later" not in error.content
     assert (error.payload["error_kind"], error.payload["attempts"]) == ("missing_key", 1)
 

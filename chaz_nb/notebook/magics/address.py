@@ -29,7 +29,8 @@ def parse_message_line(line: str, where: str = "%chaz") -> tuple[str, str, bool]
         if token == "--no-wait":
             wait = False
         elif token.startswith("--"):
-            raise unknown_option(where, token, ["--no-wait", "--with"], "the options before the text: --no-wait, --with a,b")
+            raise unknown_option(where, token, ["--no-wait", "--with"],
+                                 "the options before the text: --no-wait, --with a,b")
         elif name is None and token.startswith("@"):
             nm = AGENT_NAME.fullmatch(token)
             if nm is None:
