@@ -210,8 +210,13 @@ class SessionView(LiveRows, LiveView):
         if i.forked_from is not None:
             spans.append(("chaz-forked", f"forked from session {i.forked_from} at #{i.forked_at_seq}"))
         spans.append((f"chaz-status chaz-status-{''.join(c for c in status if c.isalpha())}", status))
-        spans.append(("chaz-count", count_label(len(self.transcript.entries), self.cell)))
+        spans.append(("chaz-count", self.count_label()))
         return spans
+
+    def count_label(self) -> str:
+        """The header's count, of the rows shown as well as the entries they fold."""
+        shown = sum(1 for row in self.transcript.rows if row.text())
+        return count_label(len(self.transcript.entries), self.cell, shown)
 
     # ---------------------------------------------------------- paging
     def _first_page(self) -> list[Any]:
@@ -480,6 +485,8 @@ class SessionView(LiveRows, LiveView):
             data["title"] = self.title
         if self.cell:  # one cell's part of a run: the header counts "entries in this cell"
             data["scope"] = "cell"
+        # the renderer shows this count (it folds rows as the Transcript does)
+        data["count_label"] = self.count_label()
         if self.earlier:  # a page of a longer log: what the renderer's "show earlier" needs
             data["first_seq"] = self.first_seq
             data["earlier"] = self.earlier
