@@ -614,3 +614,20 @@ def test_a_cell_views_count_matches_the_rows_it_shows(store):
     assert len(shown) == 2, shown  # the tool row and the reply
     assert "<span class='chaz-count'>2 rows (4 entries) in this cell</span>" in data["text/html"]
     assert data[MIME_TYPE]["count_label"] == "2 rows (4 entries) in this cell"  # what the lab renderer shows
+
+
+def test_a_run_waiting_for_the_model_library_says_so_until_its_request_leaves(store):
+    """The first turn after %load_ext waits seconds for litellm's import: the status line says
+    so, and the run's Ack (written as the request leaves) replaces it with "working"."""
+    sid = store.create_session("calc")
+    store.append(sid, EntryType.MESSAGE, "user", "add 2 and 3")
+    loading = [True]
+    view = SessionView(store, sid, status=FakeStatus("running"), loading=lambda: loading[0], widget=False)
+    assert view.text().splitlines()[-1] == "… loading the model library…"
+    assert "<div class='chaz-status-line'>loading the model library…</div>" in view.html()
+    loading[0] = False
+    store.append(sid, EntryType.ACK, "calc", "calc is working")
+    after = SessionView(store, sid, status=FakeStatus("running"), loading=lambda: loading[0], widget=False)
+    assert after.text().splitlines()[-1] == "… calc is working… step 1"
+    idle = SessionView(store, sid, status=FakeStatus("idle"), loading=lambda: True, widget=False)
+    assert "loading the model library" not in idle.text()  # a run that is over waits for nothing

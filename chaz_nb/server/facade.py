@@ -292,6 +292,13 @@ class Server:
     def is_busy(self, session_id: int) -> bool:
         return self._engine.is_busy(session_id)
 
+    def model_library_loading(self) -> bool:
+        """Whether a model call would wait for litellm's import now (seconds after
+        ``%load_ext``): the views say "loading the model library…" meanwhile."""
+        from ..engine.litellm_loader import litellm_loaded
+
+        return isinstance(self.backend, LiteLLMBackend) and not litellm_loaded()
+
     def session_status(self, session_id: int) -> str:
         """``idle``, ``running`` or ``parked`` (waiting for a person)."""
         return self._engine.session_status(session_id)
