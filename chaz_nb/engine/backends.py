@@ -38,7 +38,7 @@ from .streaming import StreamAssembly
 DeltaCallback = Callable[[str], None]
 
 __all__ = ["LiteLLMBackend", "ModelBackend", "ModelReply", "ProviderError", "ToolCallRequest", "Usage",
-           "litellm_module", "litellm_ready", "start_import"]
+           "litellm_module", "litellm_ready", "refuses_tools", "start_import"]
 
 log = logging.getLogger(__name__)
 
@@ -250,6 +250,17 @@ def _needs_local_key(litellm: Any, model: str, kwargs: dict[str, Any]) -> bool:
         return False
     provider = model.split("/", 1)[0] if "/" in model else ""
     return provider in _OPENAI_KEYED
+
+
+def refuses_tools(litellm: Any, model: str) -> bool:
+    """Whether litellm's model info says ``model`` takes no tools (``supports_function_calling``
+    false). A model it does not know is not judged: ``supports_function_calling`` says False for
+    any unknown one, a local server's model included."""
+    if is_offline(model):
+        return False
+    cost = getattr(litellm, "model_cost", None) or {}
+    info = cost.get(model) or (cost.get(model.split("/", 1)[1]) if "/" in model else None)
+    return isinstance(info, dict) and info.get("supports_function_calling") is False
 
 
 def _newest_alone(messages: Sequence[dict[str, Any]]) -> bool:

@@ -98,6 +98,13 @@ def missing_key_variable(exc: BaseException, provider: str) -> str | None:
 _NO_PROVIDER = re.compile(r"LLM Provider NOT provided", re.IGNORECASE)
 
 
+#: how servers refuse a request's tools: llama.cpp ("tools param requires --jinja flag"), Ollama
+#: ("... does not support tools"), vLLM ("auto" tool choice requires --enable-auto-tool-choice)
+_NO_TOOLS = re.compile(r"tools? param\w* requires|does not support tools|tools? (?:are|is) not supported"
+                       r"|tool[_ ]choice\W+requires|enable-auto-tool-choice|tool calling is not supported",
+                       re.IGNORECASE)
+
+
 def classify(exc: BaseException) -> tuple[str, int | None]:
     """``(kind, status)`` of a failed call: missing_key, unknown_model, context_window, timeout,
     connection, rate_limit, auth, http. The first two made no request (status None)."""
@@ -119,6 +126,10 @@ def classify(exc: BaseException) -> tuple[str, int | None]:
         # litellm reports a dropped connection as a 500: it is not the provider's answer
         return "connection", None
     status = _status(exc)
+    if status is not None and status >= 400 and status != 429 and any(_NO_TOOLS.search(str(e)) for e in _chain(exc)):
+        # a server that refuses the tools (llama.cpp without --jinja, an Ollama model without
+        # tool support): another attempt is refused the same way
+        return "tools_unsupported", status
     if status == 429:
         return "rate_limit", status
     if status in (401, 403):
@@ -195,6 +206,9 @@ _HINTS = {
     404: "Check the model name and the agent's api_base",
     "http5": "The provider failed; send the message again later, or use another model",
     "http": "The provider rejected the request; check the model name and the agent's model_options",
+    "tools_unsupported": "The server does not take tools, so the agent's tools never reached the model; start it "
+                         "so that it does (llama.cpp: --jinja with a chat template that has tools; vLLM: "
+                         "--enable-auto-tool-choice), or use the agent without tools",
 }
 
 

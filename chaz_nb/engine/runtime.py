@@ -288,7 +288,8 @@ async def execute(
         began: dict[str, float] = {}
 
         async def run_one(
-            call: ToolCallRequest, args: dict[str, Any] | None, problem: str | None, answered: set[str]
+            call: ToolCallRequest, args: dict[str, Any] | None, problem: str | None, answered: set[str],
+            began: dict[str, float],
         ) -> ToolOutcome:
             # Every ToolCall event gets exactly one ToolResult event, whatever happens here.
             started = began[call.id] = time.perf_counter()
@@ -325,7 +326,7 @@ async def execute(
                     raise ToolCallsNotRecorded(
                         one_line_reason(exc), usage, steps, [(c.id, c.name) for c, _, _ in planned]
                     ) from exc
-            outcomes = await asyncio.gather(*(run_one(*p, answered) for p in planned))
+            outcomes = await asyncio.gather(*(run_one(*p, answered, began) for p in planned))
         except asyncio.CancelledError:
             # A cancelled run still closes each call it announced (some never started: a
             # task cancelled before its first step runs none of its code).

@@ -39,6 +39,7 @@ from .runs import RunEngine
 from .schedules import Fire, Schedule, Schedules
 from .streams import StreamEvent, StreamListener
 from .tool_notes import MissingTools
+from .tool_support import ToolSupport
 from .stopping import StoppedRun
 
 __all__ = ["RunHandle", "Server", "ServerError", "StoppedRun"]
@@ -98,6 +99,8 @@ class Server:
         self.mcp = self.add_part(McpServers(self._engine))
         # a kept agent's named tool the notebook has not defined again says so in its run
         self.add_part(MissingTools(self._engine, self.mcp.names_tool))
+        # a model that cannot take tools (litellm's model info) says so once in its session
+        self.add_part(ToolSupport(self._engine))
         # last: asked first for a run's messages (a branch's context, fork.py)
         # a fork's variant (analyst@gpt-4o) is defined for its branch, not kept
         self.forks = self.add_part(Forks(self._engine, self.compaction, self.recorded,
