@@ -21,7 +21,7 @@ from IPython.core.error import UsageError
 from ...errors import ApprovalError
 from ..views.approval import edit_text
 from ..views.code import code_of
-from .args import split_words
+from .args import split_words, unknown_option
 from .host import MagicsHost
 
 PENDING_USAGE = "usage: %chaz pending"
@@ -106,7 +106,7 @@ class ApprovalCommands(MagicsHost):
             decision = "approve_all"
         bad = [a for a in args if a.startswith("--")]
         if bad:
-            raise UsageError(f"%chaz approve: unknown option {bad[0]}; {APPROVE_USAGE}")
+            raise unknown_option("%chaz approve", bad[0], ["--all-calls", "--edit", "--args"], APPROVE_USAGE)
         if len(args) != 1:
             raise UsageError(f"%chaz approve: say which request; {APPROVE_USAGE}")
         self._decide("approve", args[0], decision, None)
@@ -116,7 +116,7 @@ class ApprovalCommands(MagicsHost):
         args = split_words(refs_text, DENY_USAGE)
         bad = [a for a in args if a.startswith("--")]
         if bad:
-            raise UsageError(f"%chaz deny: unknown option {bad[0]}; {DENY_USAGE}")
+            raise unknown_option("%chaz deny", bad[0], ["--reason"], DENY_USAGE)
         if reason is not None and not args:
             raise UsageError(
                 f"%chaz deny: put the request before --reason (everything after --reason is the reason); {DENY_USAGE}"
