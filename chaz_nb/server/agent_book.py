@@ -225,8 +225,28 @@ class Roster:
         self.built_in: dict[str, Agent] = {}
         #: options ``keep`` left out, by agent (``api_key``: keys come from the environment)
         self.left_out: dict[str, tuple[str, ...]] = {}
+        #: called with no argument after the agents by name changed (the sidebar's "New chat with")
+        self._listeners: list[Callable[[], None]] = []
         if book is not None:
             book._heard_cb = self.heard
+
+    def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback()`` after an agent is defined, redefined or forgotten (here or heard
+        from another kernel); returns the function that unsubscribes."""
+        self._listeners.append(callback)
+
+        def unsubscribe() -> None:
+            with contextlib.suppress(ValueError):
+                self._listeners.remove(callback)
+
+        return unsubscribe
+
+    def _changed(self) -> None:
+        for callback in list(self._listeners):
+            try:
+                callback()
+            except Exception:  # noqa: BLE001 - a listener must not undo a definition already made
+                log.debug("an agents listener failed", exc_info=True)
 
     @property
     def keeps(self) -> bool:
@@ -243,6 +263,7 @@ class Roster:
             self.left_out.pop(agent.name, None)
             self.origin[agent.name] = LOCAL
         self.agents[agent.name] = agent
+        self._changed()
         return agent
 
     def define_built_in(self, agent: Agent) -> Agent:
@@ -253,6 +274,7 @@ class Roster:
         if self.origin.get(agent.name) != STORED:
             self.agents[agent.name] = agent
             self.origin[agent.name] = BUILT_IN
+            self._changed()
         return agent
 
     def load(self) -> list[str]:
@@ -291,6 +313,7 @@ class Roster:
         else:
             self.agents.pop(name, None)
             self.origin.pop(name, None)
+        self._changed()
 
     def heard(self, name: str, agent: Agent | None) -> None:
         """Another kernel kept (``agent``) or forgot (None) ``name``: the store's word holds,
@@ -308,6 +331,7 @@ class Roster:
         self.agents[name] = agent
         self.origin[name] = STORED
         self.left_out.pop(name, None)
+        self._changed()
 
     def _stores_as(self, name: str, stored: Agent) -> bool:
         """Whether this kernel's ``name`` would be stored as ``stored`` is: the same definition,

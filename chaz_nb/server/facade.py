@@ -147,6 +147,11 @@ class Server:
         one falls back to its built-in definition. Unknown: AgentError. Says what it did."""
         return self.roster.forget(name)
 
+    def subscribe_agents(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback()`` after an agent is defined, redefined or forgotten (here, or heard
+        from another kernel on a shared store). Returns the function that unsubscribes."""
+        return self.roster.subscribe(callback)
+
     def refresh_agents(self, name: str | None = None) -> None:
         """On a shared store: the agents (or ``name``) as the store defines them now (a
         notice may be lost, or still on its way); nothing on a store of one process."""
