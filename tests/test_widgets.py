@@ -631,3 +631,26 @@ def test_a_run_waiting_for_the_model_library_says_so_until_its_request_leaves(st
     assert after.text().splitlines()[-1] == "… calc is working… step 1"
     idle = SessionView(store, sid, status=FakeStatus("idle"), loading=lambda: True, widget=False)
     assert "loading the model library" not in idle.text()  # a run that is over waits for nothing
+def test_show_earlier_leaves_the_live_widgets_output_alone(store, monkeypatch):
+    """Issue 42 #20: JupyterLab draws a widget view again for each update of its output (a new
+    view, a blank frame, the text typed in a card's Edit box gone). "show earlier" reaches the
+    live widget only; the output's static forms are updated once the widget is gone."""
+    import IPython.display
+
+    shown, updates = [], []
+    monkeypatch.setattr(IPython.display, "display", lambda data, **kw: shown.append(data))
+    monkeypatch.setattr(IPython.display, "update_display", lambda data, **kw: updates.append(data))
+    sid = store.create_session("calc")
+    fill(store, sid, 30)
+    loop = asyncio.new_event_loop()
+    try:
+        view = SessionView(store, sid, status=FakeStatus("running"), loop=loop, follow=True, page=5)
+        view.display()
+        assert len(shown) == 1 and WIDGET_MIME in shown[0]
+        state = view.widget.chaz_state
+        view.frontend_event("earlier")
+        assert len(state["rows"]) == 10 and "20 earlier entries" in state["earlier"]  # the widget has the page
+        assert updates == []  # and the output was not drawn again
+        view.close()
+    finally:
+        loop.close()

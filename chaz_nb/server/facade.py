@@ -162,6 +162,10 @@ class Server:
         """The agents another kernel changed, held here to this kernel's definition: the line
         that says so, by name."""
         return {name: held.line(name) for name, held in sorted(self.roster.held.items())}
+    def subscribe_agents(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback()`` after an agent is defined, redefined or forgotten (here, or heard
+        from another kernel on a shared store). Returns the function that unsubscribes."""
+        return self.roster.subscribe(callback)
 
     def refresh_agents(self, name: str | None = None) -> None:
         """On a shared store: the agents (or ``name``) as the store defines them now (a

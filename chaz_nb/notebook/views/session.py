@@ -282,7 +282,10 @@ class SessionView(LiveRows, LiveView):
         if self.live is not None:
             self._rebuild_rows()
             self._push()
-        if self._displayed and not self._closed:
+        # not while the live widget is open: JupyterLab draws the widget view again for each
+        # update of its output (a new view: a blank frame, and the text typed in a card's Edit
+        # box gone, issue 42 #20); the static forms catch up at the next refresh or the end
+        if self._displayed and not self._closed and (self.live is None or not self.live.opened):
             self.update_display()
         self._updated()
         return len(older)
