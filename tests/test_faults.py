@@ -73,8 +73,6 @@ class BadRequestError(Exception):
     status_code = 400
 
 
-class APIConnectionError(Exception):
-    pass
 
 
 class Timeout(Exception):
