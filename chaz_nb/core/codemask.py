@@ -29,7 +29,6 @@ import re
 import tokenize
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from .redaction import CODE_MARK as MARK
 from .redaction import is_credential_field, is_secret_name, redact, redact_shapes
@@ -55,7 +54,7 @@ class MaskedCode:
     #: why the code cannot run as shown (one line), or None
     problem: str | None = None
 
-    def check(self) -> dict[str, Any]:
+    def check(self) -> dict[str, str | int | None]:
         """What an approval request records about the code (``code_check``)."""
         return {"sha256": self.sha256, "masked_literals": self.masked, "problem": self.problem}
 
@@ -132,8 +131,8 @@ def mask_code(code: str, redact_text: Callable[[str], str] = redact) -> MaskedCo
     # a secret among the names and operators (a key's value as a name, a key split by "-")
     rest = redact_shapes(text)
     if rest != text:
-        line = _first_changed_line(text, rest)
-        problems.append(f"line {line}: a secret outside a string literal (masking it would hide code)")
+        changed = _first_changed_line(text, rest)
+        problems.append(f"line {changed}: a secret outside a string literal (masking it would hide code)")
         text = rest
     return MaskedCode(text, digest, masked, _problem_line(problems))
 
