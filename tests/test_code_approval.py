@@ -230,23 +230,23 @@ async def test_after_approve_edited_every_view_shows_the_code_that_ran(store):
     """Issue 42 item 12: the collapsed row, compare and tool_calls.arguments show the edit."""
     from chaz_nb.notebook.views.session import SessionView
 
-    server, ns = make(store, "RAN = 1  # the model's")
+    server, ns = make(store, "RAN = 1 # the model's")
     handle = await server.send(server.current_session("coder"), "go")
     request = await parked(server)
-    assert server.decide(request["request_id"], "approve", arguments={"code": "RAN = 2  # mine"})[0]
+    assert server.decide(request["request_id"], "approve", arguments={"code": "RAN = 2 # mine"})[0]
     await handle.wait()
     assert ns["RAN"] == 2
     view = SessionView(store, handle.session_id)
     [row] = [line for line in view.text().splitlines() if "⚙ kernel__run" in line]
-    assert "RAN = 2  # mine" in row and "the model's" not in row and "edited" in row, row
+    assert "RAN = 2 # mine" in row and "the model's" not in row and "edited" in row, row
     page = view.html()
     summary = page.split("<summary class='chaz-tool-summary'>")[1].split("</summary>")[0]
-    assert "RAN = 2  # mine" in summary and "the model" not in summary
+    assert "RAN = 2 # mine" in summary and "the model" not in summary
     assert "ran as edited by the approver" in page and "proposed by the model" in page and "the model&#x27;s" in page
     [[ran, proposed, edited]] = store.execute("SELECT arguments, proposed_arguments, edited FROM tool_calls")
-    assert as_json(ran) == {"code": "RAN = 2  # mine"} and edited is True
-    assert as_json(proposed) == {"code": "RAN = 1  # the model's"}
+    assert as_json(ran) == {"code": "RAN = 2 # mine"} and edited is True
+    assert as_json(proposed) == {"code": "RAN = 1 # the model's"}
     other = server.new_session("coder")
     comparison = server.compare(handle.session_id, other)
-    [call] = comparison.left.calls
-    assert "RAN = 2  # mine" in call and "edited by the approver" in call and "the model's" not in call
+    [call] = comparison.a.calls
+    assert "RAN = 2 # mine" in call and "edited by the approver" in call and "the model's" not in call
