@@ -89,11 +89,17 @@ async def test_no_view_hides_code_after_a_credential_name(store, code):
     for where, text in views_of(server, request).items():
         assert "exec(chr(82)+chr(65)" in text, (where, text)  # the code that runs is shown, everywhere
         assert "[REDACTED]" not in text.split("#")[0] or "#" in code, (where, text)
-    ok, message = server.decide(request["request_id"], "approve")
+    # an edit that keeps the code: the decision keeps the card's code and the edit, both whole
+    box = views_of(server, request)["edit box"]
+    ok, message = server.decide(request["request_id"], "approve", arguments={"code": box + "\n"})
     assert ok, message
     await handle.wait()
     [[ran, digest]] = store.execute("SELECT arguments, code_sha256 FROM tool_calls")
-    assert "exec(chr(82)+chr(65)" in as_json(ran)["code"] and digest == sha(code)
+    assert "exec(chr(82)+chr(65)" in as_json(ran)["code"] and digest == sha(code + "\n")
+    [decision] = [e for e in store.entries(handle.session_id) if e.entry_type is T.APPROVAL_DECISION]
+    for kept in (decision.payload["original_arguments"], decision.payload["arguments"]):
+        assert "exec(chr(82)+chr(65)" in kept["code"], kept
+    assert ns["RAN"] == 1
 
 
 @pytest.mark.parametrize("code", [
@@ -250,3 +256,27 @@ async def test_after_approve_edited_every_view_shows_the_code_that_ran(store):
     comparison = server.compare(handle.session_id, other)
     [call] = comparison.a.calls
     assert "RAN = 2 # mine" in call and "edited by the approver" in call and "the model's" not in call
+
+
+async def test_an_edit_around_a_masked_literal_keeps_its_real_value(store):
+    code = "password = 'hunter22'; RAN = len(password)"
+    server, ns = make(store, code)
+    handle = await server.send(server.current_session("coder"), "go")
+    request = await parked(server)
+    box = edit_text(request["arguments_display"])
+    assert box == "password = «REDACTED»; RAN = len(password)"
+    # a mark removed (or one added) is not the card's: refused in one line, the request open
+    for bad in ("password = 'x'; RAN = «REDACTED»«REDACTED»", "RAN = «REDACTED» + «REDACTED»"):
+        ok, message = server.decide(request["request_id"], "approve", arguments={"code": bad})
+        assert not ok and "keep each mark where it was" in message and "\n" not in message
+    ok, message = server.decide(request["request_id"], "approve", arguments={"code": box + " * 2"})
+    assert ok, message
+    await handle.wait()
+    assert ns["RAN"] == 16  # the kept mark ran as the literal it stands for
+    [[ran, digest]] = store.execute("SELECT arguments, code_sha256 FROM tool_calls")
+    assert as_json(ran) == {"code": box + " * 2"}  # the log masks it again
+    assert digest == sha(code + " * 2")
+    [decision] = [e for e in store.entries(handle.session_id) if e.entry_type is T.APPROVAL_DECISION]
+    assert decision.payload["original_arguments"] == {"code": box}  # masked once, not again
+    assert decision.payload["arguments"] == {"code": box + " * 2"}
+    assert "hunter22" not in json.dumps([e.payload for e in store.entries(handle.session_id)])

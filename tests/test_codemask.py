@@ -64,3 +64,19 @@ def test_code_with_nothing_secret_is_unchanged_even_when_it_does_not_tokenize():
 def test_the_summary_names_the_code_by_its_hash():
     assert code_summary("a = 1\nb = 2") == (
         f"code: 2 lines, 11 characters, sha256 {hashlib.sha256(b'a = 1' + bytes([10]) + b'b = 2').hexdigest()[:12]}")
+
+
+@pytest.mark.parametrize("code, shown", [
+    ("headers['X-Api-Key'] = 'abc'; " + EXEC, f"headers['X-Api-Key'] = {MARK}; " + EXEC),
+    ("os.environ['SHOP_TOKEN'] = 'abc'\n" + EXEC, f"os.environ['SHOP_TOKEN'] = {MARK}\n" + EXEC),
+    ("self.api_key: str = 'abc'; " + EXEC, f"self.api_key: str = {MARK}; " + EXEC),
+])
+def test_a_subscript_or_attribute_named_like_a_key_masks_its_value(code, shown):
+    assert mask_code(code).text == shown
+
+
+def test_code_masked_once_reads_the_same_when_masked_again():
+    """A decision keeps the card's code as shown: masking it again hides nothing more."""
+    once = mask_code("api_key=0;" + EXEC + "\npassword = 'x'  # api_key=1;" + EXEC)
+    twice = mask_code(once.text)
+    assert twice.text == once.text and twice.problem is None

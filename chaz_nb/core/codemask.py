@@ -28,11 +28,13 @@ import io
 import re
 import tokenize
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .redaction import CODE_MARK as MARK
 from .redaction import is_credential_field, is_secret_name, redact, redact_shapes
 
+#: a mark while masked code is read again (a name no code has)
+_PLACEHOLDER = "_chaz_masked_literal_7f3c2a_"
 _LITERALS = {tokenize.STRING, tokenize.NUMBER}
 _FSTRING_MIDDLE = getattr(tokenize, "FSTRING_MIDDLE", None)  # Python 3.12+: an f-string's text
 _ASSIGNING = {"=", ":", "==", "!=", "+=", ":=", "->"}
@@ -53,6 +55,8 @@ class MaskedCode:
     masked: int = 0
     #: why the code cannot run as shown (one line), or None
     problem: str | None = None
+    #: the masked literals, in order (never logged: ``restore_literals`` puts them back in an edit)
+    literals: tuple[str, ...] = field(default=(), repr=False)
 
     def check(self) -> dict[str, str | int | None]:
         """What an approval request records about the code (``code_check``)."""
@@ -84,7 +88,10 @@ def mask_code(code: str, redact_text: Callable[[str], str] = redact) -> MaskedCo
     digest = code_sha256(code)
     if not code:
         return MaskedCode(code, digest)
-    lines = io.StringIO(code).readlines()
+    # code masked once already (a decision keeps the card's code as shown) tokenizes as code:
+    # each mark stands in as a name while it is read, and is put back after
+    source = code.replace(MARK, _PLACEHOLDER) if MARK in code else code
+    lines = io.StringIO(source).readlines()
     try:
         tokens = list(tokenize.generate_tokens(iter(lines).__next__))
     except (tokenize.TokenError, SyntaxError):
@@ -97,14 +104,15 @@ def mask_code(code: str, redact_text: Callable[[str], str] = redact) -> MaskedCo
 
     def offset(pos: tuple[int, int]) -> int:
         row, col = pos
-        return starts[row - 1] + col if row - 1 < len(starts) else len(code)
+        return starts[row - 1] + col if row - 1 < len(starts) else len(source)
 
     replacements: list[tuple[int, int, str]] = []
+    literals: list[str] = []
     masked = 0
     problems: list[str] = []
     for token, credential in _literal_tokens(tokens):
         start, end = offset(token.start), offset(token.end)
-        text = code[start:end]
+        text = source[start:end]
         if token.type == tokenize.COMMENT:
             shown = redact_text(text)
             if shown != text:
@@ -119,14 +127,15 @@ def mask_code(code: str, redact_text: Callable[[str], str] = redact) -> MaskedCo
             problems.append(f"line {token.start[0]}: a masked string holds ( ; or a line break, as code does "
                             "(masking it could hide code that exec or eval runs)")
         replacements.append((start, end, MARK))
+        literals.append(text)
         masked += 1
     out: list[str] = []
     last = 0
     for start, end, shown in replacements:
-        out.append(code[last:start])
+        out.append(source[last:start])
         out.append(shown)
         last = end
-    out.append(code[last:])
+    out.append(source[last:])
     text = "".join(out)
     # a secret among the names and operators (a key's value as a name, a key split by "-")
     rest = redact_shapes(text)
@@ -134,7 +143,24 @@ def mask_code(code: str, redact_text: Callable[[str], str] = redact) -> MaskedCo
         changed = _first_changed_line(text, rest)
         problems.append(f"line {changed}: a secret outside a string literal (masking it would hide code)")
         text = rest
-    return MaskedCode(text, digest, masked, _problem_line(problems))
+    return MaskedCode(text.replace(_PLACEHOLDER, MARK), digest, masked, _problem_line(problems), tuple(literals))
+
+
+def restore_literals(edited: str, original: str, redact_text: Callable[[str], str] = redact) -> str:
+    """A person's edit of masked code with each ``MARK`` it kept given back the literal it
+    stands for, in order (they edit the code around a secret they cannot see); ValueError
+    (one line) when the marks are not the ones the card showed."""
+    count = edited.count(MARK)
+    if not count:
+        return edited
+    literals = mask_code(original, redact_text).literals
+    if count != len(literals):
+        raise ValueError(
+            f"the edit holds {count} {MARK} mark{'s' if count != 1 else ''} and the code had {len(literals)} masked "
+            f"literal{'s' if len(literals) != 1 else ''}: keep each mark where it was, or write the value "
+            "as read from the environment (os.environ[...])")
+    parts = edited.split(MARK)
+    return "".join(part + (literals[i] if i < len(literals) else "") for i, part in enumerate(parts))
 
 
 def _problem_line(problems: list[str]) -> str | None:
@@ -215,7 +241,7 @@ def _literal_tokens(tokens: list[tokenize.TokenInfo]) -> list[tuple[tokenize.Tok
                     armed = None
             elif op in (";",) or (op == "," and armed is not None and depth <= armed):
                 armed = None
-            elif op in _ASSIGNING and significant and _credential_name(_name_of(significant[-1])):
+            elif op in _ASSIGNING and significant and _credential_name(_name_of(_target(significant))):
                 armed = depth
         elif kind in _LITERALS or kind == _FSTRING_MIDDLE:
             # a number nested in a call under the name (``token=f(1, 2)``) is an argument, not the value
@@ -224,6 +250,14 @@ def _literal_tokens(tokens: list[tokenize.TokenInfo]) -> list[tuple[tokenize.Tok
             found.append((token, credential))
         significant.append(token)
     return found
+
+
+def _target(before: list[tokenize.TokenInfo]) -> tokenize.TokenInfo:
+    """What an ``=`` or ``:`` gives a value to: the name before it, or the key of a subscript
+    (``headers["X-Api-Key"] = ...``)."""
+    if len(before) >= 3 and before[-1].string == "]" and before[-3].string == "[":
+        return before[-2]
+    return before[-1]
 
 
 def _subscript_key(before: list[tokenize.TokenInfo], tokens: list[tokenize.TokenInfo], i: int) -> bool:

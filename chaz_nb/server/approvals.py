@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core.codemask import code_argument, code_summary, mask_code
+from ..core.redaction import CODE_MARK
 from ..core.entries import Entry, EntryType
 from ..core.store import Store, int_value
 from ..core.writer import ENTRY_LIMIT_VAR
@@ -245,6 +246,10 @@ class ApprovalBook(Part):
                 return f"request {request_id} stays open: {problem}; Edit the code, then approve the edit"
             return None
         code = code_argument(edited)
+        if code is not None and CODE_MARK in code:
+            # (another kernel's request: the masked literals are not here to give back)
+            return (f"edited code refused: it holds {CODE_MARK}, a literal only the kernel that asked has; write the "
+                    f"value as read from the environment (os.environ[...]); the request {request_id} stays open")
         refused = self.code_refusal(code) if code is not None else None
         return None if refused is None else f"edited code refused: {refused}; the request {request_id} stays open"
 
