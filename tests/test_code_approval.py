@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from chaz_nb.core.codemask import restore_literals
 from chaz_nb.core.entries import EntryType as T
 from chaz_nb.notebook.views.approval import card_html, card_text, edit_text, request_info
 from chaz_nb.server import Server
@@ -77,7 +78,7 @@ HIDDEN_AFTER = [
     "API_KEY=0\n" + EXEC,
     "x-api-key: 0\n" + EXEC,
     "x = 1  # X-Api-Key:0;\n" + EXEC,
-    "f(api_key=0);" + EXEC,
+    "dict(api_key=0);" + EXEC,
 ]
 
 
@@ -95,11 +96,15 @@ async def test_no_view_hides_code_after_a_credential_name(store, code):
     assert ok, message
     await handle.wait()
     [[ran, digest]] = store.execute("SELECT arguments, code_sha256 FROM tool_calls")
-    assert "exec(chr(82)+chr(65)" in as_json(ran)["code"] and digest == sha(code + "\n")
+    # (the card's comments are redacted as text: an edit of them runs as edited, and is hashed so)
+    assert "exec(chr(82)+chr(65)" in as_json(ran)["code"] and digest == sha(restore_literals(box, code) + "\n")
+    assert ("#" in code) == (digest != sha(code + "\n"))
     [decision] = [e for e in store.entries(handle.session_id) if e.entry_type is T.APPROVAL_DECISION]
     for kept in (decision.payload["original_arguments"], decision.payload["arguments"]):
         assert "exec(chr(82)+chr(65)" in kept["code"], kept
-    assert ns["RAN"] == 1
+    [result] = [e for e in store.entries(handle.session_id) if e.entry_type is T.TOOL_RESULT]
+    if not code.startswith("x-api-key"):  # (that one is no Python: it fails to compile, as typed)
+        assert ns.get("RAN") == 1, result.payload["output"]
 
 
 @pytest.mark.parametrize("code", [
