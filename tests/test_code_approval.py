@@ -18,7 +18,9 @@ from chaz_nb.server.agents import SAFE_DEFAULT_TOOLS, Agent
 
 from waiting import until
 
-EXEC = "exec(chr(82)+chr(65)+chr(78)+chr(61)+chr(49))"  # sets RAN = 1
+EXEC = "RAN=len(chr(82)+chr(65))"  # sets RAN = 2
+#: the issue's spelling: a masked literal beside exec could be the code exec runs
+EXEC_CALL = "exec(chr(82)+chr(65)+chr(78)+chr(61)+chr(49))"
 
 
 @pytest.fixture
@@ -88,7 +90,7 @@ async def test_no_view_hides_code_after_a_credential_name(store, code):
     handle = await server.send(server.current_session("coder"), "go")
     request = await parked(server)
     for where, text in views_of(server, request).items():
-        assert "exec(chr(82)+chr(65)" in text, (where, text)  # the code that runs is shown, everywhere
+        assert "RAN=len(chr(82)+chr(65))" in text, (where, text)  # the code that runs is shown, everywhere
         assert "[REDACTED]" not in text.split("#")[0] or "#" in code, (where, text)
     # an edit that keeps the code: the decision keeps the card's code and the edit, both whole
     box = views_of(server, request)["edit box"]
@@ -97,17 +99,19 @@ async def test_no_view_hides_code_after_a_credential_name(store, code):
     await handle.wait()
     [[ran, digest]] = store.execute("SELECT arguments, code_sha256 FROM tool_calls")
     # (the card's comments are redacted as text: an edit of them runs as edited, and is hashed so)
-    assert "exec(chr(82)+chr(65)" in as_json(ran)["code"] and digest == sha(restore_literals(box, code) + "\n")
+    assert "RAN=len(chr(82)+chr(65))" in as_json(ran)["code"] and digest == sha(restore_literals(box, code) + "\n")
     assert ("#" in code) == (digest != sha(code + "\n"))
     [decision] = [e for e in store.entries(handle.session_id) if e.entry_type is T.APPROVAL_DECISION]
     for kept in (decision.payload["original_arguments"], decision.payload["arguments"]):
-        assert "exec(chr(82)+chr(65)" in kept["code"], kept
+        assert "RAN=len(chr(82)+chr(65))" in kept["code"], kept
     [result] = [e for e in store.entries(handle.session_id) if e.entry_type is T.TOOL_RESULT]
     if not code.startswith("x-api-key"):  # (that one is no Python: it fails to compile, as typed)
-        assert ns.get("RAN") == 1, result.payload["output"]
+        assert ns.get("RAN") == 2, result.payload["output"]
 
 
 @pytest.mark.parametrize("code", [
+    "api_key=0;" + EXEC_CALL,                  # the issue's: exec beside a masked literal
+    "x = {'X-Api-Key': 0};\n" + EXEC_CALL,
     "hunter2secretvalue9 = 1\n" + EXEC,        # the kernel's secret as a name
     "x = f'Bearer {y} sk-abcdefghijklmnopqrstuvwx'\n" + EXEC,  # in an f-string with a field
     "s = '''api_key=0\n" + EXEC + "'''\nexec(s)",  # a masked string that is code
@@ -178,7 +182,7 @@ async def test_a_line_that_goes_on_past_the_card_is_marked_where_it_goes_on(stor
     for where in ("card text", "card html"):
         rows = shown[where].splitlines() if where == "card text" else shown[where].split("chaz-code-line")
         [row] = [r for r in rows if "x = 1" in r]
-        assert "⟨3,000 blanks⟩" in row and "exec(chr(82)" in row, (where, row)
+        assert "⟨3,000 blanks⟩" in row and "RAN=len(chr(82)" in row, (where, row)
         assert "↪" in shown[where], where  # the 400-character line goes on, marked
     assert shown["edit box"] == code  # the box holds the code itself
     assert server.decide(request["request_id"], "deny")[0]
@@ -230,8 +234,8 @@ def test_pending_shows_the_code_that_runs(chaz_on, capsys, monkeypatch, code):
     ip.run_line_magic("chaz", "pending")
     out = capsys.readouterr().out
     assert "hunter2secretvalue9" not in out and "[REDACTED]" not in out.replace("[REDACTED] = 1", ""), out
-    if "exec" in code:
-        assert "«REDACTED»;exec(chr(82)" in out or "«REDACTED»};exec(chr(82)" in out, out
+    if "RAN=len" in code:
+        assert "«REDACTED»;RAN=len(chr(82)" in out or "«REDACTED»};RAN=len(chr(82)" in out, out
     else:
         assert "⛔ cannot run as shown (edit it)" in out, out
     ip.run_line_magic("chaz", "deny last")

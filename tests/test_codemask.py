@@ -9,7 +9,7 @@ import pytest
 
 from chaz_nb.core.codemask import MARK, code_summary, mask_code
 
-EXEC = "exec(chr(82)+chr(65))"
+EXEC = "print(chr(82)+chr(65))"
 
 
 @pytest.fixture(autouse=True)
@@ -80,3 +80,15 @@ def test_code_masked_once_reads_the_same_when_masked_again():
     once = mask_code("api_key=0;" + EXEC + "\npassword = 'x'  # api_key=1;" + EXEC)
     twice = mask_code(once.text)
     assert twice.text == once.text and twice.problem is None
+
+
+@pytest.mark.parametrize("code", [
+    "token = 'x' + 'import os\\x3bos.system\\x28\"id\"\\x29'\nexec(token)",
+    "api_key = '696d706f7274206f73'\nexec(bytes.fromhex(api_key))",
+    "password = 'aW1wb3J0IG9z'; import base64; eval(base64.b64decode(password))",
+    "import subprocess\nsubprocess.run(['curl', '-H', 'Authorization: Bearer abcdefghijklmnopqrstu', 'x'])",
+    "token = 'os'; m = __import__(token)",
+])
+def test_a_masked_literal_in_code_that_runs_text_is_refused(code):
+    masked = mask_code(code)
+    assert masked.problem is not None and "runs text as code" in masked.problem, masked

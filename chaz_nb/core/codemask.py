@@ -39,6 +39,13 @@ _LITERALS = {tokenize.STRING, tokenize.NUMBER}
 _FSTRING_MIDDLE = getattr(tokenize, "FSTRING_MIDDLE", None)  # Python 3.12+: an f-string's text
 _ASSIGNING = {"=", ":", "==", "!=", "+=", ":=", "->"}
 _OPEN, _CLOSE = set("([{"), set(")]}")
+#: names that turn text into code, a command or an object (exec, a shell, a decoder): with one
+#: of them in the code, a masked literal could be hidden code, so masking one is refused
+RUNS_TEXT = frozenset({
+    "exec", "eval", "compile", "__import__", "import_module", "run_cell", "run_line_magic", "system", "popen",
+    "Popen", "run", "check_call", "check_output", "getoutput", "getstatusoutput", "execv", "execve", "getattr",
+    "b64decode", "fromhex", "unhexlify", "literal_eval", "marshal", "pickle",
+})
 #: what a secret rarely holds and code run from a string (exec, eval) does
 _CODE_LIKE = re.compile(r"[(;\n\r]|\\n")
 _STRING_PREFIX = re.compile(r"^([A-Za-z]*)(['\"])")
@@ -129,6 +136,11 @@ def mask_code(code: str, redact_text: Callable[[str], str] = redact) -> MaskedCo
         replacements.append((start, end, MARK))
         literals.append(text)
         masked += 1
+    runner = next((t for t in tokens if t.type == tokenize.NAME and t.string in RUNS_TEXT), None)
+    if masked and runner is not None:
+        # a masked literal may be what it runs: its text would be code the person cannot see
+        problems.append(f"line {runner.start[0]}: {runner.string} runs text as code or a command, and a literal "
+                        "is masked (it could be that text)")
     out: list[str] = []
     last = 0
     for start, end, shown in replacements:
