@@ -92,3 +92,8 @@ def test_code_masked_once_reads_the_same_when_masked_again():
 def test_a_masked_literal_in_code_that_runs_text_is_refused(code):
     masked = mask_code(code)
     assert masked.problem is not None and "runs text as code" in masked.problem, masked
+
+
+@pytest.mark.parametrize("name", ["my_secret_key", "db_password_2", "PRIVATE_KEY_PEM", "stripeApiKey"])
+def test_a_name_that_holds_a_credential_word_masks_its_value(name):
+    assert mask_code(f"{name} = 'abc'; print(1)").text == f"{name} = {MARK}; print(1)"

@@ -221,8 +221,15 @@ def _name_of(token: tokenize.TokenInfo) -> str | None:
     return None
 
 
+#: a name holding one of these is a credential's wherever it is (``my_secret_key``, ``db_password_2``)
+_CREDENTIAL_PARTS = ("secret", "password", "passwd", "private_key", "api_key", "apikey", "access_key")
+
+
 def _credential_name(name: str | None) -> bool:
-    return bool(name) and (is_secret_name(name or "") or is_credential_field(name or ""))
+    if not name:
+        return False
+    lowered = name.lower()
+    return is_secret_name(name) or is_credential_field(name) or any(p in lowered for p in _CREDENTIAL_PARTS)
 
 
 def _literal_tokens(tokens: list[tokenize.TokenInfo]) -> list[tuple[tokenize.TokenInfo, bool]]:
