@@ -301,18 +301,18 @@ def test_each_cell_view_covers_its_own_step_of_the_run(chaz, capsys):
     assert WIDGET_MIME not in parks._sent
     assert parks._sent["text/plain"] == at_park
     first = at_park.splitlines()
-    assert first[1] == "user: ship it"
-    assert first[2] == '  ⚙ deploy({"target": "staging", "token": "••••••"}) · waiting for approval'
+    assert first[1] == "#1 user: ship it"
+    assert first[2] == '#3   ⚙ deploy({"target": "staging", "token": "••••••"}) · waiting for approval'
     assert first[-1] == f"full log: %chaz log {sid}"
     # the second cell's view starts with the decision it wrote: the call's outcome, then the next park
     second = resumed._sent["text/plain"]
     assert second == at_second_park
     assert "ship it" not in second
-    assert second.splitlines()[1] == "  ⚙ deploy · ✓ approved by user → deployed staging"
-    assert second.splitlines()[2] == '  ⚙ deploy({"target": "prod", "token": "••••••"}) · waiting for approval'
+    assert second.splitlines()[1] == "#5   ⚙ deploy · ✓ approved by user → deployed staging"
+    assert second.splitlines()[2] == '#7   ⚙ deploy({"target": "prod", "token": "••••••"}) · waiting for approval'
     # the third starts with the denial; together the three views show every entry once
     third = [v for v in _views(sid) if v not in (parks, resumed)][-1]
-    assert third.text().splitlines()[1].startswith("  ⚙ deploy · ✗ denied by user: not prod → ✗")
+    assert third.text().splitlines()[1].startswith("#9   ⚙ deploy · ✗ denied by user: not prod → ✗")
     shown = [e.seq for v in (parks, resumed, third) for e in v.transcript.entries if e.seq <= v._sent_seq]
     assert shown == [e.seq for e in chaz.store.entries(sid)]
 

@@ -45,3 +45,24 @@ def test_a_secret_the_provider_quotes_where_its_words_are_cut_is_not_left_half_s
     exc = RuntimeError("x" * 185 + " token gw-Hunter2-very-secret-token was refused")
     text = str(provider_error(exc, "openai/gpt-x", None, 1, 30.0))
     assert "Hunter" not in text and "gw-Hun" not in text
+
+
+class APIConnectionError(Exception):
+    """litellm's name for a connection that failed (classify reads the class name)."""
+
+
+def test_a_connection_error_names_the_host_it_tried_even_with_no_api_base(monkeypatch):
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("OPENAI_API_BASE", raising=False)
+    text = str(provider_error(APIConnectionError("Connection error"), "openai/smol", None, 3, 600))
+    assert text.startswith("openai/smol (openai at https://api.openai.com/v1) lost the connection after 3 attempts")
+    assert "check that the server at https://api.openai.com/v1 is running" in text
+    assert "give a local server's URL with --api-base URL" in text
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    text = str(provider_error(APIConnectionError("Connection error"), "openai/smol", None, 1, 600))
+    assert text.startswith("openai/smol (openai at http://127.0.0.1:9/v1) lost the connection")
+    # with the agent's api_base: that address, as before
+    text = str(provider_error(APIConnectionError("Connection error"), "openai/smol", "http://localhost:8080/v1", 1,
+                              600))
+    assert text.startswith("openai/smol (openai at http://localhost:8080/v1) lost the connection")
+    assert "--api-base" not in text

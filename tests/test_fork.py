@@ -315,3 +315,71 @@ async def test_copies_are_no_news_to_on_write_callbacks_on_either_store(backend_
     assert [(e.session_id, e.entry_type.value) for e in seen] == [(branch, "Ack")]  # the closing Ack only
     assert not server.running_sessions()
     await server.stop()
+
+
+async def test_compare_and_branches_after_a_fork_made_mid_run_count_what_the_source_did_after_the_point(
+        backend_store):
+    # the source's first run: #1 go, #2 Ack, #3 count(a), #4 result, #5 count(b), #6 result, #7 reply;
+    # forked at #4 (inside that run), the branch asks something else and calls no tool
+    store = backend_store
+    server, sid = await two_turns(store, counting_tools())
+    result = server.fork_session(sid, 4, model="chaz/echo", say="what now?")
+    assert result.handle is not None
+    await result.handle.wait()
+    c = server.compare(sid, result.session_id)
+    assert c.point == 4
+    [continued, second] = c.a.runs
+    assert continued.tool_calls == ['count({"label": "b"})'] and continued.reply == "done b=2"
+    assert continued.seq == 2 and continued.continued  # opened before the point, went on after it
+    assert second.tool_calls == ['count({"label": "a"})', 'count({"label": "b"})'] and not second.continued
+    [own] = c.b.runs
+    assert own.tool_calls == [] and own.reply == "echo: what now?" and not own.continued
+    assert c.first_difference == 0
+    rows = store.sql("SELECT runs, tool_calls, source_runs, source_tool_calls, source_steps FROM branches "
+                     "WHERE session_id = ?", [result.session_id]).fetchall()
+    # the source's continued run and its second run; their calls after #4 (b, then a and b); a
+    # run's steps are recorded when it ends: the whole runs' (3 each)
+    assert rows == [(1, 0, 2, 3, 6)]
+    await server.stop()
+
+
+async def test_a_forks_copies_are_marked_in_every_audit_view_and_left_out_of_the_audit_totals(backend_store):
+    from chaz_nb.notebook.views.audit import AuditView
+
+    store = backend_store
+    server, sid = await two_turns(store, counting_tools())
+    # a record of data sent to the model (not a trigger: an agent's): an egress row the fork copies
+    store.append(sid, T.MESSAGE, "analyst", "see this", payload={"egress": {"agent": "analyst", "chars": 4}})
+    source = {e.seq: e for e in store.entries(sid)}
+    mid = server.fork(sid, 3)  # inside the first run: its copy is closed as forked
+    result = server.fork_session(sid, 15, model="chaz/echo", say="and now?")
+    assert result.handle is not None
+    await result.handle.wait()
+    branch = result.session_id
+
+    def rows(sql: str) -> list:
+        return [tuple(r) for r in store.sql(sql, [branch]).fetchall()]
+
+    calls = rows("SELECT tool, copied_from FROM tool_calls WHERE session_id = ? ORDER BY call_entry_id")
+    assert calls == [("count", source[n].id) for n in (3, 5, 10, 12)]
+    runs = rows("SELECT status, copied_from FROM runs WHERE session_id = ? ORDER BY run_id")
+    assert runs == [("ok", source[2].id), ("ok", source[9].id), ("ok", None)]  # the copies, then its own run
+    assert [tuple(r) for r in store.sql("SELECT status, copied_from FROM runs WHERE session_id = ?",
+                                        [mid]).fetchall()] == [("forked", source[2].id)]
+    messages = rows("SELECT seq, copied_from FROM messages WHERE session_id = ? ORDER BY seq")
+    assert messages[-3:] == [(15, source[15].id), (16, None), (18, None)]  # a copy, then its own
+    assert rows("SELECT chars_sent, copied_from FROM data_egress WHERE session_id = ?") == [(4, source[15].id)]
+    for view in ("approvals", "variable_changes"):
+        assert "copied_from" in store.sql(f"SELECT * FROM {view} LIMIT 0").columns
+    # %chaz audit of the branch: the copies are rows marked as copies, and no part of its totals
+    audit = AuditView(store, branch, follow=False, widget=False)
+    assert [r.copied for r in audit.rows] == [True] * 4
+    totals = audit.totals()
+    own_tokens = store.sql("SELECT prompt_tokens + completion_tokens FROM runs WHERE session_id = ? "
+                           "AND copied_from IS NULL", [branch]).fetchall()[0][0]
+    assert (totals.calls, totals.tool_ms, totals.tokens, totals.copied) == (0, 0.0, own_tokens, 4)
+    line = audit.text().splitlines()[1]
+    assert line.startswith("0 calls · 0 errors · tool time 0.0 ms · ")
+    assert line.endswith(" · 4 calls copied by a fork, not counted")
+    assert "ok (copy)" in audit.text() and "ok (copy)" in audit.html()
+    await server.stop()

@@ -462,20 +462,21 @@ def test_log_shows_the_newest_page_and_the_command_for_the_earlier_entries(chaz,
     ip.run_line_magic("chaz", f"log {session}")
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"80 earlier entries: %chaz log {session} --before 81 (or --all)"
-    assert "assistant: line 81" in out and "assistant: line 130" in out and "assistant: line 80" not in out
+    # each row starts with its seq, what --before and %chaz fork --at take
+    assert "#81 assistant: line 81" in out and "#130 assistant: line 130" in out and "#80 assistant: line 80" not in out
     ip.run_line_magic("chaz", f"log {session} --before 81")
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"30 earlier entries: %chaz log {session} --before 31 (or --all)"
-    assert "assistant: line 31" in out and "assistant: line 80" in out and "assistant: line 81" not in out
+    assert "#31 assistant: line 31" in out and "#80 assistant: line 80" in out and "#81 assistant: line 81" not in out
     ip.run_line_magic("chaz", f"log {session} --limit 5 --before 6")
     out = capsys.readouterr().out.splitlines()
-    assert "earlier" not in out[0] and out[-1] == "assistant: line 5" and "assistant: line 1" in out
+    assert "earlier" not in out[0] and out[-1] == "#5 assistant: line 5" and "#1 assistant: line 1" in out
     ip.run_line_magic("chaz", f"log {session} --limit 10")
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"120 earlier entries: %chaz log {session} --before 121 --limit 10 (or --all)"
     ip.run_line_magic("chaz", "log @assistant --all")
     out = capsys.readouterr().out.splitlines()
-    assert "earlier" not in out[0] and "assistant: line 1" in out and "assistant: line 130" in out
+    assert "earlier" not in out[0] and "#1 assistant: line 1" in out and "#130 assistant: line 130" in out
 
 
 @pytest.mark.parametrize(

@@ -113,7 +113,7 @@ def test_a_stopped_stream_ends_in_a_stopped_row_that_keeps_the_text_so_far(store
         hub.clear(sid, ack.id)
         await until(lambda: view.transcript.rows, view.on_update, what="the stopped row")
         assert view.transcript.status is None and view.transcript.partial is None
-        assert view.text().splitlines()[-1] == f"■ calc was stopped by user · it had written: half a {EVIL}"
+        assert view.text().splitlines()[-1] == f"#2 ■ calc was stopped by user · it had written: half a {EVIL}"
         assert "working" not in view.text()  # the run is over: no "calc is working…" line
         assert EVIL not in view.html() and "it had written: half a &lt;script&gt;" in view.html()
         view.close()
@@ -127,7 +127,7 @@ def test_a_silent_turn_ends_the_working_line(store):
     store.append(sid, EntryType.ACK, "calc", "calc finished without a reply",
                  payload={"run_id": ack.id, "status": "silent"})
     view = SessionView(store, sid)
-    assert view.text().splitlines()[1:] == ["— calc finished without a reply"]
+    assert view.text().splitlines()[1:] == ["#2 — calc finished without a reply"]
 
 
 def test_a_200_delta_stream_updates_the_static_output_at_most_four_times_a_second(store, clock_loop, monkeypatch):

@@ -292,7 +292,7 @@ def test_after_seq_shows_one_turn_only(store):
     store.append(sid, EntryType.MESSAGE, "user", "new")
     view = SessionView(store, sid, after_seq=2)
     assert [r.entry.content for r in view.transcript.rows] == ["new"]
-    assert view.text().splitlines()[1:] == ["user: new"]
+    assert view.text().splitlines()[1:] == ["#3 user: new"]
 
 
 def gated_call(decision=None):
@@ -320,7 +320,7 @@ def gated_call(decision=None):
 def test_a_parked_call_is_one_row_with_one_card_under_it():
     text = render_text(gated_call())
     lines = text.splitlines()
-    assert lines[1] == '  ⚙ deploy({"target": "prod"}) · waiting for approval'
+    assert lines[1] == '#3   ⚙ deploy({"target": "prod"}) · waiting for approval'
     assert lines[2].startswith("    ⚠ approval needed: ops wants to run deploy (risk high)")
     assert text.count("deploy (risk high)") == 1 and "asks to run" not in text
     assert "%chaz approve last" in text  # the card says what to do
@@ -331,10 +331,10 @@ def test_a_parked_call_is_one_row_with_one_card_under_it():
 
 def test_a_decided_call_says_who_approved_it_in_its_row():
     lines = render_text(gated_call("approve")).splitlines()
-    assert lines[1] == '  ⚙ deploy({"target": "prod"}) · ✓ approved by user → deployed prod'
+    assert lines[1] == '#3   ⚙ deploy({"target": "prod"}) · ✓ approved by user → deployed prod'
     assert lines[2:] == ["… ops is working… step 2"]  # no card, no separate approval lines
     denied = render_text(gated_call("deny")).splitlines()[1]
-    assert denied == '  ⚙ deploy({"target": "prod"}) · ✗ denied by user → ✗ denied'
+    assert denied == '#3   ⚙ deploy({"target": "prod"}) · ✗ denied by user → ✗ denied'
 
 
 def test_an_agent_cannot_decide_its_own_call_in_the_view():
@@ -356,8 +356,8 @@ def test_an_ack_that_answers_several_messages_says_so():
         entry(5, "Message", "calc", "all three"),
     ]
     text = render_text(es)
-    assert "  ↳ calc answers 3 messages together" in text.splitlines()
-    assert text.splitlines().index("  ↳ calc answers 3 messages together") == 3
+    assert "#4   ↳ calc answers 3 messages together" in text.splitlines()
+    assert text.splitlines().index("#4   ↳ calc answers 3 messages together") == 3
     assert "answers 3 messages together" in render_html(es)
     one = [entry(1, "Message", "user", "x"), entry(2, "Ack", "calc", "", payload={"answers_count": 1})]
     old = [entry(1, "Message", "user", "x"), entry(2, "Ack", "calc", "", payload={})]

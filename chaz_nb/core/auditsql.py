@@ -20,6 +20,13 @@ from collections.abc import Sequence
 VIEWS = ("approvals", "tool_calls", "runs", "messages", "branches", "data_egress", "variable_changes")
 
 
+def copied_column(table: str, forks: bool) -> str:
+    """``, t.copied_from``: the last column of a view whose row a fork may have copied (the
+    source's entry it copies; NULL for the session's own activity). None before the fork
+    columns existed (``forks=False``)."""
+    return f", {table}.copied_from" if forks else ""
+
+
 class Dialect:
     """DuckDB's spelling; ``PostgresDialect`` overrides what PostgreSQL spells differently."""
 
@@ -68,15 +75,16 @@ class Dialect:
 
         ``forks=False``: the forms before the fork columns existed (the migrations before
         ``fork_branches`` create the views too, on a schema that has no such column yet)."""
-        views = [("approvals", self.approvals()), ("tool_calls", self.tool_calls()),
+        views = [("approvals", self.approvals(forks)), ("tool_calls", self.tool_calls(forks)),
                  ("runs", self.runs(forks)), ("messages", messages_view(forks))]
         if forks:
             views.append(("branches", self.branches()))
-        return views + [("data_egress", self.data_egress()), ("variable_changes", self.variable_changes())]
+        return views + [("data_egress", self.data_egress(forks)), ("variable_changes", self.variable_changes(forks))]
 
-    def data_egress(self) -> str:
+    def data_egress(self, forks: bool = True) -> str:
         """One row per tool result or Message attachment that sent the notebook's data to a
-        model (the kernel's tools write an ``egress`` payload: server/kernel/)."""
+        model (the kernel's tools write an ``egress`` payload: server/kernel/); a fork's copy
+        of one names the source's entry (``copied_from``: it sent nothing itself)."""
         t, cast = self.text_at, self.try_cast
         return f"""
 CREATE OR REPLACE VIEW data_egress AS
@@ -92,13 +100,14 @@ SELECT e.id AS entry_id, e.run_id, e.session_id,
        {cast(t('e.payload', 'egress', 'columns'), 'BIGINT')} AS columns_sent,
        {cast(t('e.payload', 'egress', 'chars'), 'BIGINT')} AS chars_sent,
        {t('e.payload', 'egress', 'policy')} AS policy,
-       e.created_at
+       e.created_at{copied_column('e', forks)}
 FROM entries e JOIN sessions s ON s.id = e.session_id
 WHERE e.entry_type IN ('ToolResult', 'Message') AND {self.json_at('e.payload', 'egress')} IS NOT NULL
 """
 
-    def variable_changes(self) -> str:
-        """One row per namespace change a ``kernel__run`` call made (its ToolResult's payload)."""
+    def variable_changes(self, forks: bool = True) -> str:
+        """One row per namespace change a ``kernel__run`` call made (its ToolResult's payload;
+        ``copied_from``: a fork's copy of the source's)."""
         t = self.text
         return f"""
 CREATE OR REPLACE VIEW variable_changes AS
@@ -108,12 +117,12 @@ SELECT e.session_id, e.sender AS agent, e.run_id, e.tool_call_id,
        {t('c.value', 'type')} AS type,
        {t('c.value', 'shape')} AS shape,
        {t('c.value', 'fingerprint')} AS fingerprint,
-       e.created_at, e.id AS result_entry_id
+       e.created_at, e.id AS result_entry_id{copied_column('e', forks)}
 FROM entries e, {self.each(self.json('e.payload', 'namespace_changes'), 'c')}
 WHERE e.entry_type = 'ToolResult' AND e.tool_name = 'kernel__run'
 """
 
-    def approvals(self) -> str:
+    def approvals(self, forks: bool = True) -> str:
         t, j, cast = self.text, self.json, self.try_cast
         # Decisions that the approval book ignored (an agent's, or a second one) carry an
         # Error entry pointing at them; the view leaves them out.
@@ -133,7 +142,7 @@ WITH requests AS (
            {t('e.payload', 'risk_level')} AS risk_level,
            {j('e.payload', 'arguments_display')} AS arguments_display,
            {cast(t('e.payload', 'timeout_secs'), 'DOUBLE')} AS timeout_secs,
-           e.created_at AS requested_at
+           e.created_at AS requested_at{copied_column('e', forks)}
     FROM entries e WHERE e.entry_type = 'ApprovalRequest'
 ),
 decisions AS (
@@ -163,18 +172,18 @@ SELECT r.request_id, r.session_id, r.agent, r.run_id, r.tool_call_id, r.tool_nam
             ELSE {self.ms_between('r.requested_at', 'd.decided_at')} END AS wait_ms,
        r.entry_id,
        -- approved with edits: the tool ran with edited_arguments (arguments_display: as asked)
-       coalesce(d.edited, false) AS edited, d.edited_arguments
+       coalesce(d.edited, false) AS edited, d.edited_arguments{copied_column('r', forks)}
 FROM requests r LEFT JOIN effective d ON d.request_id = r.request_id
 """
 
-    def tool_calls(self) -> str:
+    def tool_calls(self, forks: bool = True) -> str:
         t, j, cast = self.text, self.json, self.try_cast
         return f"""
 CREATE OR REPLACE VIEW tool_calls AS
 WITH calls AS (
     SELECT id, session_id, sender AS agent, run_id, tool_call_id, tool_name,
            {j('payload', 'arguments')} AS arguments,
-           {t('payload', 'mcp_server')} AS mcp_server, created_at
+           {t('payload', 'mcp_server')} AS mcp_server, created_at{copied_column('entries', forks)}
     FROM entries WHERE entry_type = 'ToolCall'
 ),
 results AS (
@@ -207,7 +216,7 @@ SELECT c.session_id, c.agent, c.run_id, c.tool_call_id, c.tool_name AS tool,
        c.arguments AS proposed_arguments,
        -- a code call that ran (kernel__run): the sha256 of the exact code, whose text the
        -- log keeps with its secret literals masked
-       r.code_sha256
+       r.code_sha256{copied_column('c', forks)}
 FROM calls c
 LEFT JOIN results r
   ON r.session_id = c.session_id AND r.run_id IS NOT DISTINCT FROM c.run_id AND r.tool_call_id = c.tool_call_id
@@ -224,20 +233,22 @@ LEFT JOIN results r
         def e(key: str) -> str:
             return self.field("e.f", end, key)
 
-        # the session's source when it is a fork (a copied run has its copy's ids)
-        fork_column = ",\n       fs.forked_from" if forks else ""
+        # the session's source when it is a fork (a copied run has its copy's ids), and the
+        # source's run a fork's copy copies
+        fork_column = ",\n       fs.forked_from, a.copied_from" if forks else ""
+        copy_column = ", a.copied_from" if forks else ""
         fork_join = "\nLEFT JOIN sessions fs ON fs.id = a.session_id" if forks else ""
 
         return f"""
 CREATE OR REPLACE VIEW runs AS
 WITH acks AS (
     -- a run's opening Ack is the run (its id is the run id); one JSON parse for its fields
-    SELECT run_id, session_id, agent, started_at,
+    SELECT run_id, session_id, agent, started_at{copy_column.replace('a.', '')},
            {cast(a('trigger_id'), 'BIGINT')} AS trigger_entry_id, {a('trigger_type')} AS trigger_kind,
            {a('schedule_id')} AS schedule_id, {a('model')} AS model,
            {cast(a('parent_run'), 'BIGINT')} AS parent_run, {cast(a('answers_count'), 'INTEGER')} AS answers
     FROM (
-        SELECT a.id AS run_id, a.session_id, a.sender AS agent, a.created_at AS started_at,
+        SELECT a.id AS run_id, a.session_id, a.sender AS agent, a.created_at AS started_at{copy_column},
                {self.fields('a.payload', ack, 'f')}
         FROM entries a
         WHERE a.entry_type = 'Ack' AND a.run_id = a.id) opening
@@ -299,12 +310,13 @@ LEFT JOIN open_requests o ON o.run_id = a.run_id
 
     def branches(self) -> str:
         """Every fork: its point, its agent and model, and the totals of each branch from the
-        fork point on (the branch's own runs; the source's runs that opened after the point)."""
+        fork point on: the branch's own runs; the source's runs with an entry after the point
+        (one open at the point goes on in the source), their tool calls made after it."""
         d = self.double
 
-        def totals(prefix: str) -> str:
+        def totals(prefix: str, calls: str = "sum(o.tool_calls)") -> str:
             return (f"count(o.run_id) AS {prefix}runs, CAST(coalesce(sum(o.steps), 0) AS BIGINT) AS {prefix}steps, "
-                    f"CAST(coalesce(sum(o.tool_calls), 0) AS BIGINT) AS {prefix}tool_calls, "
+                    f"CAST(coalesce({calls}, 0) AS BIGINT) AS {prefix}tool_calls, "
                     f"CAST(sum(o.prompt_tokens) AS BIGINT) AS {prefix}prompt_tokens, "
                     f"CAST(sum(o.completion_tokens) AS BIGINT) AS {prefix}completion_tokens, "
                     f"CAST(sum(o.cost_usd) AS {d}) AS {prefix}cost_usd, "
@@ -324,12 +336,21 @@ forks AS (
     FROM sessions f LEFT JOIN sessions s ON s.id = f.forked_from
     WHERE f.forked_from IS NOT NULL
 ),
+source_runs AS (
+    -- per fork, the source's runs with an entry after the point, and their calls after it
+    SELECT f.id AS fork_id, x.run_id,
+           count(CASE WHEN x.entry_type = 'ToolCall' THEN 1 END) AS calls_after
+    FROM forks f JOIN entries x ON x.session_id = f.forked_from AND x.seq > f.forked_at_seq
+    WHERE x.run_id IS NOT NULL
+    GROUP BY f.id, x.run_id
+),
 branch AS (
     SELECT f.id, {totals('')} FROM forks f LEFT JOIN own o ON o.session_id = f.id GROUP BY f.id
 ),
 source AS (
-    SELECT f.id, {totals('source_')} FROM forks f
-    LEFT JOIN own o ON o.session_id = f.forked_from AND o.seq > f.forked_at_seq GROUP BY f.id
+    SELECT f.id, {totals('source_', 'sum(CASE WHEN o.run_id IS NOT NULL THEN sr.calls_after END)')} FROM forks f
+    LEFT JOIN source_runs sr ON sr.fork_id = f.id
+    LEFT JOIN own o ON o.session_id = f.forked_from AND o.run_id = sr.run_id GROUP BY f.id
 )
 SELECT f.id AS session_id, f.forked_from, f.forked_at_seq, f.created_at AS forked_at,
        f.agent, b.model, b.runs, b.steps, b.tool_calls, b.prompt_tokens, b.completion_tokens,
@@ -380,7 +401,7 @@ class PostgresDialect(Dialect):
 
 
 def messages_view(forks: bool = True) -> str:
-    fork_column = ", s.forked_from" if forks else ""
+    fork_column = ", s.forked_from, e.copied_from" if forks else ""
     return f"""
 CREATE OR REPLACE VIEW messages AS
 SELECT e.session_id, s.agent AS session_agent, s.kind AS session_kind, e.seq, e.entry_type,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
+import os
 import re
 import time
 import urllib.parse
@@ -126,6 +127,33 @@ def _where(api_base: str | None) -> str:
     return f" at {urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, '', ''))}"
 
 
+#: where a provider's calls go when the agent names no api_base: its environment variables
+#: (as litellm reads them), else its public address (other providers: litellm's default)
+_DEFAULT_ENDPOINTS = {
+    "openai": (("OPENAI_BASE_URL", "OPENAI_API_BASE"), "https://api.openai.com/v1"),
+    "anthropic": (("ANTHROPIC_BASE_URL", "ANTHROPIC_API_BASE"), "https://api.anthropic.com"),
+}
+
+
+def endpoint(model: str, provider: str, api_base: str | None, litellm: Any = None) -> str | None:
+    """The address a call to ``model`` went to: the agent's ``api_base``, else the provider's
+    (from the environment, litellm, or its public address); None where nothing says."""
+    if api_base:
+        return api_base
+    names, default = _DEFAULT_ENDPOINTS.get(provider, ((), None))
+    for name in names:
+        if os.environ.get(name):
+            return os.environ[name]
+    if litellm is not None:
+        try:
+            base = litellm.get_llm_provider(model)[3]
+        except Exception:  # noqa: BLE001 - describing a failure must not fail itself
+            base = None
+        if isinstance(base, str) and base:
+            return base
+    return default
+
+
 _HINTS = {
     "timeout": "No reply within {timeout:g} s; raise the agent's model_timeout or check the model server",
     "connection": "The connection failed or dropped before the reply was complete; check that the "
@@ -208,6 +236,12 @@ def provider_error(exc: BaseException, model: str, api_base: str | None, attempt
             provider = ""
     provider = provider or "unknown"
     where = _where(api_base)
+    if kind in ("connection", "timeout") and not api_base:
+        # the host it tried: a model meant for a local server, with no api_base, went to the
+        # provider's public address
+        tried = endpoint(model, provider, None, litellm)
+        if tried:
+            where = _where(tried)
     if kind == "context_window":
         message, sizes = _context_error(exc, model, f"{model} ({provider}{where})", litellm, max_tokens,
                                         newest_alone)
@@ -219,6 +253,8 @@ def provider_error(exc: BaseException, model: str, api_base: str | None, attempt
     if kind == "http":
         key = 404 if status == 404 else ("http5" if status and status >= 500 else "http")
     hint = _HINTS[key].format(timeout=timeout, where=where)
+    if kind == "connection" and not api_base:
+        hint += " (the agent has no api_base: give a local server's URL with --api-base URL)"
     tries = f" after {attempts} attempts" if attempts > 1 else ""
     detail = _detail(exc) if kind not in ("timeout",) else ""
     message = f"{model} ({provider}{where}) {what}{tries}" + (f": {detail}" if detail else "") + f". {hint}"

@@ -2,9 +2,13 @@
 
 ``compare(store, a, b)`` reads both logs after the point where they part (``fork_point``): a
 fork and its source part at the fork's ``forked_at_seq``, two forks of one source at the
-earlier of their points, anything else at the start. Each side is the runs that opened after
-that point (the copies before it are the same on both sides); ``first_difference`` is the
-first tool call (name and arguments, in order across the runs) where the two sides differ.
+earlier of their points, anything else at the start. Each side is what its session did after
+that point (the copies before it are the same on both sides), whichever run it belongs to: a
+run that opened before the point and went on after it (a fork made mid-run: its source's run
+goes on) is on its side with the calls made after the point (``continued``), while the
+``forked`` Ack that closes a branch's copy of it is bookkeeping, not activity.
+``first_difference`` is the first tool call (name and arguments, in order across the runs)
+where the two sides differ.
 The notebook shows it (``%chaz compare``, notebook/views/compare.py).
 """
 
@@ -15,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..core.entries import Entry, EntryType, json_int, json_number, json_str
+from ..core.forksql import FORKED
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.store import Store
@@ -28,6 +33,9 @@ class RunSummary:
     seq: int
     agent: str
     model: str | None
+    #: the run opened at or before the fork point and went on after it: its tool calls are the
+    #: ones after the point, its totals (recorded when it ended) the whole run's
+    continued: bool = False
     trigger: str = ""
     reply: str = ""
     status: str = "running"
@@ -83,23 +91,25 @@ def call_text(entry: Entry) -> str:
 
 
 def side(store: Store, session_id: int, after: int) -> Side:
-    """The runs of ``session_id`` that opened after seq ``after``."""
-    entries = store.entries(session_id, after)
-    triggers = {e.id: e for e in store.entries(session_id) if e.entry_type in (EntryType.MESSAGE, EntryType.DIRECTIVE)}
+    """What ``session_id`` did after seq ``after``: its runs with an entry after it."""
+    everything = store.entries(session_id)
+    triggers = {e.id: e for e in everything if e.entry_type in (EntryType.MESSAGE, EntryType.DIRECTIVE)}
+    opening = {e.id: e for e in everything if e.entry_type is EntryType.ACK and e.run_id == e.id}
     runs: dict[int, RunSummary] = {}
-    opened: dict[int, Entry] = {}
     calls_at: dict[tuple[int | None, str | None], int] = {}
-    for e in entries:
-        if e.entry_type is EntryType.ACK and e.run_id == e.id:
-            trigger_id = json_int(e.payload.get("trigger_id"))
-            trigger = triggers.get(trigger_id) if trigger_id is not None else None
-            runs[e.id] = RunSummary(e.id, e.seq, e.sender, json_str(e.payload.get("model")),
-                                    trigger=trigger.content if trigger else "")
-            opened[e.id] = e
+    for e in everything:
+        if e.seq <= after or e.run_id is None or e.run_id not in opening:
             continue
-        run = runs.get(e.run_id) if e.run_id is not None else None
+        if e.entry_type is EntryType.ACK and e.run_id != e.id and e.payload.get("status") == FORKED:
+            continue  # a branch's copy of a run open at the fork point, closed there: no activity
+        run = runs.get(e.run_id)
         if run is None:
-            continue
+            ack = opening[e.run_id]
+            trigger_id = json_int(ack.payload.get("trigger_id"))
+            trigger = triggers.get(trigger_id) if trigger_id is not None else None
+            run = runs[ack.id] = RunSummary(ack.id, ack.seq, ack.sender, json_str(ack.payload.get("model")),
+                                            continued=ack.seq <= after,
+                                            trigger=trigger.content if trigger else "")
         if e.entry_type is EntryType.TOOL_CALL:
             calls_at[(e.run_id, e.tool_call_id)] = len(run.tool_calls)
             run.tool_calls.append(call_text(e))
@@ -108,18 +118,23 @@ def side(store: Store, session_id: int, after: int) -> Side:
             at = calls_at.get((e.run_id, e.tool_call_id))
             if at is not None:
                 run.tool_calls[at] = call_text(e)
-        elif e.entry_type in (EntryType.MESSAGE, EntryType.ERROR, EntryType.ACK) and run.status == "running":
-            p = e.payload
-            run.status = "error" if e.entry_type is EntryType.ERROR else str(p.get("status") or "ok")
-            run.reply = e.content
-            run.steps = json_int(p.get("steps"))
-            prompt, completion = json_int(p.get("prompt_tokens")), json_int(p.get("completion_tokens"))
-            run.tokens = (prompt or 0) + (completion or 0) if prompt is not None or completion is not None else None
-            run.cost_usd = json_number(p.get("cost_usd"))
-            start, end = opened[run.run_id].created_at, e.created_at
-            if start is not None and end is not None:
-                run.duration_ms = round((end - start).total_seconds() * 1000, 1)
-    return Side(session_id, store.session(session_id).agent, list(runs.values()))
+        elif e.id != e.run_id and e.entry_type in (EntryType.MESSAGE, EntryType.ERROR, EntryType.ACK) \
+                and run.status == "running":
+            _finish(run, e, opening[run.run_id])
+    return Side(session_id, store.session(session_id).agent, sorted(runs.values(), key=lambda r: r.seq))
+
+
+def _finish(run: RunSummary, end: Entry, ack: Entry) -> None:
+    """The run's reply (or how it ended) and its totals, from its closing entry."""
+    p = end.payload
+    run.status = "error" if end.entry_type is EntryType.ERROR else str(p.get("status") or "ok")
+    run.reply = end.content
+    run.steps = json_int(p.get("steps"))
+    prompt, completion = json_int(p.get("prompt_tokens")), json_int(p.get("completion_tokens"))
+    run.tokens = (prompt or 0) + (completion or 0) if prompt is not None or completion is not None else None
+    run.cost_usd = json_number(p.get("cost_usd"))
+    if ack.created_at is not None and end.created_at is not None:
+        run.duration_ms = round((end.created_at - ack.created_at).total_seconds() * 1000, 1)
 
 
 def compare(store: Store, a: int, b: int) -> Comparison:

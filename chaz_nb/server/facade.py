@@ -192,27 +192,30 @@ class Server:
         say: str | None = None,
         rerun: bool = False,
         replay: str = "recorded",
+        api_base: str | None = None,
     ) -> int:
         """A new session that starts with ``session_id``'s log up to seq ``at_seq`` (None: its
         end), copied in one transaction; returns its id (fork.py). ``agent``/``model``/``system``
         change its agent (a changed model or prompt is a new definition, ``analyst@gpt-4o``);
+        ``api_base``: the new definition's model server (a local model's URL);
         ``say`` writes a new Message there, ``rerun`` writes the last trigger at or before the
         point again (both start a run: ``await server.wait_idle()`` waits for it). With
         ``replay="recorded"`` its tool calls get the source's recorded outputs; no tool runs.
         A bad seq or an unknown session is a one-line error, and nothing is written."""
         return self.forks.fork(session_id, at_seq, agent=agent, model=model, system=system, say=say,
-                               rerun=rerun, replay=replay).session_id
+                               rerun=rerun, replay=replay, api_base=api_base).session_id
 
     def fork_session(self, session_id: int, at_seq: int | None = None, **options: Any) -> ForkResult:
         """``fork`` that returns the whole ``ForkResult`` (its run's handle, its line)."""
         return self.forks.fork(session_id, at_seq, **options)
 
     async def replay(self, session_id: int, *, agent: str | None = None, model: str | None = None,
-                     replay: str = "recorded") -> int:
+                     replay: str = "recorded", system: str | None = None, api_base: str | None = None) -> int:
         """Replay every trigger of ``session_id`` in order in a new branch from its start (on
-        another ``model`` or ``agent``, tools from the recording); the branch's id once every
-        replayed turn has finished."""
-        return await self.forks.replay(session_id, agent=agent, model=model, replay=replay)
+        another ``model`` or ``agent``, ``system`` prompt or model server ``api_base``, tools
+        from the recording); the branch's id once every replayed turn has finished."""
+        return await self.forks.replay(session_id, agent=agent, model=model, replay=replay, system=system,
+                                       api_base=api_base)
 
     def compare(self, a: int, b: int) -> Comparison:
         """Sessions ``a`` and ``b`` side by side from their fork point (compare.py)."""

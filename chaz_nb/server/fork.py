@@ -7,7 +7,8 @@ what was open at that point (a run, an approval request) is closed in the branch
 Then, in the branch:
 
 - its agent is the source's, another one (``agent``), or a new definition made from it with
-  another ``model`` and/or ``system`` prompt, named after it (``analyst@gpt-4o``); the source
+  another ``model``, ``system`` prompt and/or model server (``api_base``: a local model's URL),
+  named after it (``analyst@gpt-4o``); the source
   agent's replies stay the new agent's own in its context (``run_messages``);
 - ``say`` writes a new Message after the fork point (ask differently); ``rerun`` writes again
   the last trigger at or before the point, in the place it had (the copy stops before it), so
@@ -26,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -90,6 +92,12 @@ def variant_name(base: str, model: str | None, system: str | None) -> str:
     return f"{base.split('@', 1)[0]}@{'-'.join(parts)[:64]}"
 
 
+def _host_of(api_base: str) -> str:
+    """``127.0.0.1:8080`` of ``http://127.0.0.1:8080/v1`` (the URL itself if it has none)."""
+    parts = urllib.parse.urlsplit(api_base)
+    return (parts.hostname or api_base) + (f":{parts.port}" if parts.port else "")
+
+
 def is_trigger(entry: Entry, agents: Any) -> bool:
     """A Directive, or a Message from a sender that is not a defined agent (runs.py's rule)."""
     return entry.entry_type is EntryType.DIRECTIVE or (
@@ -122,6 +130,7 @@ class Forks(Part):
         rerun: bool = False,
         replay: str = "recorded",
         into: int | None = None,
+        api_base: str | None = None,
     ) -> ForkResult:
         """Fork ``session_id`` at ``at_seq`` (None: its end); see the module docstring."""
         store = self.port.store
@@ -134,10 +143,11 @@ class Forks(Part):
         source = store.session(session_id)  # a StoreError naming an unknown session
         end = self._end(source.id)
         trigger = self._rerun_trigger(source, end if at_seq is None else at_seq, end) if rerun else None
-        if source.kind == ROOM_KIND and (agent or model or system is not None):
+        if source.kind == ROOM_KIND and (agent or model or system is not None or api_base):
             raise ServerError(f"session {source.id} is a room: a fork keeps its members; fork it without "
-                              "--agent, --model or --system")
-        branch_agent, defined = self._agent_for(source, agent, model, system, needed=say is not None or rerun)
+                              "--agent, --model, --system or --api-base")
+        branch_agent, defined = self._agent_for(source, agent, model, system, needed=say is not None or rerun,
+                                                api_base=api_base)
         point = trigger.seq - 1 if trigger is not None else end if at_seq is None else at_seq
         # the recording: the source's calls after the point (a re-run's: after its trigger)
         spec = {"mode": replay, "source": source.id, "after": trigger.seq if trigger is not None else point,
@@ -171,10 +181,10 @@ class Forks(Part):
         return triggers[-1]
 
     def _agent_for(self, source: SessionInfo, agent: str | None, model: str | None, system: str | None,
-                   needed: bool) -> tuple[str, bool]:
-        """The branch's agent's name, and whether the fork defined it (another model/prompt)."""
+                   needed: bool, api_base: str | None = None) -> tuple[str, bool]:
+        """The branch's agent's name, and whether the fork defined it (another model/prompt/server)."""
         name = agent or source.agent
-        if model is None and system is None:
+        if model is None and system is None and not api_base:
             if (agent is not None or needed) and name not in self.port.agents:
                 self.port.agent(name)  # a ServerError naming the known agents
             return name, False
@@ -184,7 +194,11 @@ class Forks(Part):
             changes["model"] = model
         if system is not None:
             changes["system"] = system
-        wanted = variant_name(base.name, model, system)
+        if api_base:
+            changes["api_base"] = api_base
+        # another server alone is named after its host (analyst@127.0.0.1-8080)
+        wanted = variant_name(base.name, model or (_host_of(api_base) if api_base and system is None else None),
+                              system)
         candidate, n = wanted, 1
         while candidate in self.port.agents:
             existing = self.port.agents[candidate]
@@ -201,7 +215,7 @@ class Forks(Part):
 
     # ---------------------------------------------------------------- replay
     async def replay(self, session_id: int, *, agent: str | None = None, model: str | None = None,
-                     replay: str = "recorded") -> int:
+                     replay: str = "recorded", system: str | None = None, api_base: str | None = None) -> int:
         """A branch from ``session_id``'s start that writes each of its triggers in turn, each
         once the run before it has ended; returns the branch's id when the last run has ended."""
         store = self.port.store
@@ -210,7 +224,8 @@ class Forks(Part):
                     if is_trigger(e, self.port.agents)]
         if not triggers:
             raise ServerError(f"session {source.id} has no Message or Directive to replay")
-        branch = self.fork(source.id, 0, agent=agent or source.agent, model=model, replay=replay)
+        branch = self.fork(source.id, 0, agent=agent or source.agent, model=model, replay=replay, system=system,
+                           api_base=api_base)
         for trigger in triggers:
             handle = self.port.post(branch.session_id, trigger.entry_type, trigger.content, trigger.sender,
                                     {"replays": trigger.id})

@@ -243,6 +243,12 @@ def _m016_agent_definitions(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(AGENT_TABLES)
 
 
+def _m_fork_views(con: duckdb.DuckDBPyConnection) -> None:
+    # the audit views' newest form (apply_duckdb creates it): branches counts what a source did
+    # after a mid-run fork point; a fork's copies are marked (copied_from) in every view
+    del con  # the views: apply_duckdb (Migration.views)
+
+
 # --------------------------------------------------------------- PostgreSQL
 
 #: DuckDB functions the server's SQL uses, and TRY_CAST's behaviour (NULL, not an error)
@@ -390,6 +396,10 @@ def _pg_m016(cur: PgConnection) -> None:
     cur.execute(AGENT_TABLES)
 
 
+def _pg_m_fork_views(cur: PgConnection) -> None:
+    create_pg_audit_views(cur)  # branches after a mid-run fork; copies marked (copied_from)
+
+
 def create_pg_audit_views(cur: PgConnection) -> None:
     """Create (or replace) the audit views. A changed view is dropped first: PostgreSQL's
     CREATE OR REPLACE VIEW cannot change a column's type or order. The views of the schema
@@ -422,7 +432,8 @@ MIGRATIONS: list[Migration] = [
     Migration("014_kernel_audit_views", _m014_kernel_audit_views, _pg_m014, views=True),
     Migration("015_run_budgets", _m015_run_budgets, _pg_m015),
     Migration("016_agent_definitions", duckdb=_m016_agent_definitions, postgres=_pg_m016),
-    Migration("017_tool_calls_code_ran", _m_tool_calls_code_ran, _pg_m_tool_calls_code_ran, views=True),
+    Migration("017_fork_audit_views", _m_fork_views, _pg_m_fork_views, views=True),
+    Migration("018_tool_calls_code_ran", _m_tool_calls_code_ran, _pg_m_tool_calls_code_ran, views=True),
 ]
 
 

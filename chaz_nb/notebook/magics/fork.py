@@ -28,6 +28,8 @@ def _fork_parser() -> CommandParser:
     p.add_argument("--agent", metavar="NAME", help="the branch's agent (default: the session's)")
     p.add_argument("--model", metavar="M", help="another model: a new definition NAME@M")
     p.add_argument("--system", metavar="TEXT", help="another system prompt: a new definition")
+    p.add_argument("--api-base", dest="api_base", metavar="URL",
+                   help="another model server (a local model's URL): a new definition")
     p.add_argument("--say", metavar="TEXT", help="write a new Message after the fork point")
     p.add_argument("--rerun", action="store_true", help="run the last trigger at or before SEQ again")
     p.add_argument("--replay", metavar="recorded|live", default="recorded",
@@ -39,8 +41,11 @@ def _fork_parser() -> CommandParser:
 def _replay_parser() -> CommandParser:
     p = CommandParser(prog="replay")
     p.add_argument("session", metavar="SESSION")
-    p.add_argument("--model", metavar="M")
-    p.add_argument("--agent", metavar="NAME")
+    p.add_argument("--model", metavar="M", help="another model: a new definition NAME@M")
+    p.add_argument("--agent", metavar="NAME", help="the agent that replays it (default: the session's)")
+    p.add_argument("--system", metavar="TEXT", help="another system prompt: a new definition")
+    p.add_argument("--api-base", dest="api_base", metavar="URL",
+                   help="the model server (a local model's URL; default: the agent's, else the provider's)")
     p.add_argument("--replay", metavar="recorded|live", default="recorded")
     p.usage = "%chaz " + usage_of(p)
     return p
@@ -79,7 +84,7 @@ class ForkCommands(MagicsHost):
                                  f"usage: {parser.usage}") from None
         try:
             result = server.fork_session(session, at, agent=args.agent, model=args.model, system=args.system,
-                                         say=args.say, rerun=args.rerun, replay=args.replay)
+                                         say=args.say, rerun=args.rerun, replay=args.replay, api_base=args.api_base)
         except (StoreError, ServerError) as exc:
             raise UsageError(f"%chaz fork: {exc}") from None
         state.last_session = result.session_id
@@ -100,11 +105,12 @@ class ForkCommands(MagicsHost):
         except HelpShown:
             return
         session = parse_session(server, args.session, state.last_session, "replay")
-        if args.model is None and args.agent is None:
+        if args.model is None and args.agent is None and args.system is None and args.api_base is None:
             raise UsageError(f"%chaz replay: say which model (--model M) or agent (--agent NAME) replays it; "
                              f"usage: {parser.usage}")
         try:
-            branch = run_sync(server.replay(session, agent=args.agent, model=args.model, replay=args.replay))
+            branch = run_sync(server.replay(session, agent=args.agent, model=args.model, replay=args.replay,
+                                            system=args.system, api_base=args.api_base))
         except (StoreError, ServerError) as exc:
             raise UsageError(f"%chaz replay: {exc}") from None
         state.last_session = branch

@@ -55,9 +55,10 @@ _HELP = """\
 %chaz room NAME @a @b [--host a] [--budget N]   a session shared by agents; it becomes the current room:
                             %chaz @a text then speaks there, and the agents @mentioned take turns
 %chaz room [NAME]           list the rooms / enter room NAME;  %chaz room --leave  leaves the current room
-%chaz fork SESSION [--at SEQ] [--agent NAME] [--model M] [--system TEXT] [--say TEXT] [--rerun] [--replay recorded|live]
-                            a new session starting with SESSION's log up to SEQ (another model, prompt, message)
-%chaz replay SESSION --model M [--agent NAME]   every trigger of SESSION again in a new branch; tools from the recording
+%chaz fork SESSION [--at SEQ] [--agent NAME] [--model M] [--system TEXT] [--api-base URL] [--say TEXT] [--rerun]
+      [--replay recorded|live]   a new session starting with SESSION's log up to SEQ (another model, prompt, message)
+%chaz replay SESSION --model M [--agent NAME] [--system TEXT] [--api-base URL]
+                            every trigger of SESSION again in a new branch; tools from the recording
 %chaz compare A B           two branches side by side from their fork point
 %chaz compact [SESSION]     summarize the conversation into a Summary: later runs start from it
 %chaz mcp add NAME -- COMMAND ARGS...   start an MCP tool server (or --url URL); its tools are NAME__TOOL

@@ -1,7 +1,9 @@
 """``%chaz audit [SESSION]``: a live table of tool calls, with filters and totals.
 
 The rows come from the ``tool_calls`` audit view (joined with ``approvals`` for the approval
-state, and ``runs`` for tokens and cost). With a SESSION the table covers that session and the
+state, and ``runs`` for tokens and cost). A fork's copies of its source's calls and runs
+(``copied_from``) are rows marked "(copy)" and no part of the totals: the line counts them
+apart ("4 calls copied by a fork, not counted"). With a SESSION the table covers that session and the
 sessions of the agents it spawned, transitively; without one, every session of the store.
 Its queries run through ``SessionStore.read`` (a read-only transaction on the locked-down
 instance), like ``%chaz sql``'s: the view cannot change what it shows.
@@ -58,7 +60,8 @@ _SCOPE_TREE = """
 
 _CALLS = """
 SELECT t.session_id, t.agent, t.tool, t.arguments, t.output, t.is_error, t.duration_ms,
-       t.result_entry_id IS NOT NULL AS finished, a.decision, a.decided_by, t.call_entry_id, t.run_id
+       t.result_entry_id IS NOT NULL AS finished, a.decision, a.decided_by, t.call_entry_id, t.run_id,
+       t.copied_from IS NOT NULL AS copied
 FROM tool_calls t
 LEFT JOIN approvals a
   ON a.session_id = t.session_id AND a.run_id IS NOT DISTINCT FROM t.run_id AND a.tool_call_id = t.tool_call_id
@@ -70,7 +73,7 @@ _RUNS = """
 SELECT agent, count(*) AS runs,
        coalesce(sum(prompt_tokens), 0) + coalesce(sum(completion_tokens), 0) AS tokens,
        sum(cost_usd) AS cost, count(*) - count(cost_usd) AS unpriced
-FROM runs WHERE session_id IN ({scope}) GROUP BY agent ORDER BY agent
+FROM runs WHERE session_id IN ({scope}) AND copied_from IS NULL GROUP BY agent ORDER BY agent
 """
 
 _APPROVAL_WORDS = {
@@ -147,12 +150,18 @@ class CallRow:
     finished: bool
     approval: str  # "" (none) | pending | approved | denied | timeout
     decided_by: str | None
+    #: a fork's copy of its source's call (it did not run here; not in the totals)
+    copied: bool = False
 
     @property
     def status(self) -> str:
         if not self.finished:
             return "waiting" if self.approval == "pending" else "running"
         return "error" if self.is_error else "ok"
+
+    def status_text(self) -> str:
+        """The status as the table shows it: ``ok (copy)`` for a fork's copy."""
+        return f"{self.status} (copy)" if self.copied else self.status
 
     @property
     def needs_approval(self) -> bool:
@@ -174,13 +183,18 @@ class Totals:
     tokens: int = 0
     cost: float | None = None
     unpriced: int = 0
+    #: calls shown that a fork copied from its source (not counted above)
+    copied: int = 0
 
     def text(self) -> str:
-        return (
+        text = (
             f"{self.calls:,} call{'s' if self.calls != 1 else ''} · {self.errors:,} "
             f"error{'s' if self.errors != 1 else ''} · tool time {fmt_ms(self.tool_ms)} · "
             f"{self.tokens:,} tokens · {fmt_cost(self.cost, self.unpriced)}"
         )
+        if self.copied:
+            text += f" · {self.copied:,} call{'s' if self.copied != 1 else ''} copied by a fork, not counted"
+        return text
 
 
 def _json_text(value: Any) -> str:
@@ -257,7 +271,7 @@ class AuditView(LiveView):
         rows = []
         for i, r in enumerate(calls, 1):
             (session_id, agent, tool, arguments, output, is_error, duration_ms, finished, decision,
-             decided_by, _entry_id, _run_id) = r
+             decided_by, _entry_id, _run_id, copied) = r
             rows.append(
                 CallRow(
                     n=i,
@@ -271,6 +285,7 @@ class AuditView(LiveView):
                     finished=bool(finished),
                     approval=_APPROVAL_WORDS.get(decision, decision or "") if decision else "",
                     decided_by=decided_by,
+                    copied=bool(copied),
                 )
             )
         self.rows = rows
@@ -320,10 +335,12 @@ class AuditView(LiveView):
         return out
 
     def totals(self) -> Totals:
-        """Calls, errors and tool time of the rows shown; tokens and cost of their agents' runs."""
-        rows = self.visible_rows()
+        """Calls, errors and tool time of the rows shown; tokens and cost of their agents' runs
+        (a fork's copies of its source's calls and runs left out, their calls counted apart)."""
+        shown = self.visible_rows()
+        rows = [r for r in shown if not r.copied]
         t = Totals(calls=len(rows), errors=sum(r.is_error for r in rows),
-                   tool_ms=sum(r.duration_ms or 0.0 for r in rows))
+                   tool_ms=sum(r.duration_ms or 0.0 for r in rows), copied=len(shown) - len(rows))
         costs = [
             v for a, v in self.run_totals.items() if self.agent == ALL or a == self.agent
         ]
@@ -361,7 +378,7 @@ class AuditView(LiveView):
         grid = [("#", "session", "agent", "tool", "status", "approval", "arguments → output", "time")]
         for r in shown:
             io = f"{_short(r.arguments, TEXT_CHARS)} → {_short(r.output or '', TEXT_CHARS)}"
-            grid.append((str(r.n), str(r.session_id), r.agent, r.tool, r.status, r.approval_text(), io,
+            grid.append((str(r.n), str(r.session_id), r.agent, r.tool, r.status_text(), r.approval_text(), io,
                          fmt_ms(r.duration_ms)))
         widths = [max(len(g[i]) for g in grid) for i in range(len(grid[0]) - 1)]
         for g in grid:
@@ -393,7 +410,7 @@ class AuditView(LiveView):
             )
             out.append(
                 f"<tr{cls}><td>{r.n}</td><td>{r.session_id}</td><td>{_esc(r.agent)}</td>"
-                f"<td>{_esc(r.tool)}</td><td>{_esc(r.status)}</td><td>{_esc(r.approval_text())}</td>"
+                f"<td>{_esc(r.tool)}</td><td>{_esc(r.status_text())}</td><td>{_esc(r.approval_text())}</td>"
                 f"<td>{_esc(fmt_ms(r.duration_ms))}</td><td class='chaz-io'>{details}</td></tr>"
             )
         out.append("</tbody></table></div>")

@@ -40,6 +40,14 @@ def _totals(run: RunSummary) -> str:
     return ", ".join(parts)
 
 
+def _opened(run: RunSummary, point: int) -> str:
+    """``#2 (open at the fork point #4, went on after it; totals: the whole run)`` for a
+    continued run."""
+    if not run.continued:
+        return f"#{run.seq}"
+    return f"#{run.seq} (open at the fork point #{point}, went on after it; totals: the whole run)"
+
+
 class CompareView(StaticFallbackView):
     """Two branches' runs after their fork point, one column each."""
 
@@ -67,7 +75,7 @@ class CompareView(StaticFallbackView):
             lines.append(f"── {self._title(s)}: {len(s.runs)} run(s), {len(s.calls)} tool call(s), "
                          f"{int(s.total('tokens'))} tokens")
             for run in s.runs:
-                lines.append(f"  #{run.seq} {shown(run.agent, 80)} ({run.model or '?'}; {_totals(run)})")
+                lines.append(f"  {_opened(run, c.point)} {shown(run.agent, 80)} ({run.model or '?'}; {_totals(run)})")
                 lines.extend(f"    {call}" for call in self._calls(s, run))
                 lines.append(f"    → {shown(run.reply)}")
         return "\n".join(lines)
@@ -77,7 +85,7 @@ class CompareView(StaticFallbackView):
         for run in s.runs:
             calls = "".join(f"<li><code>{esc(call)}</code></li>" for call in self._calls(s, run))
             runs.append(
-                f"<div style='margin-bottom:6px'><b>#{run.seq}</b> {esc(shown(run.agent, 80))} "
+                f"<div style='margin-bottom:6px'><b>{esc(_opened(run, self.c.point))}</b> {esc(shown(run.agent, 80))} "
                 f"<small>({esc(run.model or '?')}; {esc(_totals(run))})</small>"
                 f"<ul style='margin:2px 0'>{calls}</ul><div>→ {esc(shown(run.reply))}</div></div>")
         head = (f"<b>{esc(self._title(s))}</b><br><small>{len(s.runs)} run(s), {len(s.calls)} tool call(s), "

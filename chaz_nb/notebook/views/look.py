@@ -46,6 +46,9 @@ TRANSCRIPT_CSS = (
     ".chaz-s .chaz-badge{font-size:var(--jp-ui-font-size0,11px);font-family:var(--jp-code-font-family,monospace);"
     "padding:0 4px;border-radius:3px;background:var(--jp-layout-color3,#ddd);color:var(--jp-ui-font-color1,inherit)}"
     ".chaz-s .chaz-sender{font-weight:600}"
+    # an entry's seq (what %chaz fork --at takes): muted, one click selects it
+    ".chaz-s .chaz-seq{font-family:var(--jp-code-font-family,monospace);font-size:var(--jp-ui-font-size0,11px);"
+    "color:var(--jp-ui-font-color3,#888);user-select:all}"
     ".chaz-s .chaz-content{white-space:pre-wrap;overflow-wrap:anywhere;margin-top:2px}"
     ".chaz-s .chaz-from-agent{border-left-color:var(--jp-brand-color1,#1976d2)}"
     ".chaz-s .chaz-type-directive{border-left-color:var(--jp-info-color1,#0288d1)}"
@@ -161,9 +164,29 @@ def count_label(n: int, cell: bool) -> str:
     return f"{n:,} {'entry' if n == 1 else 'entries'}" + (" in this cell" if cell else "")
 
 
-def entry_head_html(badge: str, sender: Any, created_at: Any = None) -> str:
-    """A row's head: type badge, sender, time (the renderer's ``chaz-entry-head``)."""
-    parts = [f"<span class='chaz-badge chaz-badge-{_esc(badge.lower())}'>{_esc(badge)}</span>"]
+def seq_of(entry: Any) -> int | None:
+    """An entry's seq (its place in its session, what ``%chaz fork --at`` takes), if it has one."""
+    seq = getattr(entry, "seq", None)
+    return seq if isinstance(seq, int) and not isinstance(seq, bool) else None
+
+
+def seq_label(seq: int | None) -> str:
+    """``#12 `` before a row's text (nothing for an entry without a seq)."""
+    return f"#{seq} " if seq is not None else ""
+
+
+def seq_html(seq: int | None) -> str:
+    """A row's seq, small and muted at its start: ``#12`` (copyable; the title says its use)."""
+    if seq is None:
+        return ""
+    title = f"entry #{seq} of the session: %chaz fork SESSION --at {seq} branches from here"
+    return f"<span class='chaz-seq' title='{_esc(title)}'>#{seq}</span>"
+
+
+def entry_head_html(badge: str, sender: Any, created_at: Any = None, seq: int | None = None) -> str:
+    """A row's head: seq, type badge, sender, time (the renderer's ``chaz-entry-head``)."""
+    parts = [seq_html(seq)] if seq is not None else []
+    parts.append(f"<span class='chaz-badge chaz-badge-{_esc(badge.lower())}'>{_esc(badge)}</span>")
     if sender:
         parts.append(f"<span class='chaz-sender'>{_esc(sender)}</span>")
     t = time_of(created_at) if created_at else ""

@@ -27,6 +27,9 @@ from .look import (  # noqa: F401 - re-exported with the transcript
     entry_head_html,
     fmt_duration,
     header_html,
+    seq_html,
+    seq_label,
+    seq_of,
     time_of,
     tool_timing,
 )
@@ -158,8 +161,18 @@ class Row:
 
         return request_info(self.request)
 
+    @property
+    def seq(self) -> int | None:
+        """The seq the row starts at (its call's, its request's, or its entry's)."""
+        return seq_of(self.entry)
+
     # -- text
     def text(self, card: bool = True) -> str:
+        """The row as text, after its seq (``#12 user: ...``); '' for nothing to show."""
+        line = self._text(card)
+        return seq_label(self.seq) + line if line else line
+
+    def _text(self, card: bool) -> str:
         e = self.entry
         if self.kind == "tool":
             args = as_json_text(self._ran_arguments())
@@ -229,18 +242,19 @@ class Row:
                 cls += " chaz-from-agent"
             chips = _chips_html(e) if self.kind == "message" else ""
             body = f"<div class='chaz-content'>{_esc(e.content)}</div>" if e.content else ""
-            head = entry_head_html(t, sender, e.created_at)
+            head = entry_head_html(t, sender, e.created_at, self.seq)
             return f"<div class='{cls}' data-type='{_esc(t)}'>{head}{body}{chips}</div>"
         if self.kind == "summary":
             return (
                 "<div class='chaz-entry chaz-summary' data-type='Summary'><div class='chaz-summary-line'>"
-                "<span class='chaz-summary-label'>Summary (context starts here)</span></div>"
+                f"<span class='chaz-summary-label'>{seq_html(self.seq)} Summary (context starts here)</span></div>"
                 "<details class='chaz-summary-details'><summary>summary text</summary>"
                 f"<div class='chaz-content'>{_esc(e.content)}</div></details></div>"
             )
         if self.kind == "answers":
             return (
-                f"<div class='chaz-entry chaz-type-ack' data-type='Ack'>{entry_head_html('Ack', sender, e.created_at)}"
+                f"<div class='chaz-entry chaz-type-ack' data-type='Ack'>"
+                f"{entry_head_html('Ack', sender, e.created_at, self.seq)}"
                 f"<div class='chaz-answers'>↳ {_esc(_answers_phrase(e))}</div></div>"
             )
         if self.kind == "closed":
@@ -250,8 +264,8 @@ class Row:
             stopped = " chaz-stopped" if p.get("status") == "cancelled" else ""
             return (
                 f"<div class='chaz-entry chaz-type-ack chaz-closed{stopped}' data-type='Ack'>"
-                f"{entry_head_html('Ack', sender, e.created_at)}<div class='chaz-content'>{_esc(e.content)}</div>"
-                f"{extra}</div>"
+                f"{entry_head_html('Ack', sender, e.created_at, self.seq)}"
+                f"<div class='chaz-content'>{_esc(e.content)}</div>{extra}</div>"
             )
         if self.kind == "approval":
             if self.open_request:
@@ -267,7 +281,8 @@ class Row:
             cls = "chaz-entry chaz-approval chaz-approval-" + "".join(c for c in outcome if c.isalpha() or c == "_")
             return (
                 f"<div class='{cls}' data-type='{_esc(entry_type(source))}'>"
-                f"{entry_head_html('Approval', sender, e.created_at)}<div class='chaz-content'>{_esc(line)}</div></div>"
+                f"{entry_head_html('Approval', sender, e.created_at, seq_of(source))}"
+                f"<div class='chaz-content'>{_esc(line)}</div></div>"
             )
         return f"<div class='chaz-entry'>{_esc(e.content)}</div>"  # pragma: no cover - every kind is above
 
@@ -282,6 +297,7 @@ class Row:
         if self.result is None:
             cls += " chaz-tool-pending"
         parts = [
+            seq_html(self.seq),
             "<span class='chaz-badge chaz-badge-tool'>Tool</span>",
             f"<span class='chaz-tool-name'>{_esc(self._tool_name())}</span>",
         ]
