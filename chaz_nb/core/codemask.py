@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from .redaction import CODE_MARK as MARK
 from .redaction import is_credential_field, is_secret_name, redact, redact_shapes
 
+#: a word some credential name or header rule reads (``_credential_name``, ``redaction``)
+_MAY_HOLD = re.compile(r"(?i)secret|passw|token|key|auth|bearer|private")
 #: a mark while masked code is read again (a name no code has)
 _PLACEHOLDER = "_chaz_masked_literal_7f3c2a_"
 _LITERALS = {tokenize.STRING, tokenize.NUMBER}
@@ -94,6 +96,10 @@ def mask_code(code: str, redact_text: Callable[[str], str] = redact) -> MaskedCo
     """``code`` with each secret-holding literal masked alone (see the module's docstring)."""
     digest = code_sha256(code)
     if not code:
+        return MaskedCode(code, digest)
+    if not _MAY_HOLD.search(code) and redact_text(code) == code:
+        # no credential word for a name or a header rule to read, and no secret value or shape
+        # anywhere: no literal of it can be masked (tokenizing costs ~15 us a token)
         return MaskedCode(code, digest)
     # code masked once already (a decision keeps the card's code as shown) tokenizes as code:
     # each mark stands in as a name while it is read, and is put back after
@@ -284,7 +290,8 @@ def _subscript_key(before: list[tokenize.TokenInfo], tokens: list[tokenize.Token
     from is no secret (the way the card asks code to take one)."""
     if not before or before[-1].type != tokenize.OP:
         return False
-    after = next((t for t in tokens[i + 1:] if t.type not in (tokenize.NL, tokenize.COMMENT)), None)
+    after = next((tokens[j] for j in range(i + 1, len(tokens))
+                  if tokens[j].type not in (tokenize.NL, tokenize.COMMENT)), None)
     if before[-1].string == "[":
         return after is not None and after.string == "]"
     if before[-1].string == "(" and len(before) >= 2 and before[-2].string in ("getenv", "get", "environ"):
