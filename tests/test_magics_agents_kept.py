@@ -84,13 +84,36 @@ def test_agents_defined_three_ways_are_back_after_a_restart_with_their_sessions(
     assert agents_table(capsys)["gpt"].split()[4:6] == ["this", "kernel"]
 
 
+def test_a_service_account_and_a_password_in_api_base_are_not_stored_and_the_line_says_how(kept, capsys):
+    pem = "-----BEGIN PRIVATE KEY-----\\nMIIEvQIBADANBgkqhkiG9w0BAQEF\\n-----END PRIVATE KEY-----\\n"
+    capsys.readouterr()
+    ip.run_cell_magic("chaz", "agent gem", (
+        'model = "vertex_ai/gemini-pro"\napi_base = "https://bob:pw-5f4e3d2c1b@models.example/v1"\n'
+        f'[model_options]\nvertex_credentials = \'{{"type": "service_account", "private_key": "{pem}"}}\'\n'))
+    out = capsys.readouterr().out
+    (line,) = out.splitlines()
+    assert line.endswith("(not stored: vertex_credentials (a private key), api_base (a user:password in a URL); "
+                         "keys come from the environment: set VERTEXAI_CREDENTIALS (or "
+                         "GOOGLE_APPLICATION_CREDENTIALS, a file's path), the provider's key variable "
+                         "(e.g. OPENAI_API_KEY))")
+    server = chaz_nb.current()
+    stored = server.store.execute("SELECT definition FROM agent_definitions WHERE name = 'gem'")[0][0]
+    assert "MIIEvQ" not in stored and "pw-5f4e3d2c1b" not in stored
+    ip.run_cell("server_agents = repr(chaz_nb.current().agents['gem'])").raise_error()
+    shown = ip.user_ns.pop("server_agents")
+    assert "MIIEvQ" not in shown and "pw-5f4e3d2c1b" not in shown
+    server = kept()
+    assert server.agents["gem"].api_base == "https://models.example/v1" and server.agents["gem"].model_options == {}
+
+
 def test_a_key_in_the_definition_is_not_stored_and_the_line_says_so(kept, capsys):
     capsys.readouterr()
     ip.run_cell_magic(
         "chaz", "agent gpt", f'model = "openai/gpt-4o-mini"\n[model_options]\napi_key = "{KEY}"\ntemperature = 0.1\n'
     )
     out = capsys.readouterr().out
-    assert "(not stored: api_key; keys come from the environment)" in out and KEY not in out
+    assert ("(not stored: api_key; keys come from the environment: set the provider's key variable "
+            "(e.g. OPENAI_API_KEY))") in out and KEY not in out
     server = chaz_nb.current()
     stored = server.store.execute("SELECT definition FROM agent_definitions WHERE name = 'gpt'")[0][0]
     assert KEY not in stored and json.loads(stored)["model_options"] == {"temperature": 0.1}

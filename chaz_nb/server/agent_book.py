@@ -5,10 +5,12 @@ unknown agent, though its sessions were still in the database. The ``AgentBook``
 store (tables ``agent_definitions`` and ``agent_sessions``, migration 016):
 
 - each kept agent's definition as JSON: every ``Agent`` field but its name (model, system
-  prompt, tool names and globs, limits, options). Never a key: credential options
-  (``api_key``, a ``*_token``, header values) are left out, and every string is redacted as
-  the log is. Never Python: a tool is kept by its name, and the notebook that loads the agent
-  defines the tool again (``@chaz_nb.tool``), as it defines its functions again;
+  prompt, tool names and globs, limits, options). Never a key: credential options are left
+  out whole, told by their name (``api_key``, a ``*_token``, header values) or by what they
+  hold (core/credentials.py: a private key, a JSON credential, a URL's user:password, a
+  token), ``api_base`` is kept without its userinfo, and every string is redacted as the log
+  is. Never Python: a tool is kept by its name, and the notebook that loads the agent defines
+  the tool again (``@chaz_nb.tool``), as it defines its functions again;
 - each agent's current session, so ``%chaz @gpt`` goes on where it was.
 
 On a shared store (PostgreSQL, several kernels) the definitions are the store's, as the
@@ -24,14 +26,17 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import urllib.parse
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ..core.redaction import is_credential_field, is_secret_name, redact_data
+from ..core.credentials import credential_in, is_credential_key, mask_text, without_userinfo
+from ..core.redaction import redact_data
 from ..core.store import SharedSessions, Store, int_value, str_value, utcnow
 from ..errors import AgentError, StoreError
+from .agent_trust import Held, hold
 from .agents import Agent
 
 log = logging.getLogger(__name__)
@@ -49,32 +54,99 @@ Heard = Callable[[str, "Agent | None"], None]
 
 @dataclass(frozen=True)
 class Kept:
-    """What ``keep`` stored: the definition, and the options left out (keys are never kept)."""
+    """What ``keep`` stored: the definition, and what it left out (keys are never kept)."""
 
     agent: Agent
+    #: the options left out (``api_key``), and ``api_base`` when its userinfo was dropped
     left_out: tuple[str, ...] = ()
+    #: why each was left out (``vertex_credentials``: "a private key")
+    why: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def note(self) -> str:
+        """The one line a person is told (``''``: nothing left out)."""
+        return left_out_note(self.why)
+
+
+#: where a credential left out of a kept agent comes from instead (litellm reads these)
+ENV_FOR = {
+    "vertex_credentials": "VERTEXAI_CREDENTIALS (or GOOGLE_APPLICATION_CREDENTIALS, a file's path)",
+    "aws_secret_access_key": "AWS_SECRET_ACCESS_KEY", "aws_access_key_id": "AWS_ACCESS_KEY_ID",
+    "aws_session_token": "AWS_SESSION_TOKEN", "azure_ad_token": "AZURE_AD_TOKEN",
+}
+#: the provider's key variable, for everything else
+DEFAULT_ENV = "the provider's key variable (e.g. OPENAI_API_KEY)"
+#: why an option was left out: its name says it is a credential / it is not JSON data
+BY_NAME, NOT_DATA = "by its name", "not data"
+
+
+def left_out_note(why: tuple[tuple[str, str], ...]) -> str:
+    """``not stored: api_key, vertex_credentials (a private key); keys come from the
+    environment: ...``: what keep left out, and where a kernel that loads the agent gets it.
+    ``''`` when nothing was left out."""
+    if not why:
+        return ""
+    what = ", ".join(name if kind == BY_NAME else f"{name} ({kind})" for name, kind in why)
+    envs = list(dict.fromkeys(ENV_FOR.get(name, DEFAULT_ENV) for name, kind in why if kind != NOT_DATA))
+    where = f": set {', '.join(envs)}" if envs else ""
+    return f"not stored: {what}; keys come from the environment{where}"
 
 
 def definition_of(agent: Agent, redact: Callable[[str], str]) -> tuple[dict[str, Any], list[str]]:
     """The agent as JSON-ready data (its name aside), and the option names left out of it."""
+    data, why = stored_form(agent, redact)
+    return data, [name for name, _ in why]
+
+
+def stored_form(agent: Agent, redact: Callable[[str], str]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """The agent as JSON-ready data (its name aside), and what was left out, with why.
+
+    A credential is told by its name (``api_key``, a ``*_token``, headers) and by what it holds
+    (core/credentials.py: a private key, a URL's user:password, a JSON credential, a bearer
+    token, this kernel's key values): such an option is left out whole, never masked (a
+    kernel that loads the agent would send ``[REDACTED]`` as a key), and ``api_base`` is kept
+    without its userinfo (and its query, when that holds a key).
+    """
     data: dict[str, Any] = {f.name: getattr(agent, f.name) for f in fields(agent) if f.name != "name"}
     options: dict[str, Any] = {}
-    left_out: list[str] = []
+    why: list[tuple[str, str]] = []
     for key, value in (agent.model_options or {}).items():
         name = str(key)
         # a key given literally (api_key=..., a credential header): it comes from the
         # environment again, never from the store
-        if name.endswith("headers") or is_credential_field(name) or is_secret_name(name):
-            left_out.append(name)
+        if name.endswith("headers") or is_credential_key(name):
+            why.append((name, BY_NAME))
+            continue
+        kind = credential_in(value, redact) or credential_in(name, redact)
+        if kind is not None:
+            why.append((name, kind))
             continue
         try:
             json.dumps(value)
         except (TypeError, ValueError):  # an object (a client, a callback): not data to keep
-            left_out.append(name)
+            why.append((name, NOT_DATA))
             continue
         options[name] = value
     data["model_options"] = options
-    return redact_data(data, redact), left_out
+    if agent.api_base:
+        data["api_base"], kind = stored_url(agent.api_base, redact)
+        if kind is not None:
+            why.append(("api_base", kind))  # "api_base (a user:password in a URL)"
+    # every other string (a system prompt, a script) as the log keeps it, and never a private
+    # key block or a URL's user:password either
+    return redact_data(data, lambda text: mask_text(text, redact)), why
+
+
+def stored_url(url: str, redact: Callable[[str], str]) -> tuple[str, str | None]:
+    """``api_base`` as kept: without ``user:password@`` (and without a query or fragment that
+    holds a key); what was dropped, or None."""
+    bare, had = without_userinfo(url)
+    kind = "a user:password in a URL" if had else None
+    if credential_in(bare, redact) is not None:
+        parts = urllib.parse.urlsplit(bare)
+        bare = urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+        kind = kind or "a key in the URL"
+    return bare, kind
 
 
 def agent_from(name: str, definition: dict[str, Any]) -> Agent:
@@ -145,7 +217,7 @@ class AgentBook:
     def keep(self, agent: Agent) -> Kept:
         """Store (or replace) the agent's definition; tell the other kernels."""
         self._check()
-        definition, left_out = definition_of(agent, self.store.redact)
+        definition, why = stored_form(agent, self.store.redact)
         now = utcnow()
         self.store.execute(
             "INSERT INTO agent_definitions (name, definition, created_at, updated_at) VALUES (?, ?, ?, ?) "
@@ -154,7 +226,7 @@ class AgentBook:
         )
         self.unreadable.pop(agent.name, None)
         self._tell(agent.name)
-        return Kept(agent, tuple(left_out))
+        return Kept(agent, tuple(name for name, _ in why), tuple(why))
 
     def forget(self, name: str) -> bool:
         """Remove the agent's definition and current session; whether a definition was stored."""
@@ -214,10 +286,16 @@ class Roster:
     """A server's agents by name, where each comes from, and their current sessions; with a
     book, the kept ones are written through to the store and read back at start."""
 
-    def __init__(self, agents: dict[str, Agent], current: dict[str, int], book: AgentBook | None) -> None:
+    def __init__(self, agents: dict[str, Agent], current: dict[str, int], book: AgentBook | None,
+                 held: dict[str, Held] | None = None) -> None:
         self.agents = agents
         self.current = current
         self.book = book
+        #: each agent as this kernel confirmed it (defined here, loaded at start, accepted):
+        #: what a definition heard from another kernel is held to (agent_trust.py)
+        self.confirmed: dict[str, Agent] = {}
+        #: the agents another kernel changed, held to ``confirmed`` (the run engine's dict)
+        self.held: dict[str, Held] = {} if held is None else held
         #: name -> HERE, LOCAL, STORED or BUILT_IN (``%chaz agents``'s "from")
         self.origin: dict[str, str] = {}
         #: definitions made in code and never kept (the notebook's ``assistant``, a Server's
@@ -225,6 +303,8 @@ class Roster:
         self.built_in: dict[str, Agent] = {}
         #: options ``keep`` left out, by agent (``api_key``: keys come from the environment)
         self.left_out: dict[str, tuple[str, ...]] = {}
+        #: the one line that says what ``keep`` left out and how to give it (``Kept.note``)
+        self.notes: dict[str, str] = {}
         if book is not None:
             book._heard_cb = self.heard
 
@@ -238,12 +318,32 @@ class Roster:
         if (self.keeps if keep is None else keep) and self.book is not None:
             kept = self.book.keep(agent)  # the store first: a failed write defines nothing
             self.left_out[agent.name] = kept.left_out
+            self.notes[agent.name] = kept.note
             self.origin[agent.name] = HERE
         else:
             self.left_out.pop(agent.name, None)
+            self.notes.pop(agent.name, None)
             self.origin[agent.name] = LOCAL
         self.agents[agent.name] = agent
+        self._confirm(agent.name, agent)
         return agent
+
+    def _confirm(self, name: str, agent: Agent) -> None:
+        self.confirmed[name] = agent
+        self.held.pop(name, None)
+
+    def accept(self, name: str) -> Agent:
+        """Take the stored definition another kernel made of ``name`` as this kernel's own
+        (``%chaz agent NAME --accept``); AgentError when there is none to take."""
+        held = self.held.get(name)
+        if held is None:
+            raise AgentError(f"{name!r} runs here as defined; no other kernel's change of it is held here "
+                             "(%chaz agents lists the ones that are)")
+        stored = held.stored
+        self.agents[name] = stored
+        self.origin[name] = STORED
+        self._confirm(name, stored)
+        return stored
 
     def define_built_in(self, agent: Agent) -> Agent:
         """A definition made in code: never kept, and a stored one of that name wins."""
@@ -253,6 +353,7 @@ class Roster:
         if self.origin.get(agent.name) != STORED:
             self.agents[agent.name] = agent
             self.origin[agent.name] = BUILT_IN
+            self._confirm(agent.name, agent)
         return agent
 
     def load(self) -> list[str]:
@@ -260,9 +361,10 @@ class Roster:
         if self.book is None:
             return []
         loaded = self.book.load()
-        for name, agent in loaded.items():
+        for name, agent in loaded.items():  # what the store holds when this kernel starts
             self.agents[name] = agent
             self.origin[name] = STORED
+            self._confirm(name, agent)
         for name, sid in self.book.current_sessions().items():
             self.current.setdefault(name, sid)
         return sorted(loaded)
@@ -285,12 +387,16 @@ class Roster:
     def _drop(self, name: str) -> None:
         self.current.pop(name, None)
         self.left_out.pop(name, None)
+        self.notes.pop(name, None)
         if name in self.built_in:
             self.agents[name] = self.built_in[name]
             self.origin[name] = BUILT_IN
+            self._confirm(name, self.built_in[name])
         else:
             self.agents.pop(name, None)
             self.origin.pop(name, None)
+            self.confirmed.pop(name, None)
+            self.held.pop(name, None)
 
     def heard(self, name: str, agent: Agent | None) -> None:
         """Another kernel kept (``agent``) or forgot (None) ``name``: the store's word holds,
@@ -303,11 +409,22 @@ class Roster:
             return
         if self._stores_as(name, agent):
             return  # the row is this kernel's own definition as stored (secrets redacted): keep ours whole
+        held = self.held.get(name)
+        if held is not None and held.stored == agent:
+            return  # heard before (a refresh): held as it is, its line said once a session
         # (the current session is taken from the store at load only: from then on each
         # kernel keeps its own, so a definition heard never moves this kernel's conversation)
-        self.agents[name] = agent
+        # Another kernel's definition runs here within this kernel's confirmed one: its
+        # endpoints and keys, its tools and auto-approve as a cap (agent_trust.py)
+        runs, held = hold(agent, self.confirmed.get(name))
+        self.agents[name] = runs
         self.origin[name] = STORED
+        if held is None:
+            self.held.pop(name, None)
+        else:
+            self.held[name] = held
         self.left_out.pop(name, None)
+        self.notes.pop(name, None)
 
     def _stores_as(self, name: str, stored: Agent) -> bool:
         """Whether this kernel's ``name`` would be stored as ``stored`` is: the same definition,

@@ -9,7 +9,8 @@ from typing import Any
 
 from ..engine.backends import DEFAULT_MODEL_TIMEOUT, DEFAULT_RETRIES
 from ..engine.tree_budget import DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_SPAWNS
-from ..core.redaction import REDACTED, is_credential_field, is_secret_name, redact_data
+from ..core.credentials import credential_in, is_credential_key, mask_text, masked_url
+from ..core.redaction import REDACTED, redact, redact_data
 from ..errors import AgentError
 
 #: what the kernel's tools may send of the notebook's values (server/kernel/policy.py)
@@ -79,8 +80,11 @@ class Agent:
     def __repr__(self) -> str:
         # model_options can hold a key given literally (api_key=..., a credential header): a
         # cell that ends with an Agent, or server.agents, would put it in the notebook.
-        shown = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        # Every other field as the log would keep it (a key pasted in a system prompt or a script).
+        shown = {f.name: redact_data(getattr(self, f.name), mask_text) for f in dataclasses.fields(self)}
         shown["model_options"] = masked_options(self.model_options)
+        if isinstance(self.api_base, str):  # never its user:password@ (or a key in it)
+            shown["api_base"] = redact(masked_url(self.api_base))
         return "Agent(" + ", ".join(f"{name}={value!r}" for name, value in shown.items()) + ")"
 
     def __post_init__(self) -> None:
@@ -169,7 +173,8 @@ class Agent:
 
 
 def masked_options(options: Any) -> Any:
-    """``model_options`` as shown: credential values and every header value masked."""
+    """``model_options`` as shown: credentials (by name or by what they hold, core/credentials.py)
+    and every header value masked."""
     if not isinstance(options, dict):
         return options
     out: dict[Any, Any] = {}
@@ -177,7 +182,9 @@ def masked_options(options: Any) -> Any:
         name = str(key)
         if name.endswith("headers") and isinstance(value, dict):
             out[key] = {header: REDACTED for header in value}
-        elif is_credential_field(name) or is_secret_name(name):
+        elif is_credential_key(name) or credential_in(value) is not None:
+            # by its name or by what it holds (a private key, a JSON credential, a URL's
+            # user:password, a token): masked whole, never a piece of it
             out[key] = REDACTED
         else:
             out[key] = redact_data(value)

@@ -76,7 +76,8 @@ class Server:
         self._current: dict[str, int] = {}
         # keep_agents: definitions and current sessions kept in the store (agent_book.py);
         # the constructor's agents are this code's own, never kept
-        self.roster = Roster(self.agents, self._current, AgentBook(store) if keep_agents else None)
+        self.roster = Roster(self.agents, self._current, AgentBook(store) if keep_agents else None,
+                             held=self._engine.held)
         for agent in agents.values() if isinstance(agents, Mapping) else agents:
             self.roster.define_built_in(agent)
         #: the agents read back from the store at start (keep_agents)
@@ -146,6 +147,18 @@ class Server:
         """Remove a kept agent from the store and this server (its sessions stay); a built-in
         one falls back to its built-in definition. Unknown: AgentError. Says what it did."""
         return self.roster.forget(name)
+
+    def accept_agent(self, name: str) -> Agent:
+        """Take the definition another kernel stored for ``name`` as this kernel's own: until
+        then its runs here keep this kernel's tools, auto-approve list and endpoints
+        (agent_trust.py). Nothing to take: AgentError."""
+        self.roster.refresh(name)
+        return self.roster.accept(name)
+
+    def held_agents(self) -> dict[str, str]:
+        """The agents another kernel changed, held here to this kernel's definition: the line
+        that says so, by name."""
+        return {name: held.line(name) for name, held in sorted(self.roster.held.items())}
 
     def refresh_agents(self, name: str | None = None) -> None:
         """On a shared store: the agents (or ``name``) as the store defines them now (a

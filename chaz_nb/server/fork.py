@@ -34,11 +34,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.entries import Entry, EntryType, build_context
 from ..core.store import SessionInfo
-from ..errors import AgentError, ServerError
+from ..errors import AgentError, CeilingError, ServerError
 from .agents import Agent
 from .handle import RunHandle
 from .ports import Part
 from .replay import META_KEY, REPLAY_MODES, RecordedTools
+from .repost import answered_index, repost_payload
 from .rooms import ROOM_KIND
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -146,6 +147,9 @@ class Forks(Part):
         if source.kind == ROOM_KIND and (agent or model or system is not None or api_base):
             raise ServerError(f"session {source.id} is a room: a fork keeps its members; fork it without "
                               "--agent, --model, --system or --api-base")
+        # what the re-posted trigger carries, read before anything is written (an unreadable
+        # authority is refused here, not after the copy)
+        again = self._repost(trigger, {"rerun_of": trigger.id}) if trigger is not None else None
         branch_agent, defined = self._agent_for(source, agent, model, system, needed=say is not None or rerun,
                                                 api_base=api_base)
         point = trigger.seq - 1 if trigger is not None else end if at_seq is None else at_seq
@@ -162,9 +166,18 @@ class Forks(Part):
             handle = self.port.post(copy.session_id, EntryType.MESSAGE, say, "user", {"fork_say": True})
         elif trigger is not None:
             handle = self.port.post(copy.session_id, trigger.entry_type, trigger.content, trigger.sender,
-                                    {"rerun_of": trigger.id})
+                                    again)
         return ForkResult(copy.session_id, source.id, copy.at_seq, branch_agent, copy.copied, len(copy.closing),
                           replay, handle, trigger, defined)
+
+    def _repost(self, trigger: Entry, marker: dict[str, Any],
+                index: dict[int, list[int]] | None = None) -> dict[str, Any]:
+        """The payload of ``trigger`` written again: the authority of the run it re-starts
+        (repost.py); a ServerError when that authority is unreadable."""
+        try:
+            return repost_payload(self.port.store, trigger, marker, index)
+        except CeilingError as exc:
+            raise ServerError(f"cannot write #{trigger.seq} of session {trigger.session_id} again: {exc}") from None
 
     def _end(self, session_id: int) -> int:
         latest = self.port.store.latest(session_id)
@@ -224,11 +237,12 @@ class Forks(Part):
                     if is_trigger(e, self.port.agents)]
         if not triggers:
             raise ServerError(f"session {source.id} has no Message or Directive to replay")
+        index = answered_index(store, source.id)
+        payloads = [self._repost(trigger, {"replays": trigger.id}, index) for trigger in triggers]
         branch = self.fork(source.id, 0, agent=agent or source.agent, model=model, replay=replay, system=system,
                            api_base=api_base)
-        for trigger in triggers:
-            handle = self.port.post(branch.session_id, trigger.entry_type, trigger.content, trigger.sender,
-                                    {"replays": trigger.id})
+        for trigger, payload in zip(triggers, payloads, strict=True):
+            handle = self.port.post(branch.session_id, trigger.entry_type, trigger.content, trigger.sender, payload)
             if handle is not None:
                 await handle.wait()
             await self.port.wait_session(branch.session_id)

@@ -42,6 +42,7 @@ from ..errors import CeilingError
 from . import events as event_writer
 from .agents import Agent
 from .budgets import Budgets, StoredBudget
+from .agent_trust import Held
 from .ceiling import Authority, Ceiling
 from .invocation import Invocation
 from .ports import Part, RunContext, ServerPort, SpawnContext, current_run
@@ -109,6 +110,7 @@ class RunSteps:
     _states: dict[int, SessionState]
     _spawn: dict[int, SpawnContext]
     _handles: dict[int, RunHandle]
+    held: dict[str, Held]
 
     def limiter(self) -> asyncio.Semaphore:
         raise NotImplementedError  # RunEngine's
@@ -141,6 +143,8 @@ class RunSteps:
             origin = Authority.of_entries(e.payload for e in answers)
             ceiling = (Ceiling.from_json(session.ceiling) or Ceiling()).meet(origin.ceiling if origin else None)
             ceiling = ceiling.meet(invocation.ceiling if invocation else None)
+            # an agent another kernel changed: within this kernel's confirmed definition
+            ceiling = ceiling.meet(self._held_back(session_id, agent.name))
         except CeilingError as exc:
             return self.store.append(
                 session_id, EntryType.ERROR, "system", f"{exc}; the session does not run (start a new one)"
@@ -197,6 +201,18 @@ class RunSteps:
             return outcome
         finally:
             current_run.reset(token)
+
+    def _held_back(self, session_id: int, name: str) -> Ceiling | None:
+        """The cap of an agent another kernel changed (agent_trust.py), its one line written
+        in the session the first time it runs there; None: the agent runs as defined."""
+        held = self.held.get(name)
+        if held is None:
+            return None
+        if session_id not in held.noted:
+            held.noted.add(session_id)
+            self.store.append(session_id, EntryType.ERROR, "system", held.line(name),
+                              payload={"note": "agent_held", "agent": name, "widened": list(held.widened)})
+        return held.ceiling
 
     def _budget_of(
         self, agent: Agent, trigger: Entry | None, origin: Authority | None, invocation: Invocation | None

@@ -34,7 +34,9 @@ from ..engine.tools import ToolRegistry
 from ..errors import ServerError
 from .agents import Agent
 from .budgets import Budgets
+from .agent_trust import Held
 from .ceiling import Authority, Ceiling
+from .repost import carried
 from .invocation import Invocation
 from .handle import RunHandle
 from .ports import Part, SpawnContext, current_run
@@ -70,6 +72,9 @@ class RunEngine(RunStops, RunSteps):
     ) -> None:
         self.store = store
         self.agents = agents  # the façade's dict: a definition there is seen here
+        #: agents another kernel changed, held to this kernel's confirmed definition (the
+        #: roster's dict, agent_trust.py): their runs meet ``Held.ceiling``
+        self.held: dict[str, Held] = {}
         self.tools = tools
         self.backend = backend
         self.tool_timeout = tool_timeout
@@ -211,7 +216,7 @@ class RunEngine(RunStops, RunSteps):
         run = current_run.get()
         if run is None or run.port is not self or sender != run.agent.name:
             return payload
-        return {**(payload or {}), **Authority.of_run(run).to_payload()}
+        return carried(payload, Authority.of_run(run))
 
     def serve_here(self, session_id: int) -> None:
         """Before this server writes a trigger: take the session when nobody serves it and this

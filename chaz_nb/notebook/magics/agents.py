@@ -49,6 +49,17 @@ def after_cell(shell: Any) -> Any:
     return callback
 
 
+def masked_api_base(url: str) -> str:
+    """An api_base as shown: never its ``user:password@``."""
+    from ...core.redaction import redact
+
+    head, sep, rest = url.partition("://")
+    host = rest.split("/", 1)[0]
+    if sep and "@" in host:
+        rest = "[REDACTED]@" + rest.split("@", 1)[1]
+    return redact(head + sep + rest)
+
+
 def tools_cell(agent: Any) -> str:
     from ...server import SAFE_DEFAULT_TOOLS
 
@@ -88,9 +99,25 @@ class AgentCommands(MagicsHost):
         print(table(rows))
         if any(roster.missing_tools(n, lambda t: t in server.tools) for n in server.agents):
             print("a tool not defined yet: run the cell with its @chaz_nb.tool function; the agent gets it then")
+        for line in server.held_agents().values():  # another kernel's change, held here
+            print(line)
         book = roster.book
         for name, why in sorted((book.unreadable if book is not None else {}).items()):
             print(f"stored agent {name} is not loaded: {why} (define it again, or %chaz agent {name} --forget)")
+
+    def _accept_agent(self, name: str, others: bool) -> None:
+        from ...errors import AgentError
+
+        if others:
+            raise UsageError(f"%chaz agent {name} --accept takes no other options")
+        try:
+            agent = self.state.server.accept_agent(name)
+        except AgentError as exc:
+            raise UsageError(f"%chaz agent {name} --accept: {exc}") from None
+        from .define import describe_agent
+
+        print(describe_agent(agent, self.state.server).replace(f"agent {name}:", f"agent {name} (accepted):", 1)
+              + (f", api_base {masked_api_base(agent.api_base)}" if agent.api_base else ""))
 
     def _forget_agent(self, name: str, others: bool) -> None:
         from ...errors import AgentError, StoreError

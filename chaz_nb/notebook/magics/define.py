@@ -160,9 +160,9 @@ def describe_agent(agent: Agent, server: Server) -> str:
     extra = f", max depth {agent.max_depth}" if agent.max_depth is not None else ""
     if getattr(agent, "auto_approve", None):
         extra += f", auto-approves {', '.join(agent.auto_approve)}"
-    left_out = getattr(getattr(server, "roster", None), "left_out", {}).get(agent.name)
-    if left_out:  # kept with the sessions, but never a key
-        extra += f" (not stored: {', '.join(left_out)}; keys come from the environment)"
+    note = getattr(getattr(server, "roster", None), "notes", {}).get(agent.name)
+    if note:  # kept with the sessions, but never a key: what was left out, and how to give it
+        extra += f" ({note})"
     return f"agent {agent.name}: {agent.model}, {tools}{extra}"
 
 
@@ -183,10 +183,14 @@ class DefineCommands(AgentCommands):
         except HelpShown:
             return
         where = f"%chaz agent {args.name}" if body is None else f"%%chaz agent {args.name}"
-        if args.forget:
+        if args.forget or args.accept:
+            flag = "forget" if args.forget else "accept"
             others = body is not None or any(
-                v not in (None, False) for k, v in vars(args).items() if k not in ("name", "forget"))
-            self._forget_agent(args.name, others)
+                v not in (None, False) for k, v in vars(args).items() if k not in ("name", flag))
+            if flag == "forget":
+                self._forget_agent(args.name, others)
+            else:
+                self._accept_agent(args.name, others)
             return
         spec: dict[str, Any] = {} if body is None else parse_toml(body, where)
         for key in ("model", "system", "max_depth", "max_iterations", "approval_timeout", "max_spawns",

@@ -33,6 +33,8 @@ _HELP = """\
 %%chaz agent NAME           the same fields as a TOML body (model = "...", tools = ["a", "b"], ...)
 %chaz agents                the agents here: where each comes from, the tools they name not defined yet
 %chaz agent NAME --forget   remove NAME from this kernel and the store (agents are kept with the sessions)
+%chaz agent NAME --accept   take the definition another kernel stored for NAME (until then its runs here keep
+                            this kernel's tools, auto-approve list and api_base)
 %chaz sessions              the sessions in the database
 %chaz log [SESSION] [--limit N] [--before SEQ] [--all]
                             a session's transcript (SESSION: an id or @NAME; default: the last one):
@@ -111,6 +113,8 @@ def agent_parser() -> CommandParser:
                    help="ask the model for whole replies (default: stream, the view shows the reply as it is written)")
     p.add_argument("--forget", action="store_true",
                    help="remove NAME from this kernel and the store (its sessions stay)")
+    p.add_argument("--accept", action="store_true",
+                   help="take the definition another kernel stored for NAME (its tools, auto-approve, api_base)")
     p.usage = "%chaz " + usage_of(p)
     return p
 

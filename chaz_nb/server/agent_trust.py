@@ -1,0 +1,114 @@
+"""A kept agent another kernel changed runs here within what this kernel confirmed (issue 41 §6).
+
+On a shared store (PostgreSQL) every kernel reads every kept agent's row, and another kernel
+may write it (agent_book.py). Taken whole, a change there was this kernel's: kernel B sets
+``auto_approve = ["kernel__run"]`` and an ``api_base`` of its own, and A's next run of the agent
+runs code in A's namespace with no decision in A and sends A's keys to B's server. So each
+kernel keeps the definition it *confirmed* (defined here, loaded at start, or taken with
+``%chaz agent NAME --accept``), and a definition heard from another kernel runs here as:
+
+- the stored definition (its model, prompt, limits ...), but
+- with this kernel's endpoints: ``api_base`` and every URL-valued model option (``base_url``
+  ...), and this kernel's credential options, so this kernel's keys go only where this kernel
+  sent them (an agent first defined by another kernel: to no ``api_base`` at all, the
+  provider's own endpoint);
+- its tools and auto-approve list capped by the confirmed ones (a ``Ceiling`` level each, the
+  narrowing every spawn, room and schedule uses, ceiling.py: a glob like ``kernel__*`` or ``*``
+  in the stored list widens nothing); an agent this kernel never confirmed runs with no tool;
+- the narrower data policy of the two (``schema`` < ``sample`` < ``full``, fewer rows).
+
+The first run of such an agent in each session writes one line that says so, and names
+``--accept``; ``%chaz agents`` says it too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from ..core.credentials import credential_in, is_credential_key, without_userinfo
+from .agents import DATA_POLICIES, Agent
+from .ceiling import Ceiling
+
+#: model options that name where requests go (besides ``api_base``)
+ENDPOINT_KEYS = frozenset({"api_base", "base_url", "azure_endpoint", "endpoint", "api_url", "url", "host"})
+
+
+def is_endpoint(key: str, value: object) -> bool:
+    """Whether a model option says where requests (and so keys) go."""
+    return key.lower() in ENDPOINT_KEYS or (isinstance(value, str) and value.strip().lower().startswith(
+        ("http://", "https://")))
+
+
+def _credential(key: str, value: object) -> bool:
+    return key.endswith("headers") or is_credential_key(key) or credential_in(value) is not None
+
+
+@dataclass
+class Held:
+    """A definition heard from another kernel, held to this kernel's confirmed one."""
+
+    #: the definition as the store has it (what ``--accept`` takes)
+    stored: Agent
+    #: the cap on its runs here: the confirmed tools and auto-approve list as one level each
+    ceiling: Ceiling
+    #: what the change would widen here, in words (``tools``, ``api_base`` ...)
+    widened: tuple[str, ...]
+    #: this kernel never confirmed a definition of it (another kernel defined it)
+    new: bool = False
+    #: sessions whose log says so already (one line each)
+    noted: set[int] = field(default_factory=set)
+
+    def line(self, name: str) -> str:
+        """The one line a person reads in the session and in ``%chaz agents``."""
+        if self.new:
+            return (f"agent {name} was defined by another kernel; here it runs with no tools, nothing "
+                    f"auto-approved, no api_base of its own and the schema data policy "
+                    f"(%chaz agent {name} --accept takes its definition)")
+        what = ", ".join(self.widened)
+        return (f"agent {name} was changed by another kernel; its runs here keep this kernel's {what} "
+                f"(%chaz agent {name} --accept takes the change)")
+
+
+def hold(stored: Agent, confirmed: Agent | None) -> tuple[Agent, Held | None]:
+    """What runs here of ``stored`` (heard from another kernel) and the cap on it; ``None``
+    when it widens nothing of ``confirmed`` (then ``stored`` runs as it is)."""
+    base = confirmed if confirmed is not None else dataclasses.replace(
+        stored, tools=[], auto_approve=[], api_base=None, model_options={}, data=DATA_POLICIES[0], data_rows=0)
+    widened: list[str] = []
+    if not _within(stored.tools, base.tools):
+        widened.append("tools")
+    if not set(stored.auto_approve) <= set(base.auto_approve):
+        widened.append("auto-approve list")
+    if _endpoints(stored) != _endpoints(base):
+        widened.append("api_base")
+    if DATA_POLICIES.index(stored.data) > DATA_POLICIES.index(base.data) or stored.data_rows > base.data_rows:
+        widened.append("data policy")
+    # this kernel's endpoints and keys, always (the store has no keys; they are this kernel's,
+    # for the endpoints it set)
+    options = {k: v for k, v in stored.model_options.items() if not is_endpoint(str(k), v)}
+    options.update({k: v for k, v in base.model_options.items()
+                    if is_endpoint(str(k), v) or _credential(str(k), v)})
+    narrower = min(stored.data, base.data, key=DATA_POLICIES.index)
+    runs = dataclasses.replace(stored, api_base=base.api_base, model_options=options, data=narrower,
+                               data_rows=min(stored.data_rows, base.data_rows))
+    if not widened:
+        return runs, None
+    cap = Ceiling(tools=None if base.tools is None else (frozenset(base.tools),),
+                  auto_approve=(frozenset(base.auto_approve),))
+    return runs, Held(stored, cap, tuple(widened), new=confirmed is None)
+
+
+def _within(tools: list[str] | None, confirmed: list[str] | None) -> bool:
+    # exact lists only: a glob's reach changes as tools register, so a new pattern is a change
+    if confirmed is None:
+        return True
+    return tools is not None and set(tools) <= set(confirmed)
+
+
+def _endpoints(agent: Agent) -> dict[str, object]:
+    """Where the agent's requests go, as a kept definition says it (no userinfo, no option
+    that holds a credential: the store has neither)."""
+    return {"api_base": without_userinfo(agent.api_base)[0] if agent.api_base else None,
+            **{str(k): v for k, v in agent.model_options.items()
+               if is_endpoint(str(k), v) and not _credential(str(k), v)}}
