@@ -64,6 +64,14 @@ def _short(value: Any, n: int = 60) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
+def _arguments_cell(pending: dict[str, Any]) -> str:
+    """A request's arguments in one cell of ``%chaz pending``: a code call's code (masked by
+    its literals alone), marked when it cannot run as shown."""
+    check = pending.get("code_check")
+    problem = check.get("problem") if isinstance(check, dict) else None
+    return ("⛔ cannot run as shown (edit it) · " if problem else "") + _short(pending.get("arguments_display", {}))
+
+
 class ApprovalCommands(MagicsHost):
     """Mixin of ChazMagics: ``_cmd_pending``, ``_cmd_approve``, ``_cmd_deny``."""
 
@@ -83,7 +91,7 @@ class ApprovalCommands(MagicsHost):
                     str(p.get("agent") or "?"),
                     str(p.get("tool_name") or "?"),
                     str(p.get("risk_level") or "?"),
-                    _short(p.get("arguments_display", {})),
+                    _arguments_cell(p),
                 )
             )
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
