@@ -82,8 +82,10 @@ class ProviderError(ChazError):
 
     def __init__(self, message: str, *, model: str, provider: str, kind: str,
                  status: int | None = None, attempts: int = 1, partial_text: str | None = None,
-                 extra: dict[str, Any] | None = None) -> None:
+                 extra: dict[str, Any] | None = None, head: str | None = None) -> None:
         super().__init__(message)
+        #: what failed, without what to do (the message's first sentence), where the maker knows it
+        self.head = head
         #: more of what is known (a context-window refusal: context_tokens, context_window)
         self.extra = dict(extra or {})
         self.model, self.provider, self.kind = model, provider, kind

@@ -88,9 +88,11 @@ async def test_the_tool_runs_with_the_edited_arguments_and_the_log_keeps_both(st
     assert row[0] == "approve" and row[1] is True
     assert as_json(row[2]) == {"target": "staging", "token": "••••••", "replicas": 3}
     assert as_json(row[3]) == {"target": "prod", "token": "••••••"}
-    [call] = store.execute("SELECT tool, edited, edited_arguments, arguments FROM tool_calls")
+    [call] = store.execute("SELECT tool, edited, edited_arguments, arguments, proposed_arguments FROM tool_calls")
     assert call[:2] == ("deploy", True)
-    assert as_json(call[2])["target"] == "staging" and as_json(call[3])["target"] == "prod"
+    # arguments: what the tool ran with (the edit); the model's proposal is kept beside it
+    assert as_json(call[2])["target"] == "staging" and as_json(call[3])["target"] == "staging"
+    assert as_json(call[4])["target"] == "prod"
     assert "s3cret" not in json.dumps([str(e.payload) for e in store.entries(handle.session_id)])
 
 

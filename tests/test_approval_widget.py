@@ -493,7 +493,11 @@ async def test_the_session_view_shows_code_calls_as_code_and_what_the_approver_e
     assert server.decide(req["request_id"], "approve", arguments={"code": "print('kept')"})[0]
     await handle.wait()
     page = SessionView(store, handle.session_id).html()
-    assert "<div class='chaz-label'>edited by the approver to</div>" in page and "print(&#x27;kept&#x27;)" in page
+    assert "<div class='chaz-label'>ran as edited by the approver</div>" in page and "print(&#x27;kept&#x27;)" in page
+    # the collapsed row shows the code that ran; the model's is kept, marked as proposed
+    assert "(code=&quot;print(&#x27;kept&#x27;)&quot;)" in page and "proposed by the model" in page
+    assert "os.remove(&#x27;&lt;x&gt;&#x27;)" in page
+    assert "⚙ run_code({\"code\": \"print('kept')\"})" in SessionView(store, handle.session_id).text()
     assert ran == [("code", "print('kept')")]
 
 

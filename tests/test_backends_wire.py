@@ -19,6 +19,7 @@ from chaz_nb.engine.backends import LiteLLMBackend
 from chaz_nb.core.entries import EntryType as T
 from chaz_nb.server import Server
 from chaz_nb.engine.tools import ToolRegistry, tool
+from waiting import until
 
 KEY = "sk-wire-planted-0123456789abcdefghijklmn"
 
@@ -310,3 +311,64 @@ async def test_malformed_tool_call_json_goes_back_to_the_model(make, store, mode
     assert call.entry_type is T.TOOL_CALL and call.payload["arguments"] == '{"a": 2, "b":'
     assert result.payload["is_error"] is True and "not valid JSON" in result.payload["output"]
     assert "not valid JSON" in model_server.chat_requests()[1].body["messages"][-1]["content"]
+
+
+# ------------------------------------------------------------------ keys
+async def test_a_missing_key_is_one_line_naming_the_variable_and_no_retries(make, store, monkeypatch):
+    """After a kernel restart OPENAI_API_KEY is gone: the Error names it, nothing is retried,
+    and it does not read as the provider's HTTP 500."""
+    monkeypatch.delenv("OPENAI_API_KEY")
+    server = make(wire_agent("w", "https://llm.example.invalid/v1"))
+    error = await asyncio.wait_for((await server.send(server.current_session("w"), "hi")).wait(), 20)
+    assert error.entry_type is T.ERROR and "\n" not in error.content
+    assert "set OPENAI_API_KEY" in error.content and "(%env or os.environ)" in error.content
+    assert "HTTP 500" not in error.content and "attempts" not in error.content and "later" not in error.content
+    assert (error.payload["error_kind"], error.payload["attempts"]) == ("missing_key", 1)
+
+
+async def test_a_server_on_this_machine_needs_no_key(make, store, model_server, monkeypatch):
+    """llama.cpp or vLLM on 127.0.0.1 asks for no key: an agent there works with none set."""
+    monkeypatch.delenv("OPENAI_API_KEY")
+    model_server.script(Reply("local hello"))
+    server = make(wire_agent("w", model_server.openai_base))
+    reply = await (await server.send(server.current_session("w"), "hi")).wait()
+    assert reply.content == "local hello"
+    [req] = model_server.chat_requests()
+    assert req.headers["authorization"] == "Bearer sk-chaz-local-no-key"
+
+
+# ------------------------------------------------------------------ tools the model cannot take
+async def test_a_server_that_refuses_the_tools_says_they_never_reached_the_model(make, store, model_server):
+    model_server.script(ServerError(500, "tools param requires --jinja flag"))
+    server = make(wire_agent("w", model_server.openai_base, tools=["add"]))
+    error = await (await server.send(server.current_session("w"), "add 2 and 3")).wait()
+    assert len(model_server.chat_requests()) == 1  # refused the same way every time: not retried
+    assert error.entry_type is T.ERROR and "tools never reached the model" in error.content
+    assert "--jinja" in error.content and error.payload["error_kind"] == "tools_unsupported"
+
+
+async def test_a_model_that_takes_no_tools_is_noted_once_in_its_session(make, store, model_server, monkeypatch):
+    """litellm's model info says the model calls no tools: the session says so, once."""
+    from chaz_nb.engine.backends import litellm_ready
+
+    litellm = await litellm_ready()
+    monkeypatch.setitem(litellm.model_cost, "openai/fake",
+                        {"litellm_provider": "openai", "mode": "chat", "supports_function_calling": False})
+    model_server.script(Reply("it is 5, I think"), Reply("and 9"))
+    server = make(wire_agent("w", model_server.openai_base, tools=["add"]))
+    s = server.current_session("w")
+    assert (await (await server.send(s, "add 2 and 3")).wait()).content == "it is 5, I think"
+    await until(lambda: any(e.entry_type is T.ERROR for e in store.entries(s)), store.subscribe,
+                what="the note")
+    assert (await (await server.send(s, "add 4 and 5")).wait()).content == "and 9"
+    [note] = [e for e in store.entries(s) if e.entry_type is T.ERROR]
+    assert note.payload["note"] is True and "does not take tools" in note.content and "openai/fake" in note.content
+    assert all(r.body.get("tools") for r in model_server.chat_requests())  # still offered: the note says why
+
+
+async def test_a_model_litellm_does_not_know_gets_no_note(make, store, model_server):
+    model_server.script(Reply("hi"))
+    server = make(wire_agent("w", model_server.openai_base, tools=["add"]))
+    s = server.current_session("w")
+    await (await server.send(s, "hi")).wait()
+    assert [e.entry_type.value for e in store.entries(s)] == ["Message", "Ack", "Message"]

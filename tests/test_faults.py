@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import email.utils
+import re
 import time
 
 import httpx
+import pytest
 
-from chaz_nb.engine.faults import provider_error, retry_after
+from chaz_nb.engine.faults import provider_error, retry_after, stream_broken
 
 
 def failed(status: int, headers: dict[str, str]) -> Exception:
@@ -66,3 +68,70 @@ def test_a_connection_error_names_the_host_it_tried_even_with_no_api_base(monkey
                               600))
     assert text.startswith("openai/smol (openai at http://localhost:8080/v1) lost the connection")
     assert "--api-base" not in text
+# ------------------------------------------------------------- the one line a user reads
+class BadRequestError(Exception):
+    status_code = 400
+
+
+
+
+class Timeout(Exception):
+    pass
+
+
+class ContextWindowExceededError(Exception):
+    status_code = 400
+
+
+def _named(cls: type[Exception], text: str, status: int | None = None) -> Exception:
+    exc = cls(text)
+    if status is not None:
+        exc.status_code = status
+    return exc
+
+
+LONG = ("The server could not parse the request because the field messages contains an element whose "
+        "content is neither a string nor a list of parts, which the specification requires for every "
+        "message of the conversation sent to this endpoint today")
+
+FAILURES = {
+    "connection": _named(APIConnectionError, "litellm.InternalServerError: OpenAIException - Connection error."),
+    "http 500 ending in a full stop": _named(Exception, "OpenAIException - Internal error.", 500),
+    "http 404 ending in !": _named(Exception, "The model `fake` does not exist!", 404),
+    "http 400 ending in ?": _named(Exception, "did you mean gpt-4o?", 400),
+    "http 400 ending in a colon": _named(Exception, "bad request:", 400),
+    "rate limit": _named(Exception, "Slow down.", 429),
+    "auth": _named(Exception, "Incorrect API key provided.", 401),
+    "long words": _named(Exception, LONG, 400),
+    "timeout": _named(Timeout, "Request timed out."),
+    "missing key": _named(Exception, "Missing credentials. Please pass an `api_key`, or set the `OPENAI_API_KEY` "
+                                     "environment variable.", 500),
+    "unknown model": _named(BadRequestError, "litellm.BadRequestError: LLM Provider NOT provided. Pass in the LLM "
+                                             "provider you are trying to call. You passed model=gpt-nope\n Pass model "
+                                             "as E.g. For 'Huggingface' inference endpoints ...", 400),
+    "context window": _named(ContextWindowExceededError, "maximum context length is 4096 tokens. However, your "
+                                                         "messages resulted in 5000 tokens."),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FAILURES))
+def test_no_error_line_has_doubled_punctuation(case):
+    """"Connection error.. Check ...": whatever the provider's words end with, one mark between
+    them and the hint; and a streamed reply that broke reads the same way."""
+    err = provider_error(FAILURES[case], "openai/x", "http://127.0.0.1:8080/v1", 2, 30.0)
+    for text in (str(err), str(stream_broken(err, "partial"))):
+        assert not re.search(r"[.!?…:;,]\s*[.!?:;,]", text.replace("e.g.", "eg")), text
+        assert "\n" not in text
+
+
+def test_a_long_provider_text_is_cut_at_a_word_end():
+    text = str(provider_error(FAILURES["long words"], "openai/x", None, 1, 30.0))
+    cut = text.split(": ", 1)[1].split("…")[0]
+    assert "…" in text and LONG.startswith(cut) and LONG[len(cut)] == " ", text
+
+
+def test_an_unknown_model_says_no_request_was_made():
+    err = provider_error(FAILURES["unknown model"], "gpt-nope", None, 1, 30.0)
+    assert "HTTP 400" not in str(err) and "no request was made" in str(err)
+    assert "provider/name (e.g. openai/gpt-4o-mini" in str(err)
+    assert err.details()["error_kind"] == "unknown_model" and err.details()["status"] is None

@@ -118,3 +118,16 @@ async def test_over_the_openai_wire_every_byte_of_data_that_left_is_in_the_log(s
     assert "first 2 rows:" in sent[0] and "north | 5.0" in sent[1]
     rows = store.execute("SELECT via, host, rows_sent, chars_sent FROM data_egress ORDER BY entry_id")
     assert rows == [("kernel__describe", "127.0.0.1", 2, len(sent[0])), ("kernel__query", "127.0.0.1", 2, len(sent[1]))]
+
+
+async def test_a_new_string_is_reported_with_its_length_not_a_shape(store):
+    server, _ = make(store, analyst(script=[
+        {"tool": "kernel__run", "args": {"code": "word = 'abcd'\nitems = [1, 2, 3]"}}, "ran: {result}",
+    ], auto_approve=["*"]))
+    s = server.current_session("analyst")
+    handle = await server.send(s, "make a word")
+    await until(lambda: server.pending_approvals(), store.subscribe, what="the approval request")
+    server.decide(server.pending_approvals()[0]["request_id"], "approve")
+    reply = await handle.wait()
+    assert "created word (str, length 4)" in reply.content and "created items (list, length 3)" in reply.content
+    assert "shape" not in reply.content

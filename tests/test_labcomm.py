@@ -469,7 +469,8 @@ async def test_a_stop_request_stops_the_sessions_parked_run_then_sends_a_fresh_s
 
     stopped, fresh = comm.sent[:2]
     assert stopped["type"] == "stopped" and stopped["session_id"] == s and stopped["ok"] is True
-    assert stopped["message"].startswith(f"stopped session {s} (janitor, run ") and "was parked" in stopped["message"]
+    assert stopped["message"].startswith(f"stopped session {s} (janitor, run_id ")
+    assert "was parked" in stopped["message"]
     assert fresh["type"] == "state"
     await until(lambda: server.session_status(s) == "idle", store.subscribe, what="the stopped run's end")
     closing = store.latest(s)
@@ -706,3 +707,29 @@ def test_any_failure_of_a_message_is_a_one_line_reply_not_a_kernel_traceback(sto
     expected = {"stop": ("stopped", "RuntimeError: cannot say what stopped"), "decide": ("decided", "KeyError: 'oops'")}
     assert (answer["type"], answer["ok"], answer["message"]) == (*expected[kind][:1], False, expected[kind][1])
     bridge.close()
+
+
+def test_the_new_chat_list_hears_an_agent_defined_or_forgotten_without_a_refresh(backend_store):
+    """Issue 42 #8: an agent defined after the sidebar opened reaches its "New chat with" list
+    (the state's ``agents``) at once, and a forgotten one leaves it; no Refresh, no write."""
+    from chaz_nb.server import Server
+    from chaz_nb.server.agents import Agent
+
+    server = Server(backend_store, [Agent("w", model="chaz/echo")], keep_agents=True)
+    bridge = LabBridge(server, call_later=lambda delay, fn: fn())
+    comm = FakeComm()
+    bridge.open(comm, {})
+    assert comm.sent[-1]["agents"] == ["w"]
+    comm.sent.clear()
+
+    server.define_agent(Agent("late", model="chaz/echo"))  # kept in the store: no entry written
+    assert [m["agents"] for m in comm.sent if m["type"] == "state"] == [["late", "w"]]
+    server.define_agent(Agent("quick", model="chaz/echo"), keep=False)
+    assert comm.sent[-1]["agents"] == ["late", "quick", "w"]
+    server.forget_agent("late")
+    assert comm.sent[-1]["agents"] == ["quick", "w"]
+
+    bridge.close()
+    comm.sent.clear()
+    server.define_agent(Agent("after", model="chaz/echo"), keep=False)
+    assert comm.sent == []  # a closed bridge no longer listens

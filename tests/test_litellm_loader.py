@@ -38,3 +38,27 @@ def test_litellm_prices_the_offline_models_at_zero_without_a_failed_lookup():
         assert litellm.completion_cost(model=model, prompt="hello", completion="world") == 0.0
     with pytest.raises(Exception, match="(?i)not mapped|isn't mapped|not found"):
         litellm.completion_cost(model="openai/no-such-model-here", prompt="hello", completion="world")
+
+
+def test_the_first_turn_after_load_ext_says_it_waits_for_the_model_library(tmp_path):
+    """A real kernel: %load_ext starts litellm's import (seconds) in the background, and a turn
+    sent at once waits for it; the view's status line says so until the request leaves, and
+    the finished view no longer does."""
+    import json
+
+    from kernel_harness import Kernel
+
+    k = Kernel(str(tmp_path), env={"CHAZ_DB": ":memory:"})
+    try:
+        r = k.run("%load_ext chaz_nb\nfrom chaz_nb.engine.litellm_loader import litellm_loaded\n"
+                  "print('loaded before the turn:', litellm_loaded())\n%chaz @assistant hi", timeout=180)
+        assert r.status == "ok", r.outputs
+        if "loaded before the turn: True" in r.stdout:  # pragma: no cover - an import faster than a cell
+            pytest.skip("litellm was imported before the turn began: nothing to wait for")
+        opened = [json.dumps(m["content"]) for m in r.of("comm_open")]
+        assert any("<div class='chaz-status-line'>loading the model library\\u2026</div>" in s for s in opened)
+        texts = r.texts()
+        assert "… loading the model library…" in texts[0]
+        assert "assistant: echo: hi" in texts[-1] and "loading the model library" not in texts[-1]
+    finally:
+        k.close()

@@ -381,9 +381,16 @@ def test_every_flag_a_parser_accepts_is_in_its_usage_and_the_full_usage():
         assert _mentions(magics.HELP, flag), flag
 
 
-def test_bare_chaz_and_help_show_the_agent_flags(chaz, capsys):
-    err = one_line_error(capsys, "%chaz", "usage: %chaz @NAME text")
-    assert "--approval-timeout S" in err and "--max-iterations N" in err and "--reason" in err
+def test_bare_chaz_prints_a_short_usage_not_an_error(chaz, capsys):
+    capsys.readouterr()
+    result = ip.run_cell("%chaz")
+    assert result.success, result.error_in_exec
+    out, err = capsys.readouterr()
+    assert err == "" and out.startswith("%chaz @NAME text")
+    assert len(out.splitlines()) <= 5 and len(out) < 400 and "%chaz help" in out
+
+
+def test_help_shows_the_agent_flags(chaz, capsys):
     ip.run_line_magic("chaz", "help")
     out = capsys.readouterr().out
     assert "--approval-timeout S" in out and "--tools '*' gives every tool" in out and "--data" in out
@@ -394,7 +401,6 @@ def test_bad_inputs_get_one_line_errors(chaz, capsys):
     ip.run_cell(TOOLS).raise_error()
     one_line_error(capsys, "%chaz @nobody hi", "unknown agent @nobody; known agents: @assistant")
     one_line_error(capsys, "%chaz frobnicate", "unknown sub-command 'frobnicate'; sub-commands: agent, agents,")
-    one_line_error(capsys, "%chaz", "usage: %chaz @NAME text")
     one_line_error(capsys, "%chaz @assistant", "nothing to send to @assistant")
     one_line_error(capsys, "%chaz agent x --model chaz/script --script '[1,'", "bad --script JSON")
     one_line_error(capsys, "%chaz agent x --script '{}'", "--script must be a JSON list")
@@ -575,3 +581,26 @@ def test_a_message_over_the_entry_limit_is_a_one_line_error_and_nothing_is_writt
     one_line_error(capsys, "%chaz @assistant " + "x" * 30_000,
                    "is over the entry limit of 20,000 (CHAZ_MAX_ENTRY_CHARS); nothing was written")
     assert entries(chaz, "assistant") == []
+
+
+def test_config_db_refuses_a_directory_that_does_not_exist(chaz, tmp_path, capsys):
+    """A typo in the directory must not make a new, empty store (and move the kernel to it)."""
+    path = tmp_path / "not-there" / "sessions.duckdb"
+    one_line_error(capsys, f"%chaz config db={path}", f"the directory {tmp_path / 'not-there'} does not exist")
+    assert not (tmp_path / "not-there").exists()
+    assert chaz_nb.current() is chaz and not chaz.store.closed  # still on the store it had
+
+
+def test_a_mistyped_flag_gets_the_nearest_one(chaz, capsys):
+    one_line_error(capsys, "%chaz agent x --modle chaz/echo", "unrecognized arguments: --modle chaz/echo "
+                   "(did you mean --model?)")
+    one_line_error(capsys, "%chaz log --limt 3", "(did you mean --limit?)")
+    one_line_error(capsys, "%chaz approve 1 --all-call", "unknown option --all-call (did you mean --all-calls?)")
+    one_line_error(capsys, "%chaz --no-wiat @assistant hi", "unknown option --no-wiat (did you mean --no-wait?)")
+
+
+def test_a_toml_error_names_the_line_of_the_cell(chaz, capsys):
+    """The error's line is the one a person counts in the cell: the %%chaz line is line 1."""
+    cell = '%%chaz agent x\nmodel = "chaz/echo"\ntools = ["a",\nsystem = "hi"\n'
+    err = one_line_error(capsys, cell, "bad TOML")
+    assert "(at line 4 of the cell," in err, err

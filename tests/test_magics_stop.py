@@ -13,7 +13,7 @@ from waiting import until
 def test_stop_ends_a_parked_run_with_a_cancelled_ack_and_closes_its_request(chaz, parked, capsys):
     ip.run_line_magic("chaz", "stop")
     out = capsys.readouterr().out
-    assert out.startswith(f"stopped session {parked} (janitor, run ") and "was parked" in out
+    assert out.startswith(f"stopped session {parked} (janitor, run_id ") and "was parked" in out
     assert chaz.session_status(parked) != "parked" and not chaz.is_busy(parked)
     entries = chaz.store.entries(parked)
     [decision] = [e for e in entries if e.entry_type is EntryType.APPROVAL_DECISION]

@@ -234,7 +234,7 @@ def test_a_stop_from_another_kernel_stops_the_run_in_the_kernel_that_serves_it(k
     out = ok(b, f"%chaz stop {sid}").strip()  # B does not serve the session: A stops its run
     [(run_id,)] = rows(pg_url, "SELECT id FROM entries WHERE session_id = %s AND entry_type = 'Ack'"
                                " AND run_id = id", (sid,))
-    assert out == f"stopped session {sid} (slow, run {run_id}, was running, in another kernel)"
+    assert out == f"stopped session {sid} (slow, run_id {run_id}, was running, in another kernel)"
     [(content, by)] = rows(pg_url, "SELECT content, payload->>'stopped_by' FROM entries WHERE run_id = %s"
                                    " AND id <> run_id AND entry_type = 'Ack'", (run_id,))
     assert (content, by) == ("slow was stopped by user", "user")

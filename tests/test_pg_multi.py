@@ -294,7 +294,7 @@ async def test_a_stop_from_another_kernel_stops_the_run_where_it_is_served(held)
         release.set()  # (a failing stop must not leave A's run waiting)
     [run] = stopped
     assert (run.session_id, run.agent, run.was, run.elsewhere) == (sid, "holder", "running", True)
-    assert run.describe() == f"stopped session {sid} (holder, run {run.run_id}, was running, in another kernel)"
+    assert run.describe() == f"stopped session {sid} (holder, run_id {run.run_id}, was running, in another kernel)"
     assert await handle.wait() is None and not a.is_busy(sid)  # A's run ended on the stop
     [ack] = cancelled_acks(b.store, sid)  # B's subscribers had it before B's stop returned
     assert ack.payload["run_id"] == run.run_id and ack.sender == "holder"

@@ -90,7 +90,7 @@ def test_a_stop_request_on_control_stops_the_run_a_waiting_cell_waits_for(kernel
     assert reply["msg_type"] == "chaz_stop_reply"
     content = reply["content"]
     assert content["ok"] is True and content["session_id"] == sid
-    assert content["message"].startswith(f"stopped session {sid} (teller, run ")
+    assert content["message"].startswith(f"stopped session {sid} (teller, run_id ")
     r = kernel.collect(msg_id)
     ended = time.monotonic() - t0
     assert replied < 1.0 and ended < 1.0, (replied, ended)

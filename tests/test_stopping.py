@@ -8,6 +8,7 @@ written before is lost, and the session answers the next Message.
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -22,12 +23,14 @@ from waiting import until
 
 tool_events: list[str] = []
 tool_started: dict[str, asyncio.Event] = {}
+tool_started_at: dict[str, float] = {}
 
 
 @tool
 async def crunch(n: int) -> str:
     """A long computation (it waits until cancelled)."""
     tool_events.append("started")
+    tool_started_at["crunch"] = time.perf_counter()
     tool_started["crunch"].set()
     try:
         await asyncio.Event().wait()
@@ -314,3 +317,19 @@ async def test_stopping_a_child_alone_gives_the_parent_a_tool_error(make, store,
     assert reply.content == "the child was stopped, so I stop too"
     result = store.entries(s, types=[T.TOOL_RESULT])[0]
     assert result.payload["is_error"] and "was stopped by user" in result.payload["output"]
+
+
+async def test_a_tool_the_stop_cancels_records_how_long_it_ran(make, store, model_server):
+    """Not "error · 0.0 ms": the ToolResult's duration is the time the tool ran until the stop."""
+    model_server.script(Reply(tool_calls=[Call("crunch", {"n": 7})]), Reply("done"))
+    server = make("calc", tools=["crunch"])
+    s = server.current_session("calc")
+    tool_started["crunch"] = asyncio.Event()
+    await server.send(s, "crunch 7")
+    await asyncio.wait_for(tool_started["crunch"].wait(), 30)
+    ran_ms = (time.perf_counter() - tool_started_at["crunch"]) * 1000  # at least this long
+    [stopped] = await server.stop_runs(s)
+    result = store.entries(s, types=[T.TOOL_RESULT])[0]
+    assert result.payload["duration_ms"] >= ran_ms > 0
+    [(row_ms,)] = store.execute("SELECT duration_ms FROM tool_calls WHERE run_id = ?", [stopped.run_id])
+    assert row_ms >= ran_ms

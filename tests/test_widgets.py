@@ -572,7 +572,8 @@ def test_a_cell_view_says_its_count_is_this_cells_and_shares_the_renderers_frame
     assert "<span class='chaz-count'>1 entry in this cell</span>" in data["text/html"]
     whole = SessionView(store, sid, status=FakeStatus("idle")).bundle()
     assert "scope" not in whole[MIME_TYPE]
-    assert "<span class='chaz-count'>6 entries</span>" in whole["text/html"]
+    # 6 entries shown as 4 rows: the Ack is the status line, the call and its result one row
+    assert "<span class='chaz-count'>4 rows (6 entries)</span>" in whole["text/html"]
     # the finished view: the lab renderer's frame and header (chaz-transcript, chaz-header spans)
     assert "<div class='chaz-transcript chaz-s'><div class='chaz-header'><span class='chaz-title'>Session" in (
         whole["text/html"])
@@ -599,3 +600,57 @@ def test_a_finished_view_does_not_say_the_agent_is_working(store):
     store.append(sid, EntryType.ACK, "calc", "calc is working")  # a run whose reply this view never got
     data = SessionView(store, sid, status=FakeStatus("idle")).bundle()
     assert "working" not in data["text/plain"] and "working" not in data["text/html"]
+
+
+def test_a_cell_views_count_matches_the_rows_it_shows(store):
+    """Not "4 entries in this cell" over a view showing 2 rows: the count is of what is shown."""
+    sid = store.create_session("calc")
+    for e in turn():
+        store.append(sid, e.entry_type, e.sender, e.content, tool_call_id=e.tool_call_id,
+                     tool_name=e.tool_name, payload=e.payload)
+    cell = SessionView(store, sid, status=FakeStatus("idle"), after_seq=1, cell=True)
+    data = cell.bundle()
+    shown = [line for line in cell.text().splitlines()[1:] if line.strip()]
+    assert len(shown) == 2, shown  # the tool row and the reply
+    assert "<span class='chaz-count'>2 rows (4 entries) in this cell</span>" in data["text/html"]
+    assert data[MIME_TYPE]["count_label"] == "2 rows (4 entries) in this cell"  # what the lab renderer shows
+
+
+def test_a_run_waiting_for_the_model_library_says_so_until_its_request_leaves(store):
+    """The first turn after %load_ext waits seconds for litellm's import: the status line says
+    so, and the run's Ack (written as the request leaves) replaces it with "working"."""
+    sid = store.create_session("calc")
+    store.append(sid, EntryType.MESSAGE, "user", "add 2 and 3")
+    loading = [True]
+    view = SessionView(store, sid, status=FakeStatus("running"), loading=lambda: loading[0], widget=False)
+    assert view.text().splitlines()[-1] == "… loading the model library…"
+    assert "<div class='chaz-status-line'>loading the model library…</div>" in view.html()
+    loading[0] = False
+    store.append(sid, EntryType.ACK, "calc", "calc is working")
+    after = SessionView(store, sid, status=FakeStatus("running"), loading=lambda: loading[0], widget=False)
+    assert after.text().splitlines()[-1] == "… calc is working… step 1"
+    idle = SessionView(store, sid, status=FakeStatus("idle"), loading=lambda: True, widget=False)
+    assert "loading the model library" not in idle.text()  # a run that is over waits for nothing
+def test_show_earlier_leaves_the_live_widgets_output_alone(store, monkeypatch):
+    """Issue 42 #20: JupyterLab draws a widget view again for each update of its output (a new
+    view, a blank frame, the text typed in a card's Edit box gone). "show earlier" reaches the
+    live widget only; the output's static forms are updated once the widget is gone."""
+    import IPython.display
+
+    shown, updates = [], []
+    monkeypatch.setattr(IPython.display, "display", lambda data, **kw: shown.append(data))
+    monkeypatch.setattr(IPython.display, "update_display", lambda data, **kw: updates.append(data))
+    sid = store.create_session("calc")
+    fill(store, sid, 30)
+    loop = asyncio.new_event_loop()
+    try:
+        view = SessionView(store, sid, status=FakeStatus("running"), loop=loop, follow=True, page=5)
+        view.display()
+        assert len(shown) == 1 and WIDGET_MIME in shown[0]
+        state = view.widget.chaz_state
+        view.frontend_event("earlier")
+        assert len(state["rows"]) == 10 and "20 earlier entries" in state["earlier"]  # the widget has the page
+        assert updates == []  # and the output was not drawn again
+        view.close()
+    finally:
+        loop.close()

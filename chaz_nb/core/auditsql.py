@@ -206,10 +206,14 @@ results AS (
            {t('payload', 'decided_by')} AS decided_by,
            {cast(t('payload', 'edited'), 'BOOLEAN')} AS edited,
            {j('payload', 'arguments')} AS edited_arguments,
+           {t('payload', 'code_sha256')} AS code_sha256,
            created_at
     FROM entries WHERE entry_type = 'ToolResult'
 )
-SELECT c.session_id, c.agent, c.run_id, c.tool_call_id, c.tool_name AS tool, c.arguments,
+SELECT c.session_id, c.agent, c.run_id, c.tool_call_id, c.tool_name AS tool,
+       -- what the tool ran with: the person's edit when they approved one (proposed_arguments:
+       -- the model's)
+       CASE WHEN r.edited THEN r.edited_arguments ELSE c.arguments END AS arguments,
        r.output, r.is_error,
        c.created_at AS started_at, r.created_at AS finished_at,
        -- time in the tool itself; the wait for a person is in the approvals view
@@ -218,8 +222,11 @@ SELECT c.session_id, c.agent, c.run_id, c.tool_call_id, c.tool_name AS tool, c.a
        c.id AS call_entry_id, r.id AS result_entry_id,
        c.mcp_server,  -- the MCP server of the tool; NULL for Python tools
        -- a person edited the arguments before approving: the tool ran with edited_arguments
-       coalesce(r.edited, false) AS edited,
-       CASE WHEN r.edited THEN r.edited_arguments END AS edited_arguments{copied_column('c', forks)}
+       coalesce(r.edited, false) AS edited, CASE WHEN r.edited THEN r.edited_arguments END AS edited_arguments,
+       c.arguments AS proposed_arguments,
+       -- a code call that ran (kernel__run): the sha256 of the exact code, whose text the
+       -- log keeps with its secret literals masked
+       r.code_sha256{copied_column('c', forks)}
 FROM calls c
 LEFT JOIN results r
   ON r.session_id = c.session_id AND r.run_id IS NOT DISTINCT FROM c.run_id AND r.tool_call_id = c.tool_call_id

@@ -23,6 +23,8 @@ from collections.abc import Callable, Container, Mapping
 from .entries import JsonObject, JSONValue
 
 REDACTED = "[REDACTED]"
+#: a secret literal masked in code (core/codemask.py): no Python, so it stands for that literal alone
+CODE_MARK = "«REDACTED»"
 
 #: Provider key variables litellm reads (and the generic shapes below catch the rest).
 KNOWN_KEY_VARS = (
@@ -129,6 +131,22 @@ def redact(text: str, environ: dict[str, str] | None = None) -> str:
     return text
 
 
+def redact_shapes(text: str, environ: dict[str, str] | None = None) -> str:
+    """``text`` with the secret values the kernel knows (key-like environment variables) and
+    the shapes of provider keys masked, without the rules that read a name before a value
+    (``Authorization:``, ``api_key=``): what can be masked in code outside its literals
+    (core/codemask.py), where those rules would swallow the code after the name."""
+    if not text:
+        return text
+    values = secret_values(environ) if environ is not None else _current_secret_values()
+    for value in values:
+        if value in text:
+            text = text.replace(value, REDACTED)
+    for pattern, replacement in _PATTERNS[1:]:
+        text = pattern.sub(replacement, text)
+    return text
+
+
 def is_secret_name(name: str) -> bool:
     """Whether an environment variable called ``name`` holds a key (its value is masked)."""
     return name in KNOWN_KEY_VARS or bool(_SECRET_NAME.search(name))
@@ -139,37 +157,48 @@ def is_credential_field(name: str) -> bool:
     return bool(_CREDENTIAL_FIELD.fullmatch(name))
 
 
-@overload
-def redact_data(value: str, redact_text: Callable[[str], str] = redact) -> str: ...
-@overload
-def redact_data(value: Mapping[str, JSONValue], redact_text: Callable[[str], str] = redact) -> JsonObject: ...
-@overload
-def redact_data(value: Mapping[str, object], redact_text: Callable[[str], str] = redact) -> Mapping[str, object]: ...
-@overload
-def redact_data(value: object, redact_text: Callable[[str], str] = redact) -> object: ...
+CodeText = Callable[[str], str]
 
 
-def redact_data(value: object, redact_text: Callable[[str], str] = redact) -> object:
+@overload
+def redact_data(value: str, redact_text: Callable[[str], str] = redact, code: CodeText | None = None) -> str: ...
+@overload
+def redact_data(
+    value: Mapping[str, JSONValue], redact_text: Callable[[str], str] = redact, code: CodeText | None = None,
+) -> JsonObject: ...
+@overload
+def redact_data(
+    value: Mapping[str, object], redact_text: Callable[[str], str] = redact, code: CodeText | None = None,
+) -> Mapping[str, object]: ...
+@overload
+def redact_data(value: object, redact_text: Callable[[str], str] = redact, code: CodeText | None = None) -> object: ...
+
+
+def redact_data(value: object, redact_text: Callable[[str], str] = redact, code: CodeText | None = None) -> object:
     """``value`` (JSON-like data) with every string redacted: dict keys as well as values.
 
     The value under a credential name (``x-api-key``, ``Authorization``...) is masked whole;
     two keys that redact to the same text keep both values (``[REDACTED]``, ``[REDACTED]#2``).
+    ``code``: how the code of a code call's arguments (exactly ``{"code": TEXT}``, at any
+    depth) is masked instead (``codemask.mask_code``: literals alone, never a code token).
     """
     if isinstance(value, str):
         return redact_text(value)
     if isinstance(value, dict):
+        if code is not None and list(value) == ["code"] and isinstance(value["code"], str):
+            return {"code": code(value["code"])}
         out: dict[object, object] = {}
         for key, item in value.items():
             if isinstance(key, str):
                 if is_credential_field(key) and item is not None and not isinstance(item, (bool, dict, list, tuple)):
                     item = REDACTED
                 key = _unique(redact_text(key), out)
-            out[key] = redact_data(item, redact_text)
+            out[key] = redact_data(item, redact_text, code)
         return out
     if isinstance(value, (list, tuple)):
-        return [redact_data(v, redact_text) for v in value]
+        return [redact_data(v, redact_text, code) for v in value]
     if isinstance(value, Mapping):  # another kind of mapping (the checks above keep a dict's path short)
-        return redact_data(dict(value), redact_text)
+        return redact_data(dict(value), redact_text, code)
     return value
 
 

@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
 
+from .codemask import mask_code
 from .entries import Entry, EntryType
 from .redaction import redact_data, redact_then_cut
 from ..errors import EntryTooLarge, StoreError
@@ -195,6 +196,14 @@ def storable_fields(
                                      unstorable)
         return storable_text(as_text(value), unstorable)
 
+    def clean_code(code: str) -> str:
+        # code is masked by token (literals alone: core/codemask.py), never by the text rules,
+        # which would hide code after a name like api_key=; code over the cut is refused
+        # before it runs (server/approval_proxy.py), so its clipped form is redacted as text
+        if cap is not None and len(code) > cap:
+            return clean(code)
+        return storable_text(mask_code(code, redact).text, unstorable)
+
     def clean_optional(value: str | None) -> str | None:
         # The model names the tool (and may echo a key it read as the name): redacted too.
         return None if value is None else redact(clean(value))
@@ -204,7 +213,7 @@ def storable_fields(
         content=redact(clean(item.content)),  # (a clipped text was redacted before its cut)
         tool_call_id=clean_optional(item.tool_call_id),
         tool_name=clean_optional(item.tool_name),
-        payload=redact_data(item.payload or {}, lambda text: redact(clean(text))),
+        payload=redact_data(item.payload or {}, lambda text: redact(clean(text)), clean_code),
     )
 
 

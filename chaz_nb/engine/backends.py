@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import urllib.parse
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -36,7 +38,7 @@ from .streaming import StreamAssembly
 DeltaCallback = Callable[[str], None]
 
 __all__ = ["LiteLLMBackend", "ModelBackend", "ModelReply", "ProviderError", "ToolCallRequest", "Usage",
-           "litellm_module", "litellm_ready", "start_import"]
+           "litellm_module", "litellm_ready", "refuses_tools", "start_import"]
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +174,8 @@ class LiteLLMBackend:
             retries = 0  # deterministic: another attempt gives the same answer
         else:
             kwargs.update(num_retries=0, max_retries=0, timeout=timeout)
+            if _needs_local_key(litellm, model, kwargs):
+                kwargs["api_key"] = LOCAL_PLACEHOLDER_KEY
         if on_delta is not None:
             await tokenizer_ready()
             kwargs["stream"] = True
@@ -225,6 +229,38 @@ class LiteLLMBackend:
                 except Exception:  # a view's problem must not end the model call
                     log.exception("on_delta callback failed")
         return _reply_from_stream(litellm, model, messages, assembly)
+
+
+#: the key sent to an OpenAI-compatible server on this machine when none is set: such servers
+#: (llama.cpp, vLLM, Ollama's /v1) ask for none, but the OpenAI SDK refuses to call without one.
+#: A server that does want a key answers 401, which says to set OPENAI_API_KEY.
+LOCAL_PLACEHOLDER_KEY = "sk-chaz-local-no-key"
+_OPENAI_KEYED = frozenset({"openai", "text-completion-openai", "custom_openai", "openai_like"})
+_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0"})
+
+
+def _needs_local_key(litellm: Any, model: str, kwargs: dict[str, Any]) -> bool:
+    """Whether a call to a loopback ``api_base`` of an OpenAI-compatible model has no key at all
+    (not in ``model_options``, not in the environment): then it gets ``LOCAL_PLACEHOLDER_KEY``."""
+    base = kwargs.get("api_base")
+    if not base or kwargs.get("api_key") or os.environ.get("OPENAI_API_KEY") or getattr(litellm, "api_key", None):
+        return False
+    host = (urllib.parse.urlsplit(str(base)).hostname or "").lower()
+    if host not in _LOOPBACK and not host.startswith("127."):
+        return False
+    provider = model.split("/", 1)[0] if "/" in model else ""
+    return provider in _OPENAI_KEYED
+
+
+def refuses_tools(litellm: Any, model: str) -> bool:
+    """Whether litellm's model info says ``model`` takes no tools (``supports_function_calling``
+    false). A model it does not know is not judged: ``supports_function_calling`` says False for
+    any unknown one, a local server's model included."""
+    if is_offline(model):
+        return False
+    cost = getattr(litellm, "model_cost", None) or {}
+    info = cost.get(model) or (cost.get(model.split("/", 1)[1]) if "/" in model else None)
+    return isinstance(info, dict) and info.get("supports_function_calling") is False
 
 
 def _newest_alone(messages: Sequence[dict[str, Any]]) -> bool:

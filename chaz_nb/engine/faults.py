@@ -75,8 +75,46 @@ def _status(exc: BaseException) -> int | None:
     return status if isinstance(status, int) else None
 
 
+#: how a provider's SDK (through litellm) says no key was given: the OpenAI SDK ("Missing
+#: credentials ... set the `OPENAI_API_KEY` ... environment variable", older "The api_key client
+#: option must be set"), litellm's own checks ("Missing Anthropic API Key"). No request was made.
+_NO_KEY = re.compile(r"missing credentials|api_key client option must be set|missing [\w ]*api[ _]key"
+                     r"|no (?:api )?key is set", re.IGNORECASE)
+#: the environment variable a missing-key message names
+_KEY_VARIABLE = re.compile(r"\b[A-Z][A-Z0-9]*_API_KEY\b")
+
+
+def missing_key_variable(exc: BaseException, provider: str) -> str | None:
+    """The environment variable to set when ``exc`` says no key was given (else None): the one
+    the message names, or ``PROVIDER_API_KEY``."""
+    for e in _chain(exc):
+        text = str(getattr(e, "message", None) or e)
+        if _NO_KEY.search(text):
+            named = _KEY_VARIABLE.search(text)
+            return named.group(0) if named else f"{(provider or 'OPENAI').upper()}_API_KEY"
+    return None
+
+
+#: litellm's words for a model string it cannot map to a provider (it raises a 400 of its own)
+_NO_PROVIDER = re.compile(r"LLM Provider NOT provided", re.IGNORECASE)
+
+
+#: how servers refuse a request's tools: llama.cpp ("tools param requires --jinja flag"), Ollama
+#: ("... does not support tools"), vLLM ("auto" tool choice requires --enable-auto-tool-choice)
+_NO_TOOLS = re.compile(r"tools? param\w* requires|does not support tools|tools? (?:are|is) not supported"
+                       r"|tool[_ ]choice\W+requires|enable-auto-tool-choice|tool calling is not supported",
+                       re.IGNORECASE)
+
+
 def classify(exc: BaseException) -> tuple[str, int | None]:
-    """``(kind, status)`` of a failed call: timeout, connection, rate_limit, auth, http."""
+    """``(kind, status)`` of a failed call: missing_key, unknown_model, context_window, timeout,
+    connection, rate_limit, auth, http. The first two made no request (status None)."""
+    if missing_key_variable(exc, "") is not None:
+        # litellm reports the SDK's "no key" as a 500: no request left, another attempt is the same
+        return "missing_key", None
+    if any(_NO_PROVIDER.search(str(e)) for e in _chain(exc)):
+        # litellm's own "400": the model string names no provider, nothing was sent anywhere
+        return "unknown_model", None
     names = {type(e).__name__ for e in _chain(exc)}
     if "ContextWindowExceededError" in names:
         # litellm's name for a provider's "too many tokens" answer (llama.cpp, OpenAI, vLLM, ...)
@@ -89,6 +127,10 @@ def classify(exc: BaseException) -> tuple[str, int | None]:
         # litellm reports a dropped connection as a 500: it is not the provider's answer
         return "connection", None
     status = _status(exc)
+    if status is not None and status >= 400 and status != 429 and any(_NO_TOOLS.search(str(e)) for e in _chain(exc)):
+        # a server that refuses the tools (llama.cpp without --jinja, an Ollama model without
+        # tool support): another attempt is refused the same way
+        return "tools_unsupported", status
     if status == 429:
         return "rate_limit", status
     if status in (401, 403):
@@ -115,7 +157,34 @@ def _detail(exc: BaseException) -> str:
             text = err if isinstance(err, str) else str(err.get("message") or err)
     except ValueError:
         pass
-    return redact_then_cut(text, 200)
+    return cut_at_word(text, 200)
+
+
+#: what a sentence may end with already (its own full stop is not added again)
+_ENDS = (".", "!", "?", "…")
+
+
+def cut_at_word(text: str, limit: int) -> str:
+    """``text`` redacted, then cut to at most ``limit`` characters at a word's end (``…`` marks
+    a cut); a text without a space near the limit is cut where the limit falls."""
+    if len(text) <= limit:
+        return redact_then_cut(text, limit)
+    body = redact_then_cut(text, limit)[:-1]  # its "…" mark off: put back after the word
+    space = body.rfind(" ")
+    if space > limit // 2:
+        body = body[:space]
+    return body.rstrip(" ,;:.-") + "…"
+
+
+def sentences(head: str, tail: str) -> str:
+    """``head`` and ``tail`` as two sentences: one full stop between them, never two
+    ("Connection error.. Check ..."), and none after a head that ends with ``…``, ``!`` or ``?``."""
+    head = head.rstrip()
+    while head.endswith((",", ";", ":")):
+        head = head[:-1].rstrip()
+    if head.endswith(_ENDS):
+        return f"{head} {tail}"
+    return f"{head}. {tail}"
 
 
 def _where(api_base: str | None) -> str:
@@ -165,6 +234,9 @@ _HINTS = {
     404: "Check the model name and the agent's api_base",
     "http5": "The provider failed; send the message again later, or use another model",
     "http": "The provider rejected the request; check the model name and the agent's model_options",
+    "tools_unsupported": "The server does not take tools, so the agent's tools never reached the model; start it "
+                         "so that it does (llama.cpp: --jinja with a chat template that has tools; vLLM: "
+                         "--enable-auto-tool-choice), or use the agent without tools",
 }
 
 
@@ -242,6 +314,17 @@ def provider_error(exc: BaseException, model: str, api_base: str | None, attempt
         tried = endpoint(model, provider, None, litellm)
         if tried:
             where = _where(tried)
+    if kind == "missing_key":
+        variable = missing_key_variable(exc, provider) or "OPENAI_API_KEY"
+        message = (f"{model} ({provider}{where}): no API key was given, so no request was made; set "
+                   f"{variable} in the kernel's environment (%env or os.environ) and send the message again")
+        return ProviderError(message, model=model, provider=provider, kind=kind, status=None, attempts=attempts,
+                             extra={"variable": variable})
+    if kind == "unknown_model":
+        message = (f"{model}: litellm cannot tell which provider serves this model, so no request was made; "
+                   "write the model as provider/name (e.g. openai/gpt-4o-mini, anthropic/claude-3-5-haiku-latest, "
+                   "ollama_chat/llama3.1) or check its spelling")
+        return ProviderError(message, model=model, provider=provider, kind=kind, status=None, attempts=attempts)
     if kind == "context_window":
         message, sizes = _context_error(exc, model, f"{model} ({provider}{where})", litellm, max_tokens,
                                         newest_alone)
@@ -257,16 +340,19 @@ def provider_error(exc: BaseException, model: str, api_base: str | None, attempt
         hint += " (the agent has no api_base: give a local server's URL with --api-base URL)"
     tries = f" after {attempts} attempts" if attempts > 1 else ""
     detail = _detail(exc) if kind not in ("timeout",) else ""
-    message = f"{model} ({provider}{where}) {what}{tries}" + (f": {detail}" if detail else "") + f". {hint}"
-    return ProviderError(message, model=model, provider=provider, kind=kind, status=status, attempts=attempts)
+    head = f"{model} ({provider}{where}) {what}{tries}" + (f": {detail}" if detail else "")
+    message = sentences(head, hint)
+    return ProviderError(message, model=model, provider=provider, kind=kind, status=status, attempts=attempts,
+                         head=head)
 
 
 def stream_broken(error: ProviderError, partial_text: str) -> ProviderError:
     """The failure of a stream after part of the reply reached the user: ``error`` reworded to
     say so, with that text kept (``partial_text``, which the Error entry's payload records)."""
-    head, _, hint = str(error).rpartition(". ")
-    head = (head or str(error)).rstrip(".")
-    message = (f"the reply stream broke after {len(partial_text)} characters: {head}. The text so far is "
-               "kept in this entry (payload.partial_text); send the message again for a whole reply")
+    head = error.head or str(error)
+    chars = f"{len(partial_text)} character" + ("" if len(partial_text) == 1 else "s")
+    message = sentences(f"the reply stream broke after {chars}: {head}",
+                        "The text so far is kept in this entry (payload.partial_text); send the message "
+                        "again for a whole reply")
     return ProviderError(message, model=error.model, provider=error.provider, kind=error.kind,
                          status=error.status, attempts=error.attempts, partial_text=partial_text)

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 
 from .offline_models import OFFLINE_MODELS, OFFLINE_PROVIDER, offline_handler_class
 
-__all__ = ["TOKENIZER_MODULE", "litellm_module", "litellm_ready", "start_import", "tokenizer_ready"]
+__all__ = ["TOKENIZER_MODULE", "litellm_loaded", "litellm_module", "litellm_ready", "start_import", "tokenizer_ready"]
 
 log = logging.getLogger(__name__)
 
@@ -212,6 +212,11 @@ async def litellm_ready() -> Any:
     # shielded: a run cancelled while it waits (a stop) must not cancel the one import every
     # run of the process shares (wrap_future passes a cancel on to the thread's future)
     return await asyncio.shield(asyncio.wrap_future(start_import()))
+
+
+def litellm_loaded() -> bool:
+    """Whether litellm is imported and warmed up (a model call need not wait for it)."""
+    return _litellm is not None
 
 
 def litellm_module() -> Any:

@@ -284,12 +284,15 @@ async def execute(
         # the calls whose ToolResult event went out: this step's own set, passed in (not closed
         # over) so each step's run_one writes to the set of its step
         answered: set[str] = set()
+        # when each call of this step began: a call the stop cancels reports how long it ran
+        began: dict[str, float] = {}
 
         async def run_one(
-            call: ToolCallRequest, args: dict[str, Any] | None, problem: str | None, answered: set[str]
+            call: ToolCallRequest, args: dict[str, Any] | None, problem: str | None, answered: set[str],
+            began: dict[str, float],
         ) -> ToolOutcome:
             # Every ToolCall event gets exactly one ToolResult event, whatever happens here.
-            started = time.perf_counter()
+            started = began[call.id] = time.perf_counter()
             try:
                 if problem is not None or tools is None:
                     outcome = ToolOutcome(problem or f"unknown tool {call.name!r}; no tools available", True)
@@ -323,16 +326,18 @@ async def execute(
                     raise ToolCallsNotRecorded(
                         one_line_reason(exc), usage, steps, [(c.id, c.name) for c, _, _ in planned]
                     ) from exc
-            outcomes = await asyncio.gather(*(run_one(*p, answered) for p in planned))
+            outcomes = await asyncio.gather(*(run_one(*p, answered, began) for p in planned))
         except asyncio.CancelledError:
             # A cancelled run still closes each call it announced (some never started: a
             # task cancelled before its first step runs none of its code).
             if events is not None:
+                stopped_at = time.perf_counter()
                 for call, _, _ in planned:
                     if call.id not in answered:
+                        ran_ms = (stopped_at - began[call.id]) * 1000 if call.id in began else 0.0
                         with contextlib.suppress(asyncio.QueueFull):
                             events.put_nowait(
-                                ToolResultEvent(call.id, call.name, "cancelled: the run was stopped", True)
+                                ToolResultEvent(call.id, call.name, "cancelled: the run was stopped", True, ran_ms)
                             )
             raise
         for (call, _, _), outcome in zip(planned, outcomes, strict=True):

@@ -33,7 +33,8 @@ Only this server interface is used: ``server.store.subscribe(cb) -> unsubscribe`
 ``server.session_status(session_id)``, ``server.pending_approvals()``,
 ``server.decide(request_id, decision, reason=None, decided_by="user")`` and
 ``server.request_stop(session_id, by="user")``; optionally ``server.subscribe_stream`` and
-``server.subscribe_run_end(cb)`` (a run's end: idle with no write, so the state is sent again).
+``server.subscribe_run_end(cb)`` (a run's end: idle with no write, so the state is sent again)
+and ``server.subscribe_agents(cb)`` (an agent defined or forgotten: the state's ``agents``).
 
 Nothing here prints: sends from background callbacks go over the comm only, and
 failures are logged to the ``chaz_nb.labcomm`` logger (which has a NullHandler,
@@ -234,6 +235,13 @@ class LabBridge:
                 self._unsubscribe_end = subscribe_run_end(self._on_run_end)
             except Exception:  # noqa: BLE001 - optional: a status then changes at the next write
                 log.warning("could not subscribe to run ends", exc_info=True)
+        self._unsubscribe_agents: Callable[[], Any] | None = None
+        subscribe_agents = getattr(server, "subscribe_agents", None)
+        if subscribe_agents is not None:
+            try:  # an agent defined or forgotten: "New chat with" lists it now, not at Refresh
+                self._unsubscribe_agents = subscribe_agents(self._on_agents)
+            except Exception:  # noqa: BLE001 - optional: the list then changes at the next write
+                log.warning("could not subscribe to agent definitions", exc_info=True)
 
     # -- scheduling ---------------------------------------------------------
 
@@ -275,6 +283,13 @@ class LabBridge:
     def _on_run_end(self, session_id: int) -> None:
         """A session's run loop is over: its status changed with no write. Never raises."""
         self._on_write(SimpleNamespace(session_id=session_id))
+
+    def _on_agents(self) -> None:
+        """An agent was defined, redefined or forgotten: the state's ``agents`` changed. Never raises."""
+        try:
+            self.schedule_broadcast()
+        except Exception:  # noqa: BLE001 - called from define_agent: it must never fail a definition
+            log.debug("scheduling a broadcast failed", exc_info=True)
 
     def schedule_broadcast(self) -> None:
         """Broadcast the state soon, at most once per interval."""
@@ -488,13 +503,14 @@ class LabBridge:
             # teardown: a loop already closed must not stop the rest of close()
             with contextlib.suppress(Exception):
                 handle.cancel()
-        for unsubscribe in (self._unsubscribe, self._unsubscribe_stream, self._unsubscribe_end):
-            try:  # store writes, reply streams, run ends
+        for unsubscribe in (self._unsubscribe, self._unsubscribe_stream, self._unsubscribe_end,
+                            self._unsubscribe_agents):
+            try:  # store writes, reply streams, run ends, agent definitions
                 if unsubscribe is not None:
                     unsubscribe()
             except Exception:  # noqa: BLE001 - teardown: one failed unsubscribe must not keep the other
                 log.debug("unsubscribe failed", exc_info=True)
-        self._unsubscribe = self._unsubscribe_stream = self._unsubscribe_end = None
+        self._unsubscribe = self._unsubscribe_stream = self._unsubscribe_end = self._unsubscribe_agents = None
         for comm in list(self.comms.values()):
             # a comm whose kernel side is gone may raise on close; the others still close
             with contextlib.suppress(Exception):

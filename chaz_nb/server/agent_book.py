@@ -305,8 +305,28 @@ class Roster:
         self.left_out: dict[str, tuple[str, ...]] = {}
         #: the one line that says what ``keep`` left out and how to give it (``Kept.note``)
         self.notes: dict[str, str] = {}
+        #: called with no argument after the agents by name changed (the sidebar's "New chat with")
+        self._listeners: list[Callable[[], None]] = []
         if book is not None:
             book._heard_cb = self.heard
+
+    def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback()`` after an agent is defined, redefined or forgotten (here or heard
+        from another kernel); returns the function that unsubscribes."""
+        self._listeners.append(callback)
+
+        def unsubscribe() -> None:
+            with contextlib.suppress(ValueError):
+                self._listeners.remove(callback)
+
+        return unsubscribe
+
+    def _changed(self) -> None:
+        for callback in list(self._listeners):
+            try:
+                callback()
+            except Exception:  # noqa: BLE001 - a listener must not undo a definition already made
+                log.debug("an agents listener failed", exc_info=True)
 
     @property
     def keeps(self) -> bool:
@@ -326,6 +346,7 @@ class Roster:
             self.origin[agent.name] = LOCAL
         self.agents[agent.name] = agent
         self._confirm(agent.name, agent)
+        self._changed()
         return agent
 
     def _confirm(self, name: str, agent: Agent) -> None:
@@ -343,6 +364,7 @@ class Roster:
         self.agents[name] = stored
         self.origin[name] = STORED
         self._confirm(name, stored)
+        self._changed()
         return stored
 
     def define_built_in(self, agent: Agent) -> Agent:
@@ -354,6 +376,7 @@ class Roster:
             self.agents[agent.name] = agent
             self.origin[agent.name] = BUILT_IN
             self._confirm(agent.name, agent)
+            self._changed()
         return agent
 
     def load(self) -> list[str]:
@@ -397,6 +420,7 @@ class Roster:
             self.origin.pop(name, None)
             self.confirmed.pop(name, None)
             self.held.pop(name, None)
+        self._changed()
 
     def heard(self, name: str, agent: Agent | None) -> None:
         """Another kernel kept (``agent``) or forgot (None) ``name``: the store's word holds,
@@ -425,6 +449,7 @@ class Roster:
             self.held[name] = held
         self.left_out.pop(name, None)
         self.notes.pop(name, None)
+        self._changed()
 
     def _stores_as(self, name: str, stored: Agent) -> bool:
         """Whether this kernel's ``name`` would be stored as ``stored`` is: the same definition,

@@ -19,6 +19,7 @@ from typing import Any
 import jsonschema
 from jsonschema.exceptions import best_match
 
+from ..core.codemask import code_argument, restore_literals
 from ..engine.tools import Tool, ToolError
 from ..errors import ApprovalError
 from .approval_rules import MASK, mask_arguments
@@ -56,6 +57,13 @@ def merge_edit(
             merged[key] = original[key]
         else:
             merged[key] = value
+    code, model_code = code_argument(merged), code_argument(original)
+    if code is not None and model_code is not None and code != model_code:
+        # edited code around a masked literal: each «REDACTED» kept is the model's literal
+        try:
+            merged["code"] = restore_literals(code, model_code)
+        except ValueError as exc:
+            raise ApprovalError(f"edited code refused: {exc}; {STAYS_OPEN}") from None
     return merged
 
 

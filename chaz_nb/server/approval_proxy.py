@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..core.codemask import code_argument, code_sha256
 from ..engine.runtime import ToolExecutor, ToolOutcome
 from ..engine.tools import ToolError
 from .approval_rules import mask_arguments, needs_approval
@@ -29,6 +30,8 @@ class Book(Protocol):
 
     def take_edit(self, request_id: str) -> dict[str, Any] | None: ...
 
+    def code_refusal(self, code: str, *, problems: bool = True) -> str | None: ...
+
 
 class ApprovalProxy:
     """A ToolExecutor that asks before running tools that need approval."""
@@ -47,11 +50,20 @@ class ApprovalProxy:
             t = self.ctx.scope.get(name)
         except ToolError:
             return await self.inner.call(call_id, name, arguments)  # reports the unknown tool
-        if not needs_approval(t, self.ctx.auto_approve):
-            return await self.inner.call(call_id, name, arguments)
-        granted = self.book.session_grant(self.ctx.session_id, self.ctx.agent.name, name)
-        if t.approval != "always" and (self.approve_all or granted):
-            outcome = await self.inner.call(call_id, name, arguments)
+        asks = needs_approval(t, self.ctx.auto_approve)
+        granted = asks and self.book.session_grant(self.ctx.session_id, self.ctx.agent.name, name)
+        unasked = not asks or (t.approval != "always" and (self.approve_all or granted))
+        # Code runs only as the log keeps it: whole, and masked by its literals alone. Code too
+        # long for that is refused before anyone is asked; a secret its mask would hide code
+        # with is on the card, where a person can edit it (unasked, it is refused here).
+        # (for a tool that asks, or always asks unless an auto_approve names it: kernel__run)
+        refused = self._code_refused(arguments, problems=unasked) if asks or t.approval == "always" else None
+        if refused is not None:
+            return refused
+        if not asks:
+            return self._ran(await self.inner.call(call_id, name, arguments), arguments)
+        if unasked:
+            outcome = self._ran(await self.inner.call(call_id, name, arguments), arguments)
             outcome.extra.update({"approval": "approved", "decided_by": "approve_all"})
             return outcome
         try:
@@ -74,7 +86,13 @@ class ApprovalProxy:
             if verdict == "approve_all":
                 self.approve_all = True
             # an edit changes the arguments only: the call stays a call to ``name``
-            outcome = await self.inner.call(call_id, name, arguments if edited is None else edited)
+            run_with = arguments if edited is None else edited
+            # (the book refuses such an approve; a decision written past it runs nothing either)
+            refused = self._code_refused(run_with, problems=True)
+            if refused is not None:
+                refused.extra.update({"approval": "approved", **info})
+                return refused
+            outcome = self._ran(await self.inner.call(call_id, name, run_with), run_with)
             outcome.extra.update({"approval": "approved", **info})
             if edited is not None:
                 outcome.extra.update({"edited": True, "arguments": mask_arguments(t, edited)})
@@ -87,4 +105,18 @@ class ApprovalProxy:
             text = f"{name} was denied by the user" + (f": {reason}" if reason else "")
             approval = "denied"
         return ToolOutcome(text, is_error=True, extra={"approval": approval, **info})
+
+    def _code_refused(self, arguments: dict[str, Any], *, problems: bool) -> ToolOutcome | None:
+        """A code call that may not run (see ``Book.code_refusal``), answered in one line."""
+        code = code_argument(arguments)
+        refused = self.book.code_refusal(code, problems=problems) if code is not None else None
+        return None if refused is None else ToolOutcome(f"not run: {refused}", is_error=True)
+
+    @staticmethod
+    def _ran(outcome: ToolOutcome, arguments: dict[str, Any]) -> ToolOutcome:
+        """The outcome, with the sha256 of the exact code that ran (a code call's)."""
+        code = code_argument(arguments)
+        if code is not None:
+            outcome.extra["code_sha256"] = code_sha256(code)
+        return outcome
 

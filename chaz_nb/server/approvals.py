@@ -30,8 +30,11 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..core.codemask import code_argument, code_summary, mask_code
+from ..core.redaction import CODE_MARK
 from ..core.entries import Entry, EntryType
 from ..core.store import Store, int_value
+from ..core.writer import ENTRY_LIMIT_VAR
 from ..engine.runtime import ToolExecutor
 from ..engine.tools import Tool
 from ..errors import ApprovalError
@@ -78,6 +81,7 @@ class PendingRequest:
             "tool_name": p.get("tool_name"),
             "risk_level": p.get("risk_level"),
             "arguments_display": p.get("arguments_display"),
+            "code_check": p.get("code_check"),
             "timeout_secs": p.get("timeout_secs"),
             "created_at": self.entry.created_at.isoformat() if self.entry.created_at else None,
         }
@@ -203,9 +207,13 @@ class ApprovalBook(Part):
                 edited = self._edit_of(request, arguments)
             except ApprovalError as exc:
                 return False, str(exc)
-            if edited is not None:
-                payload.update(self._edit_payload(request, edited))
-                self._edited[request_id] = edited  # before the write: on_write finds it
+        if decision in ("approve", "approve_all"):
+            refused = self._refused_code(request, edited)
+            if refused is not None:
+                return False, refused
+        if edited is not None:
+            payload.update(self._edit_payload(request, edited))
+            self._edited[request_id] = edited  # before the write: on_write finds it
         try:
             self.port.store.append(
                 request.session_id, EntryType.APPROVAL_DECISION, decided_by, decision_text(payload),
@@ -216,6 +224,34 @@ class ApprovalBook(Part):
                 self._edited.pop(request_id, None)
             raise
         return True, f"{request.payload.get('tool_name')}: {describe_payload(payload)}"
+
+    def code_refusal(self, code: str, *, problems: bool = True) -> str | None:
+        """Why ``code`` may not run (one line), or None: longer than a person is shown and the
+        log keeps whole, or (``problems``) a secret its masking would hide code with."""
+        limit = self.port.store.max_entry_chars // 4
+        if len(code) > limit:
+            return (f"the code is {len(code):,} characters, more than the {limit:,} an approval card shows "
+                    f"and the log keeps whole (a quarter of {ENTRY_LIMIT_VAR}); send it in smaller parts")
+        return mask_code(code, self.port.store.redact).problem if problems else None
+
+    def _refused_code(self, request: Entry, edited: dict[str, Any] | None) -> str | None:
+        """Why an approve of ``request`` (with ``edited`` arguments, if any) is refused: the
+        code that would run cannot be shown whole or holds a secret its mask would hide code
+        with; the request stays open for an edit or a deny."""
+        request_id = request.payload.get("request_id")
+        if edited is None:
+            check = request.payload.get("code_check")
+            problem = check.get("problem") if isinstance(check, dict) else None
+            if problem:
+                return f"request {request_id} stays open: {problem}; Edit the code, then approve the edit"
+            return None
+        code = code_argument(edited)
+        if code is not None and CODE_MARK in code:
+            # (another kernel's request: the masked literals are not here to give back)
+            return (f"edited code refused: it holds {CODE_MARK}, a literal only the kernel that asked has; write the "
+                    f"value as read from the environment (os.environ[...]); the request {request_id} stays open")
+        refused = self.code_refusal(code) if code is not None else None
+        return None if refused is None else f"edited code refused: {refused}; the request {request_id} stays open"
 
     def _edit_of(self, request: Entry, arguments: dict[str, Any] | str) -> dict[str, Any] | None:
         """The arguments the tool gets from an edit (None: the edit changes nothing), checked
@@ -328,7 +364,8 @@ class ApprovalBook(Part):
                 except ApprovalError as exc:
                     problem = str(exc)
                 else:
-                    if edited is not None:
+                    problem = self._refused_code(request, edited) if edited is not None else None
+                    if edited is not None and problem is None:
                         self._edited[request_id] = edited
         if problem is None:
             return True
@@ -380,7 +417,13 @@ class ApprovalBook(Part):
             "agent": ctx.agent.name,
             "run_id": ctx.run_id,
         }
-        text = f"{t.name}({json.dumps(shown, ensure_ascii=False, default=str)}) needs approval (risk {t.risk})"
+        code = code_argument(arguments)
+        if code is None:
+            text = f"{t.name}({json.dumps(shown, ensure_ascii=False, default=str)}) needs approval (risk {t.risk})"
+        else:
+            # the card shows the code masked by token (the store's mask_code), this says what it did
+            payload["code_check"] = mask_code(code, store.redact).check()
+            text = f"{t.name}({code_summary(code)}) needs approval (risk {t.risk})"
         future: asyncio.Future[Entry] = asyncio.get_running_loop().create_future()
         # The waiter is known before the write: on_write opens the request with it, and a
         # decision written by another on_write callback finds it.

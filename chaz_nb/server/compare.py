@@ -82,9 +82,12 @@ def fork_point(store: Store, a: int, b: int) -> int:
 
 
 def call_text(entry: Entry) -> str:
+    """``tool(arguments)`` of a ToolCall entry; of a ToolResult that ran a person's edit, the
+    arguments it ran with, marked ``· edited by the approver``."""
     args = entry.payload.get("arguments")
     shown = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False, sort_keys=True, default=str)
-    return f"{entry.tool_name}({shown})"
+    edited = " · edited by the approver" if entry.entry_type is EntryType.TOOL_RESULT else ""
+    return f"{entry.tool_name}({shown}){edited}"
 
 
 def side(store: Store, session_id: int, after: int) -> Side:
@@ -93,6 +96,7 @@ def side(store: Store, session_id: int, after: int) -> Side:
     triggers = {e.id: e for e in everything if e.entry_type in (EntryType.MESSAGE, EntryType.DIRECTIVE)}
     opening = {e.id: e for e in everything if e.entry_type is EntryType.ACK and e.run_id == e.id}
     runs: dict[int, RunSummary] = {}
+    calls_at: dict[tuple[int | None, str | None], int] = {}
     for e in everything:
         if e.seq <= after or e.run_id is None or e.run_id not in opening:
             continue
@@ -107,7 +111,13 @@ def side(store: Store, session_id: int, after: int) -> Side:
                                             continued=ack.seq <= after,
                                             trigger=trigger.content if trigger else "")
         if e.entry_type is EntryType.TOOL_CALL:
+            calls_at[(e.run_id, e.tool_call_id)] = len(run.tool_calls)
             run.tool_calls.append(call_text(e))
+        elif e.entry_type is EntryType.TOOL_RESULT and e.payload.get("edited") and "arguments" in e.payload:
+            # what ran is the person's edit: the call shows it (the model's is in the log)
+            at = calls_at.get((e.run_id, e.tool_call_id))
+            if at is not None:
+                run.tool_calls[at] = call_text(e)
         elif e.id != e.run_id and e.entry_type in (EntryType.MESSAGE, EntryType.ERROR, EntryType.ACK) \
                 and run.status == "running":
             _finish(run, e, opening[run.run_id])

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.codemask import code_argument, code_sha256, code_summary
 from ..core.entries import Entry, EntryType
 from ..core.redaction import redact as redact_secrets
 from ..core.redaction import redact_then_cut
@@ -207,6 +208,12 @@ def event_entry(session_id: int, sender: str, run_id: int, event: Any, mcp_serve
         args = event.arguments
         shown = json.dumps(args, ensure_ascii=False, default=str) if not isinstance(args, str) else args
         payload: dict[str, Any] = {"run_id": run_id, "arguments": args}
+        code = code_argument(args)
+        if code is not None:
+            # the text rules of redaction would hide code after a name like api_key= in the
+            # content: the payload keeps the code (masked by token) and the hash of its bytes
+            shown = code_summary(code)
+            payload["code_sha256"] = code_sha256(code)
         if mcp_server is not None:
             payload["mcp_server"] = mcp_server
         return NewEntry(

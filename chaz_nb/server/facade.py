@@ -39,6 +39,7 @@ from .runs import RunEngine
 from .schedules import Fire, Schedule, Schedules
 from .streams import StreamEvent, StreamListener
 from .tool_notes import MissingTools
+from .tool_support import ToolSupport
 from .stopping import StoppedRun
 
 __all__ = ["RunHandle", "Server", "ServerError", "StoppedRun"]
@@ -99,6 +100,8 @@ class Server:
         self.mcp = self.add_part(McpServers(self._engine))
         # a kept agent's named tool the notebook has not defined again says so in its run
         self.add_part(MissingTools(self._engine, self.mcp.names_tool))
+        # a model that cannot take tools (litellm's model info) says so once in its session
+        self.add_part(ToolSupport(self._engine))
         # last: asked first for a run's messages (a branch's context, fork.py)
         # a fork's variant (analyst@gpt-4o) is defined for its branch, not kept
         self.forks = self.add_part(Forks(self._engine, self.compaction, self.recorded,
@@ -159,6 +162,10 @@ class Server:
         """The agents another kernel changed, held here to this kernel's definition: the line
         that says so, by name."""
         return {name: held.line(name) for name, held in sorted(self.roster.held.items())}
+    def subscribe_agents(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback()`` after an agent is defined, redefined or forgotten (here, or heard
+        from another kernel on a shared store). Returns the function that unsubscribes."""
+        return self.roster.subscribe(callback)
 
     def refresh_agents(self, name: str | None = None) -> None:
         """On a shared store: the agents (or ``name``) as the store defines them now (a
@@ -307,6 +314,13 @@ class Server:
     # ------------------------------------------------------------ status
     def is_busy(self, session_id: int) -> bool:
         return self._engine.is_busy(session_id)
+
+    def model_library_loading(self) -> bool:
+        """Whether a model call would wait for litellm's import now (seconds after
+        ``%load_ext``): the views say "loading the model library…" meanwhile."""
+        from ..engine.litellm_loader import litellm_loaded
+
+        return isinstance(self.backend, LiteLLMBackend) and not litellm_loaded()
 
     def session_status(self, session_id: int) -> str:
         """``idle``, ``running`` or ``parked`` (waiting for a person)."""

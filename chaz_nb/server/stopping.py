@@ -50,8 +50,11 @@ class StoppedRun:
     elsewhere: bool = False
 
     def describe(self) -> str:
-        """One line for ``%chaz stop``: ``stopped session 3 (analyst, run 17, was parked)``."""
-        run = f"run {self.run_id}" if self.run_id is not None else "run starting"
+        """One line for ``%chaz stop``: ``stopped session 3 (analyst, run_id 17, was parked)``.
+
+        The run is named by its ``run_id`` (the ``runs`` view's column: the id of the entry that
+        opened it), not "run 17", which reads as the session's seventeenth run."""
+        run = f"run_id {self.run_id}" if self.run_id is not None else "run starting"
         extra = f", spawned from session {self.via}" if self.via is not None else ""
         extra += ", in another kernel" if self.elsewhere else ""
         dropped = f"; dropped {self.dropped} queued message(s)" if self.dropped else ""

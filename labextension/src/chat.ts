@@ -14,6 +14,7 @@
  * Pure DOM, no JupyterLab imports (unit tested in jsdom).
  */
 import { visible } from './code';
+import { ownKeys } from './keys';
 
 export { visible };
 import { el, isSessionBundle, renderPartial, renderTranscript } from './transcript';
@@ -194,7 +195,7 @@ export class ChatView {
     this.node.appendChild(this.approvals);
 
     const composer = el(doc, 'div', 'chaz-chat-composer');
-    this._box = el(doc, 'textarea', 'jp-mod-styled chaz-chat-input');
+    this._box = ownKeys(el(doc, 'textarea', 'jp-mod-styled chaz-chat-input'));
     this._box.rows = 3;
     this._box.maxLength = MAX_MESSAGE_CHARS;
     this._box.spellcheck = true;

@@ -18,6 +18,7 @@ import { Widget } from '@lumino/widgets';
 import { ChatView, isAgentName } from './chat';
 import { ChazClient, ConnectionStatus } from './client';
 import { codeOf, renderCode, visible } from './code';
+import { ownKeys } from './keys';
 import { argsPreview, el, formatJSON, formatTime } from './transcript';
 import {
   IDecidedMessage,
@@ -386,7 +387,7 @@ export class ChazPanel extends Widget {
       card.appendChild(args);
     }
 
-    const editor = el(doc, 'textarea', 'jp-mod-styled chaz-edit-box');
+    const editor = ownKeys(el(doc, 'textarea', 'jp-mod-styled chaz-edit-box'));
     editor.spellcheck = false;
     editor.value = this._edits.get(p.request_id) ?? editText(p.arguments_display);
     editor.rows = Math.min(Math.max(editor.value.split('\n').length + 1, 4), 24);
@@ -395,7 +396,7 @@ export class ChazPanel extends Widget {
       this._edits.set(p.request_id, editor.value);
     });
 
-    const reason = el(doc, 'input', 'jp-mod-styled chaz-reason');
+    const reason = ownKeys(el(doc, 'input', 'jp-mod-styled chaz-reason'));
     reason.type = 'text';
     reason.placeholder = 'reason for Deny (optional)';
     reason.value = this._reasons.get(p.request_id) ?? '';

@@ -698,7 +698,9 @@ function drawTranscript(
   );
   const n = value.entries.length;
   const cell = value.scope === 'cell';
-  header.appendChild(el(doc, 'span', 'chaz-count', countLabel(n, cell)));
+  // the kernel's count of the rows shown ("2 rows (4 entries) in this cell") where it sends one
+  const label = typeof value.count_label === 'string' ? value.count_label : countLabel(n, cell);
+  header.appendChild(el(doc, 'span', 'chaz-count', label));
   root.appendChild(header);
 
   const loader = options.loadEarlier ?? null;

@@ -57,6 +57,8 @@ export interface ISessionBundle {
   footer?: string;
   /** `cell`: the entries are one cell's part of a run (the count says "in this cell") */
   scope?: string;
+  /** the header's count as the kernel made it: of the rows shown and the entries they fold */
+  count_label?: string;
   /** what the view shows, e.g. `room ops` */
   title?: string;
   /** the reply a run is writing now (streamed; not an entry): replaced by its Message */

@@ -29,6 +29,10 @@ REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"
 STORY = " ".join(f"once{i}" for i in range(40))  # 4 s at 0.1 s a word
 STOPPED = "was stopped by user"
+#: how long a UI step may take before the test fails (a bound, never a sleep). These were 10 s,
+#: the tightest bounds here, and a Lab run timed out once (issue 42 #20) on a busy 2-core machine
+#: where a kernel's first litellm import alone takes seconds
+WAIT_MS = 45_000
 
 CELLS = [
     "%env CHAZ_DB=:memory:\n%load_ext chaz_nb\nimport chaz_nb",
@@ -123,7 +127,7 @@ def _wait_sidebar_idle(lab) -> None:
             const s = document.querySelectorAll('#chaz-sidebar .chaz-session');
             return s.length > 0 && ![...s].some(li => li.textContent.includes('running'));
         }""",
-        timeout=10_000,
+        timeout=WAIT_MS,
     )
 
 
@@ -155,14 +159,14 @@ def test_stop_stops_a_waiting_cell_from_the_view_and_the_sidebar(lab, record_pro
     _run_cell(lab, 2)
     _wait_text(lab, 2, "once3 ")  # streaming: the cell waits for the run
     stop = _cell(lab, 2).locator('button[class*="chaz-stop-session-"]')
-    stop.wait_for(state="visible", timeout=10_000)
+    stop.wait_for(state="visible", timeout=WAIT_MS)
     # the extension said hello: the row does not say that Stop waits for the cell
     page.wait_for_function(
         """() => {
             const row = document.querySelector('.chaz-stop-row');
             return !!row && !row.textContent.includes('Stop acts when this cell stops waiting');
         }""",
-        timeout=10_000,
+        timeout=WAIT_MS,
     )
     _assert_waiting(lab, 2)
     _shot(lab, "waiting-light")
@@ -187,7 +191,7 @@ def test_stop_stops_a_waiting_cell_from_the_view_and_the_sidebar(lab, record_pro
     _run_cell(lab, 4)
     _wait_text(lab, 4, "once3 ")
     side_stop = page.locator("#chaz-sidebar .chaz-session button.chaz-stop:not([disabled])").first
-    side_stop.wait_for(state="visible", timeout=10_000)
+    side_stop.wait_for(state="visible", timeout=WAIT_MS)
     _assert_waiting(lab, 4)
     _shot(lab, "waiting-dark")
     _arm_latency(lab, 4)

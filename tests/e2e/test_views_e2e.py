@@ -211,6 +211,17 @@ def test_show_earlier_in_the_live_view_brings_the_older_rows_in_place(lab):
     earlier = view.locator(".chaz-earlier-row")
     assert "29 earlier entries" in earlier.inner_text()
     lab.shot("earlier-before")
+    # what a person typed in the card stays through "show earlier": the output is not drawn
+    # again (JupyterLab makes a new widget view for each update of an output: issue 42 #20)
+    card = view.locator(".chaz-approval-widget")
+    card.locator("button.chaz-ap-edit").click()
+    editor = card.locator(".chaz-ap-editor textarea")
+    editor.click()
+    page.keyboard.press("Control+End")
+    page.keyboard.type("  # mine")
+    typed = editor.input_value()
+    assert typed.endswith("# mine")
+    view.evaluate("(v) => { v.__chazSame = true; }")
 
     view.locator(".chaz-earlier-button").click()
     _wait(lambda: rows.count() == 8, what="the earlier page's rows in the live view")
@@ -224,3 +235,5 @@ def test_show_earlier_in_the_live_view_brings_the_older_rows_in_place(lab):
     view.locator(".chaz-earlier-button").click()
     _wait(lambda: rows.count() == 13, what="a second click's page")
     assert "old note 19" in view.inner_text() and "19 earlier entries" in earlier.inner_text()
+    assert view.evaluate("(v) => v.__chazSame === true")  # the same view, never drawn again
+    assert editor.input_value() == typed

@@ -390,6 +390,16 @@ def _pg_m015(cur: PgConnection) -> None:
     )
 
 
+def _m_tool_calls_code_ran(con: duckdb.DuckDBPyConnection) -> None:
+    # tool_calls.arguments: what the tool ran with (a person's edit); proposed_arguments: the
+    # model's; code_sha256: the hash of the exact code a code call ran (core/codemask.py)
+    del con  # the views: apply_duckdb (Migration.views)
+
+
+def _pg_m_tool_calls_code_ran(cur: PgConnection) -> None:
+    create_pg_audit_views(cur)  # tool_calls.arguments as ran, .proposed_arguments, .code_sha256
+
+
 def _pg_m016(cur: PgConnection) -> None:
     # The same tables on a shared store: every kernel's agents are the store's.
     cur.execute(AGENT_TABLES)
@@ -432,7 +442,8 @@ MIGRATIONS: list[Migration] = [
     Migration("015_run_budgets", _m015_run_budgets, _pg_m015),
     Migration("016_agent_definitions", duckdb=_m016_agent_definitions, postgres=_pg_m016),
     Migration("017_fork_audit_views", _m_fork_views, _pg_m_fork_views, views=True),
-    Migration("018_data_egress_attachment_run", _m_data_egress_attachment_run, _pg_m_data_egress_attachment_run,
+    Migration("018_tool_calls_code_ran", _m_tool_calls_code_ran, _pg_m_tool_calls_code_ran, views=True),
+    Migration("019_data_egress_attachment_run", _m_data_egress_attachment_run, _pg_m_data_egress_attachment_run,
               views=True),
 ]
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from IPython.core.error import UsageError
 
+from .args import unknown_option
 from .turns import check_agent
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -28,7 +29,8 @@ def parse_message_line(line: str, where: str = "%chaz") -> tuple[str, str, bool]
         if token == "--no-wait":
             wait = False
         elif token.startswith("--"):
-            raise UsageError(f"{where}: unknown option {token}; the only option here is --no-wait")
+            raise unknown_option(where, token, ["--no-wait", "--with"],
+                                 "the options before the text: --no-wait, --with a,b")
         elif name is None and token.startswith("@"):
             nm = AGENT_NAME.fullmatch(token)
             if nm is None:

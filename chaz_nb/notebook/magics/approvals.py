@@ -21,7 +21,7 @@ from IPython.core.error import UsageError
 from ...errors import ApprovalError
 from ..views.approval import edit_text
 from ..views.code import code_of
-from .args import split_words
+from .args import split_words, unknown_option
 from .host import MagicsHost
 
 PENDING_USAGE = "usage: %chaz pending"
@@ -64,6 +64,14 @@ def _short(value: Any, n: int = 60) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
+def _arguments_cell(pending: dict[str, Any]) -> str:
+    """A request's arguments in one cell of ``%chaz pending``: a code call's code (masked by
+    its literals alone), marked when it cannot run as shown."""
+    check = pending.get("code_check")
+    problem = check.get("problem") if isinstance(check, dict) else None
+    return ("⛔ cannot run as shown (edit it) · " if problem else "") + _short(pending.get("arguments_display", {}))
+
+
 class ApprovalCommands(MagicsHost):
     """Mixin of ChazMagics: ``_cmd_pending``, ``_cmd_approve``, ``_cmd_deny``."""
 
@@ -83,7 +91,7 @@ class ApprovalCommands(MagicsHost):
                     str(p.get("agent") or "?"),
                     str(p.get("tool_name") or "?"),
                     str(p.get("risk_level") or "?"),
-                    _short(p.get("arguments_display", {})),
+                    _arguments_cell(p),
                 )
             )
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -106,7 +114,7 @@ class ApprovalCommands(MagicsHost):
             decision = "approve_all"
         bad = [a for a in args if a.startswith("--")]
         if bad:
-            raise UsageError(f"%chaz approve: unknown option {bad[0]}; {APPROVE_USAGE}")
+            raise unknown_option("%chaz approve", bad[0], ["--all-calls", "--edit", "--args"], APPROVE_USAGE)
         if len(args) != 1:
             raise UsageError(f"%chaz approve: say which request; {APPROVE_USAGE}")
         self._decide("approve", args[0], decision, None)
@@ -116,7 +124,7 @@ class ApprovalCommands(MagicsHost):
         args = split_words(refs_text, DENY_USAGE)
         bad = [a for a in args if a.startswith("--")]
         if bad:
-            raise UsageError(f"%chaz deny: unknown option {bad[0]}; {DENY_USAGE}")
+            raise unknown_option("%chaz deny", bad[0], ["--reason"], DENY_USAGE)
         if reason is not None and not args:
             raise UsageError(
                 f"%chaz deny: put the request before --reason (everything after --reason is the reason); {DENY_USAGE}"

@@ -15,6 +15,8 @@
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
 import shlex
 from typing import NoReturn
 from collections.abc import Callable, Sequence
@@ -36,7 +38,11 @@ class CommandParser(argparse.ArgumentParser):
         super().__init__(prog=prog, usage=usage, add_help=add_help, allow_abbrev=False)
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"%chaz {self.prog}: {message}; usage: {self.usage}")
+        # "unrecognized arguments: --modle x": the nearest flag this sub-command takes
+        flags = [o for a in self._actions for o in a.option_strings]
+        unknown = re.findall(r"(?<![\w-])(--?[\w-]+)", message.partition("unrecognized arguments:")[2])
+        hint = did_you_mean(unknown[0], flags) if unknown else ""
+        raise UsageError(f"%chaz {self.prog}: {message}{hint}; usage: {self.usage}")
 
     def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
         raise HelpShown()
@@ -57,6 +63,27 @@ class CommandParser(argparse.ArgumentParser):
             return format_()
         finally:
             self.usage = usage
+
+
+def did_you_mean(word: str, candidates: Sequence[str]) -> str:
+    """`` (did you mean --model?)`` for the nearest of ``candidates`` (difflib), else ``""``."""
+    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def unknown_option(where: str, token: str, flags: Sequence[str], usage: str) -> UsageError:
+    """The one line for an option a sub-command does not take, with the nearest one it does."""
+    return UsageError(f"{where}: unknown option {token}{did_you_mean(token, flags)}; {usage}")
+
+
+_TOML_LINE = re.compile(r"\(at line (\d+), column (\d+)\)")
+
+
+def toml_error(exc: Exception, where: str) -> UsageError:
+    """A TOML body's error, its line counted from the cell's first line (the ``%%chaz`` line is
+    line 1, so the body's line N is the cell's N + 1), as a person finds it in the cell."""
+    text = _TOML_LINE.sub(lambda m: f"(at line {int(m[1]) + 1} of the cell, column {m[2]})", str(exc))
+    return UsageError(f"{where}: bad TOML: {text}")
 
 
 def split_words(line: str, usage: str | None = None) -> list[str]:

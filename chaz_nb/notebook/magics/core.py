@@ -7,6 +7,7 @@ traceback) and which marks the cell as failed, so "Run All" stops there.
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from typing import TYPE_CHECKING, Any
 from collections.abc import Callable
@@ -27,7 +28,7 @@ from .sql import SqlCommands
 from .stop import StopCommands
 from .fork import ForkCommands
 from .args import split_words
-from .usage import CELL_USAGE, HELP, USAGE
+from .usage import CELL_USAGE, HELP, SHORT_USAGE, USAGE
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..controller import ExtensionState
@@ -44,6 +45,17 @@ def _state() -> ExtensionState:
         return current_state()
     except NotLoadedError as exc:
         raise UsageError(str(exc)) from None
+
+
+def _refuse_missing_directory(value: str) -> None:
+    """``config db=PATH`` whose directory does not exist: a typo would open a new, empty store
+    (the store makes missing directories for the default path only), so it is refused."""
+    if value == ":memory:" or value.startswith(("postgresql://", "postgres://")):
+        return
+    parent = os.path.dirname(os.path.abspath(os.path.expanduser(value)))
+    if not os.path.isdir(parent):
+        raise UsageError(f"%chaz config db={value}: the directory {parent} does not exist; check the path, "
+                         f"or create the directory first (!mkdir -p {parent})")
 
 
 @magics_class
@@ -83,8 +95,9 @@ class ChazMagics(DefineCommands, SessionCommands, ApprovalCommands, SqlCommands,
         if cell is not None:
             return self._cell(line, cell)
         line = line.strip()
-        if not line:
-            raise UsageError(USAGE)
+        if not line:  # a person asking what to type: a few lines of output, not an error
+            print(SHORT_USAGE)
+            return None
         head, _, rest = line.partition(" ")
         if head.startswith("@") or head.startswith("--"):
             return self._message(line, directive=False)
@@ -168,6 +181,7 @@ class ChazMagics(DefineCommands, SessionCommands, ApprovalCommands, SqlCommands,
             if key == "db":
                 if state.reopen is None:  # a state the extension did not build
                     raise UsageError("%chaz config db=PATH: run %load_ext chaz_nb first")
+                _refuse_missing_directory(value)
                 try:
                     print(state.reopen(value))
                 except Exception as exc:  # noqa: BLE001 - any failure to open is one UsageError line

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 
 from .agents import AgentCommands, adopt_tools
-from .args import HelpShown, split_words
+from .args import HelpShown, split_words, toml_error
 from .usage import agent_parser
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -47,7 +47,7 @@ def parse_toml(body: str, where: str) -> dict[str, Any]:
     try:
         data = tomllib.loads(body)
     except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{where}: bad TOML: {exc}") from None
+        raise toml_error(exc, where) from None
     allowed = _agent_keys()
     unknown = sorted(set(data) - allowed)
     if unknown:

@@ -17,7 +17,7 @@ from IPython.core.error import UsageError
 from ...core.controls import shown_controls
 from ...engine.tools import APPROVAL_MODES, RISK_LEVELS
 from ...errors import ServerError
-from .args import CommandParser, split_words, table, usage_of
+from .args import CommandParser, split_words, table, toml_error, usage_of
 from .host import MagicsHost
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -136,7 +136,7 @@ class McpCommands(MagicsHost):
         try:
             spec = tomllib.loads(body)
         except tomllib.TOMLDecodeError as exc:
-            raise UsageError(f"%%chaz mcp {words[0]}: bad TOML: {exc}") from None
+            raise toml_error(exc, f"%%chaz mcp {words[0]}") from None
         unknown = sorted(set(spec) - set(MCP_KEYS))
         if unknown:
             raise UsageError(f"%%chaz mcp: unknown key(s) {', '.join(unknown)}; keys: {', '.join(MCP_KEYS)}")

@@ -17,7 +17,7 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
-from .args import CommandParser
+from .args import CommandParser, unknown_option
 from .host import MagicsHost
 
 from ...core.controls import shown_controls
@@ -307,7 +307,7 @@ class SqlCommands(MagicsHost):
             print(AUDIT_USAGE)
             return
         if rest.startswith("-"):
-            raise UsageError(f"%chaz audit: unknown option {rest.split()[0]}; {AUDIT_USAGE}")
+            raise unknown_option("%chaz audit", rest.split()[0], ["--help"], AUDIT_USAGE)
         session = parse_session(server, rest, None, "audit") if rest else None
         view = AuditView(server.store, session, loop=state.loop)
         state.views.append(view)

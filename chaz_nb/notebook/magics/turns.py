@@ -98,6 +98,7 @@ def open_view(
         before_seq=before_seq,
         streams=getattr(server, "subscribe_stream", None),
         stop=getattr(server, "request_stop", None),
+        loading=getattr(server, "model_library_loading", None),
     )
     if view.following:
         state.views[:] = [v for v in state.views if v.following]

@@ -164,6 +164,12 @@ USAGE = "usage: %chaz " + " | ".join(
         "help",
     ]
 )
+#: what bare ``%chaz`` prints (normal output, not an error): the common forms and where the rest is
+SHORT_USAGE = """\
+%chaz @NAME text                   talk to an agent (the built-in one: @assistant)
+%chaz agent NAME --model M         define an agent (%%chaz agent NAME: the fields as a TOML body)
+%chaz log | sessions | pending | stop | sql | audit | fork | compare | config ...
+%chaz help                         every sub-command and flag"""
 HELP = _HELP.replace(
     "{agent}",
     # never cut a flag at its hyphen ("--model-" / "timeout")

@@ -22,6 +22,7 @@ import threading
 from typing import Any
 from collections.abc import Callable
 
+from ...core.redaction import CODE_MARK
 from ...core.controls import name_hidden
 from .code import CODE_CSS, code_html, code_of, code_text
 from .display import StaticFallbackView, close_widget
@@ -105,6 +106,7 @@ def request_info(request: Any) -> dict[str, Any]:
         "tool_name": p.get("tool_name", getattr(request, "tool_name", None)),
         "risk_level": p.get("risk_level"),
         "arguments_display": p.get("arguments_display"),
+        "code_check": p.get("code_check"),
         "timeout_secs": p.get("timeout_secs"),
     }
 
@@ -389,6 +391,24 @@ def decide_hint(session_id: Any) -> str:
     )
 
 
+def code_notes(info: dict[str, Any]) -> list[str]:
+    """What the card says about a code call's code (its ``code_check``): why it cannot run as
+    shown, how many literals are masked, and the hash of the code."""
+    check = info.get("code_check")
+    if not isinstance(check, dict):
+        return []
+    notes = []
+    if check.get("problem"):
+        notes.append(f"⛔ Approve is refused: {check['problem']}")
+    masked = check.get("masked_literals")
+    if isinstance(masked, int) and masked:
+        notes.append(f"{masked} secret literal{'s' if masked != 1 else ''} shown as {CODE_MARK}: each stands for "
+                     "that one literal, and the code runs with its real value")
+    if check.get("sha256"):
+        notes.append(f"sha256 {str(check['sha256'])[:16]}… (the log keeps it with the code that runs)")
+    return notes
+
+
 def card_text(info: dict[str, Any], decision: dict[str, Any] | None, sender: str | None = None) -> str:
     """The approval card as plain text: what is asked, and the decision or what to do."""
     lines = [
@@ -396,6 +416,7 @@ def card_text(info: dict[str, Any], decision: dict[str, Any] | None, sender: str
         f"(risk {info.get('risk_level')}) · session {info.get('session_id')} · request {info.get('request_id')}",
     ]
     lines += ["  " + line for line in arguments_text(info.get("arguments_display")).splitlines()]
+    lines += ["  " + note for note in code_notes(info)]
     if decision is None:
         lines.append("  → " + decide_hint(info.get("session_id")))
     else:
@@ -432,6 +453,7 @@ def card_html(
         f"<span class='chaz-ap-hint'>· session {_esc(info.get('session_id'))} · request "
         f"<code>{_esc(info.get('request_id'))}</code></span>",
         arguments_html(info.get("arguments_display")),
+        *(f"<div class='chaz-ap-hint chaz-ap-code-note'>{_esc(note)}</div>" for note in code_notes(info)),
     ]
     if decision is not None:
         parts.append(f"<div><b>{_esc(describe_decision(decision, sender))}</b></div>")

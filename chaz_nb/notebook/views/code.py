@@ -8,6 +8,7 @@ JSON. Every line is HTML-escaped and each character that reorders or hides text 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ...core.controls import name_hidden
@@ -33,15 +34,40 @@ def code_of(arguments: Any) -> str | None:
     return None
 
 
-def code_html(code: str, max_lines: int = MAX_CODE_LINES) -> str:
-    """``code`` as an escaped, numbered code block (hidden characters named)."""
+#: characters of one line drawn on one row; the rest goes on rows marked ``↪``
+WRAP_CHARS = 160
+#: a run of this many blanks inside a line (of ``_LEAD_BLANKS`` at its start) is shown as its count
+_INNER_BLANKS = re.compile(r"(?<=\S)[ \t\u00a0\u2000-\u200a\u3000]{16,}")
+_LEAD_BLANKS = re.compile(r"^[ \t\u00a0\u2000-\u200a\u3000]{64,}")
+CONTINUED = "↪"
+
+
+def _blanks(match: re.Match[str]) -> str:
+    return f"⟨{len(match.group(0)):,} blanks⟩"
+
+
+def code_rows(code: str, max_lines: int = MAX_CODE_LINES) -> tuple[list[tuple[str, str]], int]:
+    """``code`` as the rows a view draws, (number, text), and how many lines were left out.
+
+    Nothing that runs is out of sight: a long run of blanks (``x = 1`` then 3,000 spaces, then
+    a call) is shown as ``⟨3,000 blanks⟩``, and a line longer than ``WRAP_CHARS`` goes on
+    rows numbered ``↪``, where a card would otherwise need scrolling sideways to see it."""
     lines = name_hidden(code).split("\n")
-    shown = lines[:max_lines]
+    rows: list[tuple[str, str]] = []
+    for n, line in enumerate(lines[:max_lines], 1):
+        line = _LEAD_BLANKS.sub(_blanks, _INNER_BLANKS.sub(_blanks, line))
+        rows.append((str(n), line[:WRAP_CHARS]))
+        rows += [(CONTINUED, line[i:i + WRAP_CHARS]) for i in range(WRAP_CHARS, len(line), WRAP_CHARS)]
+    return rows, max(0, len(lines) - max_lines)
+
+
+def code_html(code: str, max_lines: int = MAX_CODE_LINES) -> str:
+    """``code`` as an escaped, numbered code block (hidden characters named, long lines marked)."""
+    shown, more = code_rows(code, max_lines)
     rows = "".join(
-        f"<span class='chaz-code-line'><span class='chaz-code-no'>{n}</span>{esc(line)}</span>"
-        for n, line in enumerate(shown, 1)
+        f"<span class='chaz-code-line'><span class='chaz-code-no'>{esc(n)}</span>{esc(line)}</span>"
+        for n, line in shown
     )
-    more = len(lines) - len(shown)
     tail = ""
     if more:
         tail = f"<span class='chaz-code-line chaz-code-more'>… {more} more lines (%chaz log has them)</span>"
@@ -49,10 +75,10 @@ def code_html(code: str, max_lines: int = MAX_CODE_LINES) -> str:
 
 
 def code_text(code: str, max_lines: int = MAX_CODE_LINES) -> str:
-    """``code`` as numbered plain-text lines (hidden characters named)."""
-    lines = name_hidden(code).split("\n")
-    width = len(str(min(len(lines), max_lines)))
-    out = [f"{n:>{width}} │ {line}" for n, line in enumerate(lines[:max_lines], 1)]
-    if len(lines) > max_lines:
-        out.append(f"… {len(lines) - max_lines} more lines (%chaz log has them)")
+    """``code`` as numbered plain-text lines (hidden characters named, long lines marked)."""
+    shown, more = code_rows(code, max_lines)
+    width = max((len(n) for n, _ in shown), default=1)
+    out = [f"{n:>{width}} │ {line}" for n, line in shown]
+    if more:
+        out.append(f"… {more} more lines (%chaz log has them)")
     return "\n".join(out)

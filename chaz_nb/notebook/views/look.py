@@ -159,9 +159,14 @@ def time_of(created_at: Any) -> str:
     return text[i + 1 : i + 9] if i >= 0 and len(text) >= i + 9 else text
 
 
-def count_label(n: int, cell: bool) -> str:
-    """``6 entries``, or ``3 entries in this cell`` for a view of one cell's part of a run."""
-    return f"{n:,} {'entry' if n == 1 else 'entries'}" + (" in this cell" if cell else "")
+def count_label(n: int, cell: bool, rows: int | None = None) -> str:
+    """``6 entries``, or ``3 entries in this cell`` for a view of one cell's part of a run;
+    ``2 rows (4 entries)`` where the view folds entries into fewer rows (a call and its result
+    are one row), so the count matches what the view shows."""
+    label = f"{n:,} {'entry' if n == 1 else 'entries'}"
+    if rows is not None and rows != n:
+        label = f"{rows:,} {'row' if rows == 1 else 'rows'} ({label})"
+    return label + (" in this cell" if cell else "")
 
 
 def seq_of(entry: Any) -> int | None:

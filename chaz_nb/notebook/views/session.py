@@ -84,6 +84,10 @@ DEFAULT_PAGE = 50
 
 
 # ----------------------------------------------------------------- the view
+#: the status line while a run waits for the model library (litellm's import, after %load_ext)
+LOADING_LINE = "loading the model library…"
+
+
 class SessionView(LiveRows, LiveView):
     """A view of one session: live widget + static transcript, one display_id.
 
@@ -115,8 +119,11 @@ class SessionView(LiveRows, LiveView):
         page: int | None = None,
         before_seq: int | None = None,
         cell: bool = False,
+        loading: Callable[[], bool] | None = None,
     ) -> None:
         self.store = store
+        #: the Server's ``model_library_loading``: a run whose request has not left says so
+        self._loading = loading
         #: the view shows one cell's part of a run (a turn): its header counts "entries in this cell"
         self.cell = cell
         #: the Server's ``request_stop``: with it, the live view has a Stop button (stop_button.py)
@@ -210,8 +217,13 @@ class SessionView(LiveRows, LiveView):
         if i.forked_from is not None:
             spans.append(("chaz-forked", f"forked from session {i.forked_from} at #{i.forked_at_seq}"))
         spans.append((f"chaz-status chaz-status-{''.join(c for c in status if c.isalpha())}", status))
-        spans.append(("chaz-count", count_label(len(self.transcript.entries), self.cell)))
+        spans.append(("chaz-count", self.count_label()))
         return spans
+
+    def count_label(self) -> str:
+        """The header's count, of the rows shown as well as the entries they fold."""
+        shown = sum(1 for row in self.transcript.rows if row.text())
+        return count_label(len(self.transcript.entries), self.cell, shown)
 
     # ---------------------------------------------------------- paging
     def _first_page(self) -> list[Any]:
@@ -270,7 +282,10 @@ class SessionView(LiveRows, LiveView):
         if self.live is not None:
             self._rebuild_rows()
             self._push()
-        if self._displayed and not self._closed:
+        # not while the live widget is open: JupyterLab draws the widget view again for each
+        # update of its output (a new view: a blank frame, and the text typed in a card's Edit
+        # box gone, issue 42 #20); the static forms catch up at the next refresh or the end
+        if self._displayed and not self._closed and (self.live is None or not self.live.opened):
             self.update_display()
         self._updated()
         return len(older)
@@ -452,7 +467,17 @@ class SessionView(LiveRows, LiveView):
             return None
         if status == "parked" and self.transcript.open_requests():
             return None
+        if self.transcript.status is None and status == "running" and self._library_loading():
+            # the first turn after %load_ext waits for litellm's import (seconds): its Ack (the
+            # "working" line) lands only once the request leaves, so say what the wait is
+            return LOADING_LINE
         return self.transcript.status
+
+    def _library_loading(self) -> bool:
+        try:
+            return bool(self._loading and self._loading())
+        except Exception:  # noqa: BLE001 - the server may be gone (unload): nothing to say
+            return False
 
     # ---------------------------------------------------------- static bundle
     def to_json(self) -> dict[str, Any]:
@@ -480,6 +505,8 @@ class SessionView(LiveRows, LiveView):
             data["title"] = self.title
         if self.cell:  # one cell's part of a run: the header counts "entries in this cell"
             data["scope"] = "cell"
+        # the renderer shows this count (it folds rows as the Transcript does)
+        data["count_label"] = self.count_label()
         if self.earlier:  # a page of a longer log: what the renderer's "show earlier" needs
             data["first_seq"] = self.first_seq
             data["earlier"] = self.earlier

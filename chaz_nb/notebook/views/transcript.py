@@ -116,6 +116,14 @@ class Row:
     def _denied(self) -> bool:
         return self.decision is not None and (self.decision.payload or {}).get("decision") in ("deny", "timed_out")
 
+    def _ran_arguments(self) -> Any:
+        """The arguments the tool ran with: a person's edit, when they approved one (the
+        ToolResult's), else the model's (the ToolCall's)."""
+        rp = (self.result.payload or {}) if self.result is not None else {}
+        if rp.get("edited") and "arguments" in rp:
+            return rp["arguments"]
+        return (self.entry.payload or {}).get("arguments", "")
+
     def _call(self, args: str) -> str:
         """``(arguments)``; nothing for a row whose call an earlier cell's view shows."""
         # hidden characters named, as the approval card shows them (a reordered path misleads here too)
@@ -167,7 +175,7 @@ class Row:
     def _text(self, card: bool) -> str:
         e = self.entry
         if self.kind == "tool":
-            args = as_json_text((e.payload or {}).get("arguments", ""))
+            args = as_json_text(self._ran_arguments())
             line = f"  ⚙ {self._tool_name()}{self._call(args)}"
             note = self._approval_note()
             if note:
@@ -294,7 +302,7 @@ class Row:
             f"<span class='chaz-tool-name'>{_esc(self._tool_name())}</span>",
         ]
         if entry_type(e) == "ToolCall":
-            preview = args_preview(payload.get("arguments", ""))
+            preview = args_preview(self._ran_arguments())
             parts.append(f"<span class='chaz-tool-args'>({_esc(preview)})</span>")
         note = self._approval_note()
         if note:
@@ -314,10 +322,14 @@ class Row:
         if who and self.agent and who != self.agent:  # a call by another agent than the session's: say whose
             parts.append(f"<span class='chaz-tool-by'>called by {_esc(who)}</span>")
         body = ""
-        if entry_type(e) == "ToolCall":
+        if rp.get("edited"):  # approved with edits: what the tool ran with first, then the model's
+            body += "<div class='chaz-label'>ran as edited by the approver</div>" + _arguments_html(
+                rp.get("arguments"), "")
+            if entry_type(e) == "ToolCall":
+                body += "<div class='chaz-label'>proposed by the model</div>" + _arguments_html(
+                    payload.get("arguments", ""), args)
+        elif entry_type(e) == "ToolCall":
             body += _arguments_html(payload.get("arguments", ""), args)
-        if rp.get("edited"):  # approved with edits: what the tool ran with
-            body += "<div class='chaz-label'>edited by the approver to</div>" + _arguments_html(rp.get("arguments"), "")
         if self.result is not None:
             out = str(rp.get("output", self.result.content))
             label = "error" if rp.get("is_error") else "output"

@@ -161,7 +161,14 @@ def reply_text(out: CellOutput, changes: list[dict[str, Any]], policy: DataPolic
 
 
 def _change_line(c: dict[str, Any]) -> str:
-    shape = f", shape {'x'.join(map(str, c['shape']))}" if c.get("shape") else ""
+    # a frame's or an array's shape; a builtin's (str, list, dict: a type name without a module)
+    # one number is its length ("str, length 4", not "str, shape 4")
+    builtin = "." not in str(c.get("type", ""))
+    if c.get("shape"):
+        shape = f", length {c['shape'][0]}" if builtin and len(c["shape"]) == 1 else \
+            f", shape {'x'.join(map(str, c['shape']))}"
+    else:
+        shape = ""
     return f"{c['change']} {c['name']} ({c['type']}{shape})"
 
 

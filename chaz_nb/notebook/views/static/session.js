@@ -42,6 +42,18 @@ function button(label, cls, tip) {
   return b;
 }
 
+// The fields here keep their keys (issue 42 #1). JupyterLab and Notebook 7 match their shortcuts
+// (Shift+Enter runs the cell, Escape, arrows) from a keydown listener on the document (bubbling
+// in JupyterLab 4.6, capture in Notebook 7): a field marked data-lm-suppress-shortcuts is left
+// out of that matching. JupyterLab's listener also cancels the line break of a keydown inside a
+// .jp-Cell (meant for the cell's editor): stopping the keydown here keeps it from that listener.
+// (labextension/src/keys.ts does the same for the sidebar's fields.)
+function ownKeys(field) {
+  field.setAttribute("data-lm-suppress-shortcuts", "true");
+  field.addEventListener("keydown", (ev) => ev.stopPropagation());
+  return field;
+}
+
 function drawCard(model, id, card, node) {
   // a card keeps its node (and what was typed in it) while the kernel updates it
   if (!node) {
@@ -52,7 +64,7 @@ function drawCard(model, id, card, node) {
       reason: decision === "deny" ? node.reason.value : null});
     node.approve = button("✓ Approve", "mod-success chaz-ap-approve", "Run this call once");
     node.deny = button("✗ Deny", "mod-danger chaz-ap-deny", "Do not run it; the agent is told (with the reason)");
-    node.reason = el("input", "chaz-ap-reason");
+    node.reason = ownKeys(el("input", "chaz-ap-reason"));
     node.reason.placeholder = "reason (optional, sent with Deny)";
     node.all = button("✓✓ Approve all calls to this tool in this session", "chaz-ap-approve-all",
       "Approve this call and every later call to this tool in this session");
@@ -62,7 +74,7 @@ function drawCard(model, id, card, node) {
     node.all.onclick = () => send("approve_all");
     const editRow = el("div", "chaz-ap-editor");
     editRow.style.display = "none";
-    node.editor = el("textarea");
+    node.editor = ownKeys(el("textarea"));
     node.edited = button("✓ Approve edited", "mod-warning chaz-ap-approve-edited",
       "Run this call once, with the arguments as edited above (checked against the tool's schema)");
     node.edit.onclick = () => {
