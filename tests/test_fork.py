@@ -368,7 +368,10 @@ async def test_a_forks_copies_are_marked_in_every_audit_view_and_left_out_of_the
                                         [mid]).fetchall()] == [("forked", source[2].id)]
     messages = rows("SELECT seq, copied_from FROM messages WHERE session_id = ? ORDER BY seq")
     assert messages[-3:] == [(15, source[15].id), (16, None), (18, None)]  # a copy, then its own
-    assert rows("SELECT chars_sent, copied_from FROM data_egress WHERE session_id = ?") == [(4, source[15].id)]
+    # the copy (it sent nothing itself), and the branch's first run sending that copied context
+    # to its own model, chaz/echo, which the source never sent it to (a send of its own)
+    assert rows("SELECT via, chars_sent, copied_from FROM data_egress WHERE session_id = ? ORDER BY entry_id") == [
+        ("attachment", 4, source[15].id), ("fork_context", 4, None)]
     for view in ("approvals", "variable_changes"):
         assert "copied_from" in store.sql(f"SELECT * FROM {view} LIMIT 0").columns
     # %chaz audit of the branch: the copies are rows marked as copies, and no part of its totals

@@ -43,7 +43,7 @@ async def test_a_scripted_agent_lists_describes_and_queries_and_the_egress_is_re
     server, _ = make(store, analyst(data_rows=2, api_base="https://models.example.com/v1"))
     s = server.current_session("analyst")
     reply = await (await server.send(s, "which region sold most?")).wait()
-    assert reply.content.splitlines() == ["done: region | total", "north | 5", "south | 2"]
+    assert reply.content.splitlines() == ["done: region | total", "north | 5.0", "south | 2.0"]
     results = [e for e in store.entries(s) if e.entry_type is T.TOOL_RESULT]
     assert [e.tool_name for e in results] == ["kernel__variables", "kernel__describe", "kernel__query"]
     assert "first 2 rows:" in results[1].payload["output"]
@@ -115,7 +115,7 @@ async def test_over_the_openai_wire_every_byte_of_data_that_left_is_in_the_log(s
     sent = list(dict.fromkeys(sent))  # each request repeats the earlier tool messages
     results = [e for e in store.entries(s) if e.entry_type is T.TOOL_RESULT]
     assert sent == [e.payload["output"] for e in results]
-    assert "first 2 rows:" in sent[0] and "north | 5" in sent[1]
+    assert "first 2 rows:" in sent[0] and "north | 5.0" in sent[1]
     rows = store.execute("SELECT via, host, rows_sent, chars_sent FROM data_egress ORDER BY entry_id")
     assert rows == [("kernel__describe", "127.0.0.1", 2, len(sent[0])), ("kernel__query", "127.0.0.1", 2, len(sent[1]))]
 

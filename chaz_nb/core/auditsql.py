@@ -83,17 +83,27 @@ class Dialect:
 
     def data_egress(self, forks: bool = True) -> str:
         """One row per tool result or Message attachment that sent the notebook's data to a
-        model (the kernel's tools write an ``egress`` payload: server/kernel/); a fork's copy
-        of one names the source's entry (``copied_from``: it sent nothing itself)."""
+        model (the kernel's tools write an ``egress`` payload: server/kernel/), and per
+        branch's first run that sent its copied context to another model (server/egress.py); a
+        fork's copy of one names the source's entry (``copied_from``: it sent nothing itself)."""
         t, cast = self.text_at, self.try_cast
+        # a Message's attachments (%chaz --with) are written before the run that reads them:
+        # their run is the first run of that agent opened in the session after the Message
+        answering_run = (
+            "(SELECT min(a.id) FROM entries a WHERE a.session_id = e.session_id AND a.entry_type = 'Ack'"
+            f" AND a.run_id = a.id AND a.id > e.id AND a.sender = {t('e.payload', 'egress', 'agent')})")
         return f"""
 CREATE OR REPLACE VIEW data_egress AS
-SELECT e.id AS entry_id, e.run_id, e.session_id,
+SELECT e.id AS entry_id,
+       CASE WHEN e.entry_type = 'Message' THEN coalesce(e.run_id, {answering_run}) ELSE e.run_id END AS run_id,
+       e.session_id,
        coalesce({t('e.payload', 'egress', 'agent')}, s.agent) AS agent,
        {t('e.payload', 'egress', 'model')} AS model,
        {t('e.payload', 'egress', 'provider')} AS provider,
        {t('e.payload', 'egress', 'host')} AS host,
-       CASE WHEN e.entry_type = 'ToolResult' THEN e.tool_name ELSE 'attachment' END AS via,
+       CASE WHEN e.entry_type = 'ToolResult' THEN e.tool_name
+            -- a branch's first run sending its copied context to another model (server/egress.py)
+            WHEN e.entry_type = 'Ack' THEN 'fork_context' ELSE 'attachment' END AS via,
        e.tool_call_id,
        {self.json_at('e.payload', 'egress', 'variables')} AS variables,
        {cast(t('e.payload', 'egress', 'rows'), 'BIGINT')} AS rows_sent,
@@ -102,7 +112,7 @@ SELECT e.id AS entry_id, e.run_id, e.session_id,
        {t('e.payload', 'egress', 'policy')} AS policy,
        e.created_at{copied_column('e', forks)}
 FROM entries e JOIN sessions s ON s.id = e.session_id
-WHERE e.entry_type IN ('ToolResult', 'Message') AND {self.json_at('e.payload', 'egress')} IS NOT NULL
+WHERE e.entry_type IN ('ToolResult', 'Message', 'Ack') AND {self.json_at('e.payload', 'egress')} IS NOT NULL
 """
 
     def variable_changes(self, forks: bool = True) -> str:

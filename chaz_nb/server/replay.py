@@ -54,6 +54,8 @@ class RecordedCall:
     session_id: int
     result_id: int
     result_seq: int
+    #: what the recorded result sent of the notebook's data (its ``egress`` payload), if anything
+    egress: dict[str, Any] | None = None
 
 
 class Recording:
@@ -101,6 +103,7 @@ def read_recording(store: Store, source_id: int, after_seq: int, upto_seq: int, 
             tool=e.tool_name or "", key=arguments_key(args, store.redact),
             output=str(result.payload.get("output", "")), is_error=bool(result.payload.get("is_error")),
             session_id=source_id, result_id=result.id, result_seq=result.seq,
+            egress=_egress_of(result),
         ))
     used: set[int] = set()
     if branch_id is not None:
@@ -109,6 +112,22 @@ def read_recording(store: Store, source_id: int, after_seq: int, upto_seq: int, 
             if isinstance(ref, int) and e.payload.get("copied_from") is None:
                 used.add(ref)
     return Recording(source_id, calls, used)
+
+
+def replayed_egress(recorded: RecordedCall, agent: Any) -> dict[str, Any] | None:
+    """The ``egress`` of a recorded result sent again: the notebook's data it carries goes to
+    this run's model, so the ``data_egress`` view has a row for this send too (naming it)."""
+    if recorded.egress is None:
+        return None
+    from .egress import egress_target
+
+    return {**recorded.egress, "chars": len(recorded.output), **egress_target(agent),
+            "replayed_from": recorded.result_id}
+
+
+def _egress_of(result: Entry) -> dict[str, Any] | None:
+    egress = result.payload.get("egress")
+    return dict(egress) if isinstance(egress, dict) else None
 
 
 class RecordedExecutor:
@@ -135,10 +154,14 @@ class RecordedExecutor:
                 "replays its recorded tool calls; no unused call there has this tool and these arguments)",
                 is_error=True, extra={"replay": "not_recorded"},
             )
-        return ToolOutcome(recorded.output, is_error=recorded.is_error, extra={
+        extra: dict[str, Any] = {
             "replay": "recorded", "replayed_from": recorded.result_id,
             "replayed_from_session": recorded.session_id, "replayed_from_seq": recorded.result_seq,
-        })
+        }
+        egress = replayed_egress(recorded, self.ctx.agent)
+        if egress is not None:
+            extra["egress"] = egress
+        return ToolOutcome(recorded.output, is_error=recorded.is_error, extra=extra)
 
 
 class RecordedTools(Part):

@@ -43,6 +43,7 @@ from . import events as event_writer
 from .agents import Agent
 from .budgets import Budgets, StoredBudget
 from .agent_trust import Held
+from .egress import copied_context_egress
 from .ceiling import Authority, Ceiling
 from .invocation import Invocation
 from .ports import Part, RunContext, ServerPort, SpawnContext, current_run
@@ -160,6 +161,7 @@ class RunSteps:
                      "budget": tree.id,
                      "parent_run": spawn.parent_run if spawn else None,
                      "answers": [e.id for e in answers], "answers_count": len(answers),
+                     **_copied_egress(self.store, session, agent),
                      **(invocation.ack if invocation else {})},
         )], ACK_WINDOW)))
         # a root's budget row, its first call counted, rides in the Ack's commit (budgets.py)
@@ -458,3 +460,10 @@ class RunSteps:
         for part in reversed(self.parts):  # the first part registered is the outermost wrapper
             executor = part.wrap_executor(ctx, executor)
         return executor
+
+
+def _copied_egress(store: Store, session: Any, agent: Agent) -> dict[str, Any]:
+    """``{"egress": ...}`` for a branch's first run that sends its copied context to another
+    model or host than the source did (egress.py); ``{}`` otherwise."""
+    egress = copied_context_egress(store, session, agent)
+    return {"egress": egress} if egress is not None else {}

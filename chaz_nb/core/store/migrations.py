@@ -365,6 +365,15 @@ def _pg_m014(cur: PgConnection) -> None:
     create_pg_audit_views(cur)  # data_egress, variable_changes (the kernel's tools)
 
 
+def _m_data_egress_attachment_run(con: duckdb.DuckDBPyConnection) -> None:
+    # data_egress.run_id of a --with attachment: the run that answered its Message
+    del con  # the views: apply_duckdb (Migration.views)
+
+
+def _pg_m_data_egress_attachment_run(cur: PgConnection) -> None:
+    create_pg_audit_views(cur)  # data_egress.run_id of a --with attachment
+
+
 def _pg_m015(cur: PgConnection) -> None:
     # Run-tree budgets (chaz_nb/server/budgets.py), charged by every kernel with a conditional
     # UPDATE; a schedule keeps the budget of the run tree that made it.
@@ -434,6 +443,8 @@ MIGRATIONS: list[Migration] = [
     Migration("016_agent_definitions", duckdb=_m016_agent_definitions, postgres=_pg_m016),
     Migration("017_fork_audit_views", _m_fork_views, _pg_m_fork_views, views=True),
     Migration("018_tool_calls_code_ran", _m_tool_calls_code_ran, _pg_m_tool_calls_code_ran, views=True),
+    Migration("019_data_egress_attachment_run", _m_data_egress_attachment_run, _pg_m_data_egress_attachment_run,
+              views=True),
 ]
 
 

@@ -7,8 +7,9 @@ the tools read: ``PlainHost(namespace_dict)`` for a Server built outside IPython
 (``Server.add_kernel(globals())``), the notebook's own for ``%load_ext chaz_nb``.
 
 The read-only tools are sync functions, so they run on a worker thread and never hold the
-kernel loop; each sends only what the calling agent's data policy allows (policy.py) and says
-in its ToolResult payload (``egress``) what it sent, for the ``data_egress`` view.
+kernel loop; each sends only what the calling agent's data policy allows (policy.py: one policy
+for every tool, results and errors alike) and says in its ToolResult payload (``egress``) what
+it sent, for the ``data_egress`` view: a failed call too (its error may quote the data).
 ``kernel__run`` is the one tool that holds the loop: it runs the code on the kernel's thread
 between cells, as a cell would (run.py), under the agent's ``code_timeout``.
 """
@@ -16,22 +17,23 @@ between cells, as a cell would (run.py), under the agent's ``code_timeout``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
-from urllib.parse import urlparse
 
 from ...engine.tools import Tool, ToolRegistry, ToolReply, function_tool
 from ...errors import ToolError
 from ..agents import DEFAULT_CODE_TIMEOUT
+from ..egress import egress_target
 from ..ports import current_run
-from .describe import Egress, describe, lookup, safe_repr, variables
+from .describe import DataToolError, Egress, describe, lookup, safe_repr, variables
 from .interrupts import Interrupter
-from .namespace import changes, snapshot
-from .policy import DataPolicy, clip
+from .namespace import changes, snapshot, user_items
+from .policy import REDACTED, DataPolicy, Secrets, clip, names_in
 from .run import CellOutput, CodeHost, PlainHost, reply_text
 
-__all__ = ["KERNEL_READ_ONLY", "KERNEL_TOOLS", "CodeHost", "KernelTools", "PlainHost"]
+__all__ = ["KERNEL_READ_ONLY", "KERNEL_TOOLS", "CodeHost", "KernelTools", "PlainHost", "egress_target"]
 
 KERNEL_READ_ONLY = ("kernel__variables", "kernel__describe", "kernel__query", "kernel__cells")
 KERNEL_TOOLS = (*KERNEL_READ_ONLY, "kernel__run")
@@ -39,15 +41,30 @@ KERNEL_TOOLS = (*KERNEL_READ_ONLY, "kernel__run")
 MAX_CELLS = 100
 
 
+def ledgered(fn: Callable[..., ToolReply], host: CodeHost) -> Callable[..., ToolReply]:
+    """A read-only kernel tool whose failure is sent as its result is: masked under the calling
+    agent's policy, and recorded with an ``egress`` payload (a ToolError would reach the model
+    with neither). ``fn`` keeps its signature and docstring (the tool's schema)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> ToolReply:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - any failure's text may quote the notebook's data
+            policy = DataPolicy.current()
+            egress = exc.egress if isinstance(exc, DataToolError) else Egress()
+            text = str(exc) if isinstance(exc, ToolError) else f"{fn.__name__} failed: {type(exc).__name__}: {exc}"
+            text = clip(text, policy.max_chars, Secrets.of(host.namespace, host.hidden))
+            egress.chars = len(text)
+            return ToolReply(text, is_error=True, payload={"egress": egress_payload(egress, policy)})
+
+    return wrapper
+
+
 def egress_payload(egress: Egress, policy: DataPolicy) -> dict[str, Any]:
     """The ``egress`` payload: what was sent, under which policy, to which model and host."""
     ctx = current_run.get()
-    agent = ctx.agent if ctx is not None else None
-    model = agent.model if agent is not None else None
-    host = urlparse(agent.api_base).hostname if agent is not None and agent.api_base else None
-    provider = model.split("/", 1)[0] if model and "/" in model else None
-    return {**egress.to_json(policy), "agent": agent.name if agent else None, "model": model,
-            "provider": provider, "host": host}
+    return {**egress.to_json(policy), **egress_target(ctx.agent if ctx is not None else None)}
 
 
 class KernelTools:
@@ -90,23 +107,20 @@ class KernelTools:
         (``attachments`` and the ``egress`` the ``data_egress`` view reads). An unknown name is
         a ToolError listing the nearest names."""
         policy = DataPolicy.of(agent)
+        secrets = Secrets.of(self.host.namespace, self.host.hidden)
         blocks: list[str] = []
         attachments: list[dict[str, Any]] = []
         total = Egress()
         for name in names:
             obj = lookup(self.host.namespace, name, self.host.hidden)
-            text, egress = describe(name, obj, policy)
+            text, egress = describe(name, obj, policy, secrets)
             blocks.append(f"--- attached: {name} ---\n{text}")
             attachments.append({"name": name, "chars": len(text), "rows": egress.rows, "columns": egress.columns})
             total.variables.append(name)
             total.rows += egress.rows
             total.columns += egress.columns
             total.chars += len(text)
-        model = getattr(agent, "model", None)
-        api_base = getattr(agent, "api_base", None)
-        egress_json = {**total.to_json(policy), "agent": getattr(agent, "name", None), "model": model,
-                       "provider": model.split("/", 1)[0] if model and "/" in model else None,
-                       "host": urlparse(api_base).hostname if api_base else None}
+        egress_json = {**total.to_json(policy), **egress_target(agent)}
         return "\n\n".join(blocks), {"attachments": attachments, "egress": egress_json}
 
     # ------------------------------------------------------------ the tools
@@ -117,7 +131,7 @@ class KernelTools:
             """List the notebook's variables: name, type, shape or length, approximate memory (never values)."""
             policy = DataPolicy.current()
             text, egress = variables(host.namespace, host.hidden, policy.max_chars)
-            text = clip(text, policy.max_chars)
+            text = clip(text, policy.max_chars, Secrets.of(host.namespace, host.hidden))
             egress.chars = len(text)
             return ToolReply(text, payload={"egress": egress_payload(egress, policy)})
 
@@ -130,7 +144,7 @@ class KernelTools:
             """
             policy = DataPolicy.current()
             obj = lookup(host.namespace, name, host.hidden)
-            text, egress = describe(name, obj, policy)
+            text, egress = describe(name, obj, policy, Secrets.of(host.namespace, host.hidden))
             return ToolReply(text, payload={"egress": egress_payload(egress, policy)})
 
         def kernel__query(sql: str) -> ToolReply:
@@ -145,7 +159,8 @@ class KernelTools:
             from .query import run_query
 
             policy = DataPolicy.current()
-            text, egress = run_query(sql, host.namespace, policy, host.hidden)
+            text, egress = run_query(sql, host.namespace, policy, host.hidden,
+                                     secrets=Secrets.of(host.namespace, host.hidden))
             return ToolReply(text, payload={"egress": egress_payload(egress, policy)})
 
         def kernel__cells(last: int = 10) -> ToolReply:
@@ -159,16 +174,20 @@ class KernelTools:
                 raise ToolError(f"kernel__cells: last must be from 1 to {MAX_CELLS}, not {last}")
             cells = host.history(last)
             if not cells:
-                return ToolReply("no cells run yet")
+                return ToolReply("no cells run yet", payload={"egress": egress_payload(Egress(chars=16), policy)})
+            secrets = Secrets.of(host.namespace, host.hidden)
             lines: list[str] = []
             rows = 0
             for number, code, value in cells:
                 lines.append(f"[{number}]: {code.rstrip()}")
                 if value is not None and policy.values:
-                    lines.append(f"Out[{number}]: {safe_repr(value, 500)}")
+                    shown = REDACTED if secrets.holds(value) else safe_repr(value, 500)
+                    lines.append(f"Out[{number}]: {shown}")
                     rows += 1
-            text = clip("\n".join(lines), policy.max_chars)
-            egress = Egress(rows=rows, chars=len(text))
+            text = clip("\n".join(lines), policy.max_chars, secrets)
+            names = names_in(code for _, code, _ in cells)
+            egress = Egress(variables=[n for n, _ in user_items(host.namespace, host.hidden) if n in names],
+                            rows=rows, chars=len(text))
             return ToolReply(text, payload={"egress": egress_payload(egress, policy)})
 
         async def kernel__run(code: str) -> ToolReply:
@@ -181,7 +200,7 @@ class KernelTools:
             """
             return await self.run(code)
 
-        read_only = [function_tool(f, risk="low") for f in
+        read_only = [function_tool(ledgered(f, host), risk="low") for f in
                      (kernel__variables, kernel__describe, kernel__query, kernel__cells)]
         run = function_tool(kernel__run, approval="always", risk="high")
         # waivable only by an auto_approve that names it; its steps hold the loop on purpose
@@ -216,8 +235,13 @@ class KernelTools:
             after = snapshot(self.host.namespace, self.host.hidden)
         found = changes(before, after)
         self.host.show(out)
-        text = reply_text(out, found, policy)
-        egress = Egress(chars=len(text))
+        secrets = Secrets.of(self.host.namespace, self.host.hidden)
+        text = reply_text(out, found, policy, secrets)
+        # what the reply may carry: the variables the code names, and those it changed
+        named = names_in([code]) | {c["name"] for c in found}
+        sent = sorted(n for n in {*before, *after} if n in named)
+        egress = Egress(variables=sent, rows=int(policy.values and (out.result is not None or bool(out.stdout))),
+                        chars=len(text))
         payload = {"namespace_changes": found, "egress": egress_payload(egress, policy),
                    "rich_outputs": out.rich}
         return ToolReply(text, is_error=bool(out.error or out.stopped), payload=payload)

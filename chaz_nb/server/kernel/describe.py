@@ -19,7 +19,7 @@ from typing import Any
 from ...errors import ToolError
 from .interrupts import Interrupter
 from .namespace import approx_bytes, shape_of, type_name, user_items
-from .policy import REDACTED, DataPolicy, clip, secret_name
+from .policy import REDACTED, DataPolicy, Secrets, clip, masked_frame, masked_value, secret_name
 
 #: seconds one repr of a user's object may take
 REPR_DEADLINE = 2.0
@@ -43,6 +43,15 @@ class Egress:
     def to_json(self, policy: DataPolicy) -> dict[str, Any]:
         return {"variables": self.variables, "rows": self.rows, "columns": self.columns,
                 "chars": self.chars, "policy": policy.mode, "data_rows": policy.rows}
+
+
+class DataToolError(ToolError):
+    """A kernel tool's failure whose text may carry the notebook's data: sent under the same
+    policy as a result, and recorded in the ``data_egress`` view with what it sent."""
+
+    def __init__(self, message: str, egress: Egress) -> None:
+        super().__init__(message)
+        self.egress = egress
 
 
 def nearest(name: str, names: list[str]) -> str:
@@ -71,12 +80,15 @@ class _ClippedRepr(reprlib.Repr):
 
 
 def safe_repr(obj: Any, limit: int = REPR_CHARS) -> str:
-    """``repr(obj)`` clipped, under a deadline; a repr that raises or hangs is named instead."""
+    """``repr(obj)`` clipped, under a deadline; a repr that raises or hangs is named instead.
+
+    A pandas frame or Series is shown with its secret-named columns and index levels masked
+    (``policy.masked_value``)."""
     short = _ClippedRepr()
     short.maxstring = short.maxother = limit
     try:
         with Interrupter(REPR_DEADLINE, ReprTimeout, "a repr"):
-            text = short.repr(obj)
+            text = short.repr(masked_value(obj))
     except ReprTimeout:
         return f"<{type_name(obj)}: its repr ran over {REPR_DEADLINE:g} s and was stopped>"
     except Exception as exc:  # noqa: BLE001 - the object's own __repr__ may raise anything
@@ -127,9 +139,9 @@ def _bytes(n: int) -> str:
     return f"{n} B"  # pragma: no cover
 
 
-def describe(name: str, obj: Any, policy: DataPolicy) -> tuple[str, Egress]:
+def describe(name: str, obj: Any, policy: DataPolicy, secrets: Secrets | None = None) -> tuple[str, Egress]:
     egress = Egress(variables=[name])
-    if secret_name(name):
+    if secret_name(name) or (secrets is not None and secrets.holds(obj)):
         lines = [f"variable {name}, type {type_name(obj)}", f"value {REDACTED} (its name says it holds a secret)"]
     else:
         module = type(obj).__module__.split(".")[0]
@@ -149,19 +161,9 @@ def describe(name: str, obj: Any, policy: DataPolicy) -> tuple[str, Egress]:
                 text = safe_repr(obj)
                 lines.append(f"repr: {text}")
                 egress.rows = 1
-    text = clip("\n".join(lines), policy.max_chars)
+    text = clip("\n".join(lines), policy.max_chars, secrets)
     egress.chars = len(text)
     return text, egress
-
-
-def _masked(frame: Any) -> Any:
-    secret = [c for c in frame.columns if secret_name(c)]
-    if not secret:
-        return frame
-    frame = frame.copy()
-    for c in secret:
-        frame[c] = REDACTED
-    return frame
 
 
 def _pandas_frame(name: str, df: Any, policy: DataPolicy, egress: Egress, kind: str = "DataFrame") -> list[str]:
@@ -182,7 +184,7 @@ def _pandas_frame(name: str, df: Any, policy: DataPolicy, egress: Egress, kind: 
         lines.append(f"(~: estimated from {NULL_SAMPLE:,} rows drawn at random)")
     n = min(policy.row_limit, rows)
     if n:
-        head = _masked(df.head(n))
+        head = masked_frame(df.head(n))
         lines.append(f"first {n} rows:")
         lines.append(head.to_string(max_colwidth=80))
         egress.rows = n
@@ -304,6 +306,23 @@ def _other_table(name: str, table: Any, policy: DataPolicy, egress: Egress) -> l
     n = min(policy.row_limit, shape[0])
     if n:
         head = table.slice(0, n) if hasattr(table, "slice") else table.head(n)
-        lines += [f"first {n} rows:", str(head)]
+        lines += [f"first {n} rows:", str(_masked_table(head))]
         egress.rows = n
     return lines
+
+
+def _masked_table(table: Any) -> Any:
+    """A pyarrow or polars table with its secret-named columns' values replaced."""
+    secret = [c for c in getattr(table, "column_names", None) or list(getattr(table, "columns", [])) if secret_name(c)]
+    if not secret:
+        return table
+    if type(table).__module__.split(".")[0] == "polars":
+        import polars
+
+        return table.with_columns(*(polars.lit(REDACTED).alias(c) for c in secret))
+    import pyarrow
+
+    for c in secret:
+        i = table.column_names.index(c)
+        table = table.set_column(i, c, pyarrow.array([REDACTED] * table.num_rows))
+    return table

@@ -14,6 +14,7 @@ rows; a query over its deadline is interrupted (``connection.interrupt``).
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -23,9 +24,9 @@ import duckdb
 from ...core.sqlquery import check_read_only, one_line
 from ...core.store import LOCKED_DOWN
 from ...errors import SQLFailed, SQLRefused, ToolError
-from .describe import Egress
+from .describe import DataToolError, Egress
 from .namespace import user_items
-from .policy import REDACTED, DataPolicy, clip, secret_name
+from .policy import REDACTED, VALUE_CHARS, DataPolicy, Secrets, clip, secret_fields, secret_name
 
 #: seconds a query may run before DuckDB is told to stop it
 QUERY_DEADLINE = 60.0
@@ -44,7 +45,7 @@ def _connection() -> duckdb.DuckDBPyConnection:
 
 
 def referenced_names(sql: str) -> set[str]:
-    """Identifiers of the query (quoted ones unquoted), as DuckDB's tokenizer sees them."""
+    """Identifiers and strings of the query (unquoted), as DuckDB's tokenizer sees them."""
     names: set[str] = set()
     try:
         marks = duckdb.tokenize(sql)
@@ -55,6 +56,8 @@ def referenced_names(sql: str) -> set[str]:
         word = sql[start:end].strip()
         if kind.name in ("identifier", "keyword"):
             names.add(word.strip('"'))
+        elif kind.name == "string_const":  # a frame named in a string: table_info('sales'), query_table('sales')
+            names.add(word.strip("'"))
     return names
 
 
@@ -75,9 +78,96 @@ def scannable(obj: Any) -> Any | None:
     return obj
 
 
+def masked_relation(con: duckdb.DuckDBPyConnection, table: Any) -> duckdb.DuckDBPyRelation | None:
+    """What the query reads for ``table``: a relation over it whose secret-named columns (by
+    their name, or a struct field's) are the constant ``[REDACTED]``, so no SQL can compute
+    anything from their values. The object itself gets no name in the query's catalog: the
+    relation reads it through an unnamed source. None: nothing to mask (read it as it is)."""
+    if isinstance(table, dict):  # numpy columns: value / c0, c1...: names no secret can have
+        return None
+    rel = con.from_df(table) if type(table).__module__.split(".")[0] == "pandas" else con.from_arrow(table)
+    # pyarrow's ``columns`` are the columns' data: its names are ``column_names``
+    names = [str(c) for c in (getattr(table, "column_names", None) or getattr(table, "columns", []))]
+    duck = rel.columns
+    exprs: list[str] = []
+    masked = False
+    for i, (column, kind) in enumerate(zip(duck, rel.types, strict=True), 1):
+        original = names[i - 1] if len(names) == len(duck) else column
+        if secret_name(column) or secret_name(original) or secret_fields(str(kind)):
+            exprs.append(f"'{REDACTED}'::VARCHAR AS {_quote(column)}")
+            masked = True
+        elif str(getattr(kind, "id", "")).lower() == "map":  # dicts of varied keys: their keys are data
+            exprs.append(f"{_map_masked(i)} AS {_quote(column)}")
+            masked = True
+        else:
+            exprs.append(f"#{i} AS {_quote(column)}")
+    return rel.project(", ".join(exprs)) if masked else rel
+
+
+#: a map key that says its value is a credential (``policy.secret_name``, in DuckDB's regex)
+SECRET_KEY_PATTERN = ("pass_?(word|wd|phrase)|pwd|secret|token|api[-_ ]?key|private[-_ ]?key|access[-_ ]?key"
+                      "|credential|authorization|bearer")
+#: DuckDB 1.3 writes a lambda ``lambda e: ...`` (the arrow form is refused from 2.0 on)
+_LAMBDA = "lambda e: " if tuple(int(p) for p in re.findall(r"\d+", duckdb.__version__)[:2]) >= (1, 3) else "e -> "
+
+
+def _map_masked(i: int) -> str:
+    """Column ``#i``, a MAP, with the value under each secret-looking key NULL."""
+    return (f"map_from_entries(list_transform(map_entries(#{i}), {_LAMBDA}{{'key': e.key, 'value': CASE WHEN "
+            f"regexp_matches(lower(CAST(e.key AS VARCHAR)), '{SECRET_KEY_PATTERN}') THEN NULL ELSE e.value END}}))")
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+#: DuckDB's types whose values are short by nature (fetched as they are)
+_SHORT_TYPES = frozenset({"boolean", "tinyint", "smallint", "integer", "bigint", "hugeint", "utinyint", "usmallint",
+                          "uinteger", "ubigint", "uhugeint", "double", "decimal", "date", "time", "timestamp",
+                          "timestamp_s", "timestamp_ms", "timestamp_ns", "timestamp with time zone",
+                          "time with time zone", "interval", "uuid", "null"})
+
+
+def bounded(rel: duckdb.DuckDBPyRelation, max_columns: int) -> tuple[duckdb.DuckDBPyRelation, list[str], list[str]]:
+    """``rel`` projected so that DuckDB itself cuts each value before Python reads it: text to
+    ``VALUE_CHARS`` + 1 characters, a blob to its size, anything long (a list, a struct, a
+    map, a float kept exact as text) to text so cut; at most ``max_columns`` columns.
+    Returns the relation, the column names and each column's kind (``blob``, ``text``, ``value``)."""
+    columns, types = rel.columns, rel.types
+    exprs, kinds = [], []
+    for i, kind in enumerate(types[:max_columns], 1):
+        type_id = str(getattr(kind, "id", kind)).lower()
+        if type_id == "blob":
+            exprs.append(f"octet_length(#{i})")
+            kinds.append("blob")
+        elif type_id in _SHORT_TYPES:
+            exprs.append(f"#{i}")
+            kinds.append("value")
+        elif type_id == "varchar":
+            exprs.append(f"left(#{i}, {VALUE_CHARS + 1})")
+            kinds.append("text")
+        else:  # REAL as DuckDB writes it (Python's float would show the float32 digits), lists, structs, enums
+            exprs.append(f"left(CAST(#{i} AS VARCHAR), {VALUE_CHARS + 1})")
+            kinds.append("text")
+    return rel.project(", ".join(exprs)), list(columns), kinds
+
+
+def scan_functions(sql: str) -> set[str]:
+    """Table functions of DuckDB's Python client that read an object in memory: a query may not
+    name them (a masked relation's view shows one, and older clients take a pointer)."""
+    return {n for n in referenced_names(sql) if n.lower() in _SCANS}
+
+
+_SCANS = frozenset({"pandas_scan", "arrow_scan", "arrow_scan_dumb", "python_arrow_scan", "seq_scan",
+                    "python_map_function", "arrow_scan_capsule"})
+
+
 def run_query(sql: str, ns: Mapping[str, Any], policy: DataPolicy, hidden: Any = (),
-              deadline: float | None = None) -> tuple[str, Egress]:
+              deadline: float | None = None, secrets: Secrets | None = None) -> tuple[str, Egress]:
+    """The query's result as the agent reads it, and what it sent (see the module docstring).
+    A failure is a ``DataToolError`` whose text went through the same policy, with its egress."""
     deadline = QUERY_DEADLINE if deadline is None else deadline
+    secrets = secrets if secrets is not None else Secrets.of(ns, hidden)
     if not policy.values:
         raise ToolError("kernel__query sends values, and this agent's data policy is schema (names, types and "
                         "counts only); use kernel__describe, or define the agent with --data sample")
@@ -86,11 +176,16 @@ def run_query(sql: str, ns: Mapping[str, Any], policy: DataPolicy, hidden: Any =
     except (SQLRefused, SQLFailed) as exc:
         raise ToolError(str(exc).replace("%chaz sql", "kernel__query").replace(
             "the audit trail cannot be changed", "the query may only read the notebook's frames")) from None
+    scans = scan_functions(sql)
+    if scans:
+        raise ToolError(f"kernel__query reads the notebook's frames by their names, not through "
+                        f"{', '.join(sorted(scans))}")
     wanted = referenced_names(sql)
     con = _connection()
     timer = threading.Timer(deadline, con.interrupt)
     timer.daemon = True
     used: list[str] = []
+    limit = policy.row_limit
     try:
         for name, obj in user_items(ns, hidden):
             if name not in wanted:
@@ -101,48 +196,99 @@ def run_query(sql: str, ns: Mapping[str, Any], policy: DataPolicy, hidden: Any =
             if secret_name(name):
                 raise ToolError(f"{name} holds a secret (its name says so); kernel__query does not read it")
             try:
-                con.register(name, table)
-            except duckdb.Error as exc:
+                rel = masked_relation(con, table)
+                con.register(name, rel if rel is not None else table)
+            except (duckdb.Error, TypeError, ValueError) as exc:
                 raise ToolError(f"cannot query {name} ({type(obj).__name__}): {one_line(exc)}") from None
             used.append(name)
         timer.start()
         try:
-            cur = con.execute(sql)
-            columns = [d[0] for d in cur.description or []]
-            limit = policy.row_limit
-            rows = cur.fetchmany(limit + 1)
+            rel = con.sql(sql)
+            if rel is None:
+                return "the statement returned no rows", Egress(variables=used)
+            # a value costs at least 4 characters of the text ("x | "): the columns and rows
+            # that can fit in the tool output are the most fetched
+            max_columns = max(1, policy.max_chars // 4)
+            rel, columns, kinds = bounded(rel, max_columns)
+            fit = max(1, policy.max_chars // (4 * max(1, len(kinds))))
+            fetch = min(limit, fit)
+            rows = rel.limit(fetch + 1).fetchall()
         except duckdb.InterruptException:
             raise ToolError(f"the query ran over {deadline:g} s and was stopped") from None
         except duckdb.PermissionException:
             raise ToolError("kernel__query reads only the notebook's variables: files and the network are off "
                             "(query a DataFrame by its name)") from None
         except duckdb.Error as exc:
-            hint = ""
-            if "does not exist" in str(exc) and not used:
-                frames = [n for n, o in user_items(ns, hidden) if scannable(o) is not None]
-                hint = f" (the notebook's frames and arrays: {', '.join(frames) or 'none'})"
-            raise ToolError(f"{one_line(exc)}{hint}") from None
+            raise _query_error(exc, sql, ns, hidden, used, policy, secrets) from None
     finally:
         timer.cancel()
         con.close()
-    more = len(rows) > limit
-    rows = rows[:limit]
+    more = len(rows) > fetch
+    rows = rows[:fetch]
     secret_cols = {i for i, c in enumerate(columns) if secret_name(c)}
-    lines = [" | ".join(columns)]
+    cut = False
+    lines = [" | ".join(columns[: len(kinds)])]
     for row in rows:
-        lines.append(" | ".join(REDACTED if i in secret_cols else _cell(v) for i, v in enumerate(row)))
-    if more:
+        cells = []
+        for i, value in enumerate(row):
+            text, was_cut = (REDACTED, False) if i in secret_cols else _cell(value, kinds[i])
+            cut = cut or was_cut
+            cells.append(text)
+        lines.append(" | ".join(cells))
+    if more and fetch < limit:
+        lines.append(f"… more rows not sent (the tool output holds {policy.max_chars:,} characters; "
+                     "aggregate or add LIMIT)")
+    elif more:
         lines.append(f"… more rows not sent (this agent's data policy sends {limit:,}; aggregate or add LIMIT)")
-    text = clip("\n".join(lines), policy.max_chars)
-    return text, Egress(variables=used, rows=len(rows), columns=len(columns), chars=len(text))
+    if len(columns) > len(kinds):
+        lines.append(f"… {len(columns) - len(kinds):,} more columns not sent (select fewer columns)")
+    if cut:
+        lines.append(f"… values longer than {VALUE_CHARS} characters were cut (marked …)")
+    text = clip("\n".join(lines), policy.max_chars, secrets)
+    return text, Egress(variables=used, rows=len(rows), columns=len(kinds), chars=len(text))
 
 
-def _cell(value: Any) -> str:
+_QUOTED_VALUE = re.compile(r"'((?:[^']|'')*)'")
+
+
+def _query_error(exc: duckdb.Error, sql: str, ns: Mapping[str, Any], hidden: Any, used: list[str],
+                 policy: DataPolicy, secrets: Secrets) -> DataToolError:
+    """A failed query as the agent reads it: DuckDB's message (its first line) with each value
+    it quotes that the SQL does not hold cut to ``VALUE_CHARS``, and hidden under a policy
+    that sends no rows; counted in the egress like a row of the result."""
+    message = one_line(exc)
+    quoted = 0
+
+    def value(match: re.Match[str]) -> str:
+        nonlocal quoted
+        inner = match.group(1)
+        if inner in sql or inner == REDACTED:
+            return match.group(0)  # the query's own text, or a masked column's constant
+        quoted += 1
+        if policy.row_limit == 0:
+            return "'[a value: this agent's data policy sends no rows]'"
+        return "'" + (inner if len(inner) <= VALUE_CHARS else inner[: VALUE_CHARS - 1] + "…") + "'"
+
+    message = _QUOTED_VALUE.sub(value, message)
+    hint = ""
+    if "does not exist" in message and not used:
+        frames = [n for n, o in user_items(ns, hidden) if scannable(o) is not None]
+        hint = f" (the notebook's frames and arrays: {', '.join(frames) or 'none'})"
+    text = clip(f"{message}{hint}", policy.max_chars, secrets)
+    rows = min(quoted, 1) if policy.row_limit else 0
+    return DataToolError(text, Egress(variables=used, rows=rows, chars=len(text)))
+
+
+def _cell(value: Any, kind: str) -> tuple[str, bool]:
+    """One value as the query gave it (a float in its shortest round-trip form, a decimal and a
+    date as written), and whether it was cut."""
     if value is None:
-        return "NULL"
+        return "NULL", False
+    if kind == "blob":
+        return f"<{value} bytes>", False
     if isinstance(value, float):
-        return f"{value:.6g}"
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return f"<{len(bytes(value))} bytes>"
+        return repr(value), False
     text = str(value)
-    return text if len(text) <= 200 else text[:199] + "…"
+    if len(text) <= VALUE_CHARS:
+        return text, False
+    return text[: VALUE_CHARS - 1] + "…", True

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .describe import safe_repr
-from .policy import DataPolicy, clip
+from .policy import DataPolicy, Secrets, clip
 
 _counter = itertools.count(1)
 
@@ -132,7 +132,8 @@ class PlainHost:
         return self._ran[-last:] if last > 0 else []
 
 
-def reply_text(out: CellOutput, changes: list[dict[str, Any]], policy: DataPolicy) -> str:
+def reply_text(out: CellOutput, changes: list[dict[str, Any]], policy: DataPolicy,
+               secrets: Secrets | None = None) -> str:
     """What the agent reads: outputs (not under ``schema``), the error, the namespace changes."""
     parts: list[str] = []
     if out.stopped:
@@ -156,7 +157,7 @@ def reply_text(out: CellOutput, changes: list[dict[str, Any]], policy: DataPolic
     if not parts:
         parts.append("ran; no output" if policy.values else "ran (this agent's data policy is schema: "
                      "only errors and namespace changes are sent)")
-    return clip("\n".join(parts), policy.max_chars)
+    return clip("\n".join(parts), policy.max_chars, secrets)
 
 
 def _change_line(c: dict[str, Any]) -> str:
