@@ -340,15 +340,23 @@ export class ChazPanel extends Widget {
       }
     }
     this._pendingList.querySelectorAll('.chaz-empty').forEach(n => n.remove());
+    const last = new Map<HTMLElement, HTMLElement>(); // the card placed last in each list
     for (const p of pending) {
       let card = this._cards.get(p.request_id);
       if (!card) {
         card = this._makeCard(p);
         this._cards.set(p.request_id, card);
       }
-      // appendChild moves an existing node: keeps the kernel's order; the open chat's are inline
+      // the kernel's order; the open chat's cards are inline. A card already in its place is
+      // not moved: moving a node takes the focus from its Edit or reason box while one types.
       const inChat = this._chat.active && this._chat.sessionId !== null && p.session_id === this._chat.sessionId;
-      (inChat ? this._chat.approvals : this._pendingList).appendChild(card);
+      const list = inChat ? this._chat.approvals : this._pendingList;
+      const prev = last.get(list);
+      const placed = card.parentNode === list && (prev ? card.previousElementSibling === prev : !card.previousElementSibling?.classList.contains('chaz-card'));
+      if (!placed) {
+        list.insertBefore(card, prev ? prev.nextSibling : list.firstChild);
+      }
+      last.set(list, card);
     }
     if (pending.length === 0) {
       this._pendingList.appendChild(

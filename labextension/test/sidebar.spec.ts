@@ -274,6 +274,32 @@ describe('ChazPanel', () => {
     expect(box.value).toBe('{"path": 7}');
   });
 
+  it('keeps the focus and the caret in a box being typed in when a new state comes', () => {
+    const { kernel, panel } = setup();
+    const comm = kernel.last;
+    comm.receive(state());
+    const card = panel.node.querySelector('.chaz-card[data-request-id="r1"]') as HTMLElement;
+    (card.querySelector('.chaz-edit') as HTMLButtonElement).click();
+    const box = card.querySelector('.chaz-edit-box') as HTMLTextAreaElement;
+    box.value = '{"path": "/tmp/y"}';
+    box.dispatchEvent(new Event('input'));
+    box.focus();
+    box.setSelectionRange(5, 5);
+    expect(document.activeElement).toBe(box);
+    comm.receive(state()); // e.g. a session's status changed while typing
+    comm.receive(state([...pending]));
+    expect(document.activeElement).toBe(box);
+    expect(box.selectionStart).toBe(5);
+    expect(box.value).toBe('{"path": "/tmp/y"}');
+    const reason = card.querySelector('.chaz-reason') as HTMLInputElement;
+    reason.focus();
+    comm.receive(state([pending[0], pending[1], { ...pending[1], request_id: 'r3' }])); // one more
+    expect(document.activeElement).toBe(reason);
+    comm.receive(state([pending[1], pending[0]])); // another order: still the kernel's
+    const order = Array.from(panel.node.querySelectorAll('.chaz-card')).map(c => (c as HTMLElement).dataset.requestId);
+    expect(order).toEqual(['r1', 'r2']);
+  });
+
   it('shows a code call as numbered code and edits the code itself', () => {
     const { kernel, panel } = setup();
     const comm = kernel.last;
