@@ -269,14 +269,32 @@ export function answersTogether(ack: IEntry): string {
   return typeof n === 'number' && n > 1 ? `answers ${n} messages together` : '';
 }
 
+/**
+ * An entry's seq as `#N` (what `%chaz fork SESSION --at N` takes), as the kernel's views and
+ * `%chaz log` show it; null unless the seq is a whole number (nothing else is drawn).
+ */
+export function seqSpan(doc: Document, seq: unknown): HTMLElement | null {
+  if (typeof seq !== 'number' || !Number.isSafeInteger(seq) || seq < 0) {
+    return null;
+  }
+  const span = el(doc, 'span', 'chaz-seq', `#${seq}`);
+  span.title = `entry #${seq} of the session: %chaz fork SESSION --at ${seq} branches from here`;
+  return span;
+}
+
 function entryHead(
   doc: Document,
   badge: string,
   type: string,
   sender: string | null,
-  createdAt?: string | null
+  createdAt?: string | null,
+  seq?: unknown
 ): HTMLElement {
   const head = el(doc, 'div', 'chaz-entry-head');
+  const n = seqSpan(doc, seq);
+  if (n) {
+    head.appendChild(n);
+  }
   const b = el(doc, 'span', `chaz-badge chaz-badge-${type.toLowerCase()}`, badge);
   head.appendChild(b);
   if (sender) {
@@ -310,6 +328,10 @@ function renderPlainEntry(
     const node = el(doc, 'div', 'chaz-entry chaz-summary');
     node.dataset.type = type;
     const line = el(doc, 'div', 'chaz-summary-line');
+    const n = seqSpan(doc, entry.seq);
+    if (n) {
+      line.appendChild(n);
+    }
     line.appendChild(el(doc, 'span', 'chaz-summary-label', 'Summary (context starts here)'));
     node.appendChild(line);
     if (entry.content) {
@@ -325,7 +347,7 @@ function renderPlainEntry(
   if (entry.sender && entry.sender === agent) {
     node.classList.add('chaz-from-agent');
   }
-  node.appendChild(entryHead(doc, type, type, entry.sender, entry.created_at));
+  node.appendChild(entryHead(doc, type, type, entry.sender, entry.created_at, entry.seq));
   const closes = type === 'Ack' && ['cancelled', 'silent'].includes(String(payloadOf(entry).status ?? ''));
   if (entry.content && (type !== 'Ack' || !ended || closes)) {
     node.appendChild(el(doc, 'div', 'chaz-content', entry.content));
@@ -375,6 +397,10 @@ function renderTool(
     node.classList.add('chaz-tool-pending');
   }
   const summary = el(doc, 'summary', 'chaz-tool-summary');
+  const n = seqSpan(doc, (call || result)?.seq);
+  if (n) {
+    summary.appendChild(n);
+  }
   summary.appendChild(el(doc, 'span', 'chaz-badge chaz-badge-tool', 'Tool'));
   summary.appendChild(el(doc, 'span', 'chaz-tool-name', name));
   if (call) {
@@ -494,7 +520,8 @@ function renderApproval(
     'Approval',
     'approval',
     String(rp.agent || request?.sender || decision?.sender || ''),
-    (request || decision)?.created_at
+    (request || decision)?.created_at,
+    (request || decision)?.seq
   );
   // tool name and risk go right after the sender, before the time
   const time = head.querySelector('.chaz-time');
