@@ -385,6 +385,10 @@ function renderTool(
   const callPayload = payloadOf(call);
   const resultPayload = payloadOf(result);
   const isError = !!resultPayload.is_error;
+  // approved with edits: the tool ran with the approver's arguments (the ToolResult's), which
+  // the row shows first; the model's proposal under them (as the kernel's views do)
+  const edited = !!resultPayload.edited && resultPayload.arguments !== undefined;
+  const ran = edited ? resultPayload.arguments : callPayload.arguments;
   const name =
     call?.tool_name || result?.tool_name || decision?.tool_name || payloadOf(decision).tool_name || 'tool';
 
@@ -405,7 +409,7 @@ function renderTool(
   summary.appendChild(el(doc, 'span', 'chaz-tool-name', name));
   if (call) {
     summary.appendChild(
-      el(doc, 'span', 'chaz-tool-args', `(${argsPreview(callPayload.arguments)})`)
+      el(doc, 'span', 'chaz-tool-args', `(${argsPreview(ran)})`)
     );
   }
   if (request || decision) {
@@ -438,12 +442,13 @@ function renderTool(
   node.appendChild(summary);
 
   const body = el(doc, 'div', 'chaz-tool-body');
-  if (call) {
+  if (edited) {
+    appendArguments(doc, body, ran, 'ran as edited by the approver');
+    if (call) {
+      appendArguments(doc, body, callPayload.arguments, 'proposed by the model');
+    }
+  } else if (call) {
     appendArguments(doc, body, callPayload.arguments, 'arguments');
-  }
-  if (resultPayload.edited) {
-    // approved with edits: the arguments the tool ran with
-    appendArguments(doc, body, resultPayload.arguments, 'edited by the approver to');
   }
   if (result) {
     const output =

@@ -12,7 +12,7 @@ import {
   formatDuration,
   renderTranscript
 } from '../src/transcript';
-import { setCellInserter } from '../src/code';
+import { codeRows, setCellInserter } from '../src/code';
 import { IEntry, ISessionBundle } from '../src/types';
 
 let nextId = 1;
@@ -588,8 +588,10 @@ describe('code calls and attachments', () => {
     result.payload = { ...result.payload, edited: true, arguments: { code: 'ls()' } };
     const root = renderTranscript(bundle([call, request, decision, result]), document);
     expect(texts(root, '.chaz-tool-approval')).toEqual(['approved with edited arguments by user']);
-    expect(texts(root, '.chaz-label')).toEqual(['code', 'edited by the approver to', 'output']);
-    expect(texts(root, '.chaz-code-line')).toEqual(['1rm()', '1ls()']);
+    // the code that ran first, the model's under it; the summary previews what ran
+    expect(texts(root, '.chaz-label')).toEqual(['ran as edited by the approver', 'proposed by the model', 'output']);
+    expect(texts(root, '.chaz-code-line')).toEqual(['1ls()', '1rm()']);
+    expect(texts(root, '.chaz-tool-args')).toEqual(['(code="ls()")']);
   });
 
   it('shows an open code approval as code', () => {
@@ -708,5 +710,18 @@ describe('entry seq', () => {
     const out = renderTranscript(bundle(forged));
     expect(out.querySelectorAll('.chaz-seq').length).toBe(0);
     expect(out.querySelector('img')).toBeNull();
+  });
+});
+
+describe('long lines of code', () => {
+  it('marks a long run of blanks and puts a long line on rows numbered ↪, as the kernel cards do', () => {
+    const code = 'x = 1' + ' '.repeat(3000) + ';run()\n' + 'y'.repeat(200);
+    const rows = codeRows(code);
+    expect(rows).toEqual([
+      ['1', 'x = 1⟨3,000 blanks⟩;run()'],
+      ['2', 'y'.repeat(160)],
+      ['↪', 'y'.repeat(40)]
+    ]);
+    expect(codeRows(' '.repeat(100) + 'go()')).toEqual([['1', '⟨100 blanks⟩go()']]);
   });
 });

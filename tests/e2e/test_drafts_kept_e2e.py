@@ -106,6 +106,7 @@ def test_typed_edit_survives_entries_written_while_typing(lab):
     assert editor.evaluate("e => document.activeElement === e"), "the box lost the focus"
     lab.command("apputils:change-theme", {"theme": "JupyterLab Dark"})
     page.wait_for_selector('body[data-jp-theme-light="false"]', state="attached", timeout=30_000)
+    page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=30_000)
     lab.shot("drafts-kept-dark")
     lab.command("apputils:change-theme", {"theme": "JupyterLab Light"})  # the settings may be shared
     assert editor.input_value() == typed
