@@ -163,6 +163,21 @@ def test_state_message_shape():
     json.dumps(state)
 
 
+def test_a_code_calls_check_reaches_the_sidebar_typed_and_nothing_else():
+    """The sidebar's card says what the cell's card says about code (Approve refused, masked
+    literals, sha256): the request's code_check goes with the pending request, only its fields."""
+    server = FakeServer()
+    check = {"problem": "line 1: a secret outside a string literal (masking it would hide code)",
+             "masked_literals": 1, "sha256": "ab" * 32, "extra": "<script>"}
+    server.pending = [dict(server.pending[0], code_check=check)]
+    [p] = build_state(server)["pending"]
+    assert p["code_check"] == {k: check[k] for k in ("problem", "masked_literals", "sha256")}
+    server.pending = [dict(server.pending[0], code_check={"problem": ["x"], "masked_literals": True, "sha256": 3})]
+    assert "code_check" not in build_state(server)["pending"][0]
+    server.pending = [dict(server.pending[0], code_check=None)]
+    assert "code_check" not in build_state(server)["pending"][0]
+
+
 def test_open_sends_state_and_refresh(env):
     comm = FakeComm()
     env.bridge.open(comm, {})

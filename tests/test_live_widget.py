@@ -47,7 +47,7 @@ def test_the_stop_button_carries_the_class_the_lab_extension_reads():
 
 def test_every_event_the_page_sends_is_one_the_kernel_handles():
     sent = set(re.findall(r'event: "(\w+)"', ESM))
-    assert sent == {"stop", "earlier", "decide", "approve_edited"}
+    assert sent == {"stop", "earlier", "decide", "approve_edited", "shown"}
     handled = (ROOT / "chaz_nb/notebook/views/session_live.py").read_text(encoding="utf-8")
     for event in sent:
         assert f'"{event}"' in handled, event

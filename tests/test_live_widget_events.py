@@ -146,3 +146,34 @@ async def test_an_unknown_event_is_one_line(store, content):
     assert not decisions(store)
     view.frontend_event("decide", request_id=rid, decision="approve")
     await handle.wait()
+
+
+async def test_a_drawn_widget_is_not_redrawn_by_timed_refreshes(store):
+    """JupyterLab draws a NEW widget view for each update of a cell's output, losing what a person
+    typed in a card. Once the page says it draws the widget ("shown"), entries written while the
+    card is open reach the widget only; the output is updated again when the run ends."""
+    server = Server(store, [], ToolRegistry([deploy]))
+    view, handle, rid = await parked_view(server, "ops", {"tool": "deploy", "args": {"target": "prod"}})
+    updates: list[bool] = []
+    view._displayed, view.static_interval = True, 0.0  # as if shown in a cell; refresh at once
+    view._update_static = lambda widget: updates.append(widget)  # type: ignore[method-assign]
+
+    server.post(handle.session_id, "Message", "tick 1", sender="ops")
+    await until(lambda: any(e.content == "tick 1" for e in view.transcript.entries), view.on_update, what="tick 1")
+    view.flush()
+    assert updates, "a page that draws no widget (nbclient, a static viewer) still gets the timed refresh"
+
+    view.frontend_event("shown")
+    assert view.widget.chaz_state["notice"] == ""  # not an unknown event
+    updates.clear()
+    sends = view.stats.widget_sends
+    server.post(handle.session_id, "Message", "tick 2", sender="ops")
+    await until(lambda: any(e.content == "tick 2" for e in view.transcript.entries), view.on_update, what="tick 2")
+    view.flush()
+    assert updates == [] and view.stats.widget_sends > sends  # the widget got the row, the output nothing
+    assert any("tick 2" in row for row in view.widget.chaz_state["rows"])
+
+    view.frontend_event("decide", request_id=rid, decision="approve")
+    await handle.wait()
+    await until(lambda: view.live is None, view.on_update, what="the view to finish")
+    assert updates and updates[-1] is False  # the final static output, without the widget

@@ -133,6 +133,22 @@ def _streaming(server: Any, session_id: Any) -> dict:
     return {"streaming": text if len(text) <= MAX_CONTENT else "…" + text[-(MAX_CONTENT - 1):]}
 
 
+def _code_check(check: Any) -> dict:
+    """What the sidebar's card says about a code call's code (the request's ``code_check``, as
+    the cell's card: approval.py ``code_notes``): why Approve is refused, how many literals are
+    masked, the code's sha256. Only these fields, typed; nothing for a call that is not code."""
+    if not isinstance(check, dict):
+        return {}
+    out: dict[str, Any] = {}
+    if isinstance(check.get("problem"), str) and check["problem"]:
+        out["problem"] = check["problem"][:500]
+    if isinstance(check.get("masked_literals"), int) and not isinstance(check["masked_literals"], bool):
+        out["masked_literals"] = check["masked_literals"]
+    if isinstance(check.get("sha256"), str):
+        out["sha256"] = check["sha256"][:64]
+    return {"code_check": out} if out else {}
+
+
 def build_state(server: Any) -> dict:
     """The ``state`` message for the current server contents."""
     store = server.store
@@ -173,6 +189,7 @@ def build_state(server: Any) -> dict:
                 "risk_level": str(_value(p.get("risk_level", "")) or ""),
                 "arguments_display": _jsonable(p.get("arguments_display", {})),
                 "created_at": _jsonable(p.get("created_at")),
+                **_code_check(p.get("code_check")),
             }
         )
     agents = sorted(str(a) for a in (getattr(server, "agents", None) or {}))  # "new chat with @NAME"

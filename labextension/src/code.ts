@@ -66,16 +66,68 @@ function make<K extends keyof HTMLElementTagNameMap>(
   return node;
 }
 
-/** A numbered code block (hidden characters named). */
+/** Characters of one line drawn on one row; the rest goes on rows numbered `↪`. */
+export const WRAP_CHARS = 160;
+const BLANK = '[ \\t\\u00a0\\u2000-\\u200a\\u3000]';
+const INNER_BLANKS = new RegExp(`(?<=\\S)${BLANK}{16,}`, 'g');
+const LEAD_BLANKS = new RegExp(`^${BLANK}{64,}`);
+
+function blanks(run: string): string {
+  return `⟨${run.length.toLocaleString('en-US')} blanks⟩`;
+}
+
+/**
+ * The rows a code block draws, [number, text], as the kernel's cards draw them
+ * (chaz_nb/notebook/views/code.py): nothing that runs is out of sight. A long run of blanks
+ * inside a line is `⟨3,000 blanks⟩`, and a line longer than WRAP_CHARS goes on rows `↪`.
+ */
+export function codeRows(code: string, maxLines = MAX_CODE_LINES): [string, string][] {
+  const rows: [string, string][] = [];
+  visible(code)
+    .split('\n')
+    .slice(0, maxLines)
+    .forEach((raw, i) => {
+      const line = raw.replace(INNER_BLANKS, blanks).replace(LEAD_BLANKS, blanks);
+      rows.push([String(i + 1), line.slice(0, WRAP_CHARS)]);
+      for (let at = WRAP_CHARS; at < line.length; at += WRAP_CHARS) {
+        rows.push(['↪', line.slice(at, at + WRAP_CHARS)]);
+      }
+    });
+  return rows;
+}
+
+/**
+ * What a card says about a code call's code (the request's `code_check`, as the kernel's card:
+ * approval.py `code_notes`): `refused` when Approve cannot run it as shown, then the notes.
+ */
+export function codeNotes(check: unknown): { refused: string | null; notes: string[] } {
+  const c = check && typeof check === 'object' ? (check as { [k: string]: unknown }) : {};
+  const refused =
+    typeof c.problem === 'string' && c.problem ? `⛔ Approve is refused: ${visible(c.problem)}` : null;
+  const notes: string[] = [];
+  const masked = c.masked_literals;
+  if (typeof masked === 'number' && Number.isSafeInteger(masked) && masked > 0) {
+    notes.push(
+      `${masked} secret literal${masked !== 1 ? 's' : ''} shown as «REDACTED»: each stands for ` +
+        'that one literal, and the code runs with its real value'
+    );
+  }
+  if (typeof c.sha256 === 'string' && /^[0-9a-f]{16,64}$/.test(c.sha256)) {
+    notes.push(`sha256 ${c.sha256.slice(0, 16)}… (the log keeps it with the code that runs)`);
+  }
+  return { refused, notes };
+}
+
+/** A numbered code block (hidden characters named, long lines marked). */
 export function renderCode(doc: Document, code: string, maxLines = MAX_CODE_LINES): HTMLElement {
   const pre = make(doc, 'pre', 'chaz-code');
-  const lines = visible(code).split('\n');
-  lines.slice(0, maxLines).forEach((line, i) => {
+  const lines = code.split('\n');
+  for (const [n, text] of codeRows(code, maxLines)) {
     const row = make(doc, 'span', 'chaz-code-line');
-    row.appendChild(make(doc, 'span', 'chaz-code-no', String(i + 1)));
-    row.appendChild(doc.createTextNode(line));
+    row.appendChild(make(doc, 'span', 'chaz-code-no', n));
+    row.appendChild(doc.createTextNode(text));
     pre.appendChild(row);
-  });
+  }
   if (lines.length > maxLines) {
     pre.appendChild(
       make(doc, 'span', 'chaz-code-line chaz-code-more', `… ${lines.length - maxLines} more lines (%chaz log has them)`)

@@ -17,7 +17,7 @@ import { Widget } from '@lumino/widgets';
 
 import { ChatView, isAgentName } from './chat';
 import { ChazClient, ConnectionStatus } from './client';
-import { codeOf, renderCode, visible } from './code';
+import { codeNotes, codeOf, renderCode, visible } from './code';
 import { ownKeys } from './keys';
 import { argsPreview, el, formatJSON, formatTime } from './transcript';
 import {
@@ -229,7 +229,7 @@ export class ChazPanel extends Widget {
     const card = this._cards.get(msg.request_id);
     if (!msg.ok && card) {
       card.classList.remove('chaz-deciding');
-      card.querySelectorAll('button').forEach(b => (b.disabled = false));
+      card.querySelectorAll('button').forEach(b => (b.disabled = b.dataset.refused === 'true'));
       const err = card.querySelector('.chaz-card-error');
       if (err) {
         err.textContent = visible(msg.message || 'The kernel refused the decision.');
@@ -340,15 +340,23 @@ export class ChazPanel extends Widget {
       }
     }
     this._pendingList.querySelectorAll('.chaz-empty').forEach(n => n.remove());
+    const last = new Map<HTMLElement, HTMLElement>(); // the card placed last in each list
     for (const p of pending) {
       let card = this._cards.get(p.request_id);
       if (!card) {
         card = this._makeCard(p);
         this._cards.set(p.request_id, card);
       }
-      // appendChild moves an existing node: keeps the kernel's order; the open chat's are inline
+      // the kernel's order; the open chat's cards are inline. A card already in its place is
+      // not moved: moving a node takes the focus from its Edit or reason box while one types.
       const inChat = this._chat.active && this._chat.sessionId !== null && p.session_id === this._chat.sessionId;
-      (inChat ? this._chat.approvals : this._pendingList).appendChild(card);
+      const list = inChat ? this._chat.approvals : this._pendingList;
+      const prev = last.get(list);
+      const placed = card.parentNode === list && (prev ? card.previousElementSibling === prev : !card.previousElementSibling?.classList.contains('chaz-card'));
+      if (!placed) {
+        list.insertBefore(card, prev ? prev.nextSibling : list.firstChild);
+      }
+      last.set(list, card);
     }
     if (pending.length === 0) {
       this._pendingList.appendChild(
@@ -378,9 +386,18 @@ export class ChazPanel extends Widget {
     );
     card.appendChild(meta);
     const code = codeOf(p.arguments_display);
+    // a code call's check, as the cell's card says it: Approve is refused where a mask could
+    // hide code (Edit, then Approve edited, still runs what the person wrote)
+    const check = codeNotes(p.code_check);
     if (code !== null) {
       // kernel__run and any call whose one argument is code: shown as code
       card.appendChild(renderCode(doc, code));
+      if (check.refused) {
+        card.appendChild(el(doc, 'div', 'chaz-card-refused', check.refused));
+      }
+      for (const note of check.notes) {
+        card.appendChild(el(doc, 'div', 'chaz-card-note', note));
+      }
     } else {
       const args = el(doc, 'pre', 'chaz-pre chaz-card-args', formatJSON(p.arguments_display ?? {}));
       args.title = visible(argsPreview(p.arguments_display, 400));
@@ -408,6 +425,11 @@ export class ChazPanel extends Widget {
     const buttons = el(doc, 'div', 'chaz-card-buttons');
     const approve = el(doc, 'button', 'jp-Button jp-mod-styled jp-mod-accept chaz-approve', 'Approve');
     approve.addEventListener('click', () => this._decide(p, 'approve', null));
+    if (check.refused && code !== null) {
+      approve.disabled = true;
+      approve.dataset.refused = 'true'; // stays disabled when the kernel refuses another click
+      approve.title = 'Approve is refused for this code as shown: Edit it, then Approve edited';
+    }
     const deny = el(doc, 'button', 'jp-Button jp-mod-styled jp-mod-warn chaz-deny', 'Deny');
     deny.addEventListener('click', () =>
       this._decide(p, 'deny', reason.value.trim() || null)

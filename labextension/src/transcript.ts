@@ -269,14 +269,32 @@ export function answersTogether(ack: IEntry): string {
   return typeof n === 'number' && n > 1 ? `answers ${n} messages together` : '';
 }
 
+/**
+ * An entry's seq as `#N` (what `%chaz fork SESSION --at N` takes), as the kernel's views and
+ * `%chaz log` show it; null unless the seq is a whole number (nothing else is drawn).
+ */
+export function seqSpan(doc: Document, seq: unknown): HTMLElement | null {
+  if (typeof seq !== 'number' || !Number.isSafeInteger(seq) || seq < 0) {
+    return null;
+  }
+  const span = el(doc, 'span', 'chaz-seq', `#${seq}`);
+  span.title = `entry #${seq} of the session: %chaz fork SESSION --at ${seq} branches from here`;
+  return span;
+}
+
 function entryHead(
   doc: Document,
   badge: string,
   type: string,
   sender: string | null,
-  createdAt?: string | null
+  createdAt?: string | null,
+  seq?: unknown
 ): HTMLElement {
   const head = el(doc, 'div', 'chaz-entry-head');
+  const n = seqSpan(doc, seq);
+  if (n) {
+    head.appendChild(n);
+  }
   const b = el(doc, 'span', `chaz-badge chaz-badge-${type.toLowerCase()}`, badge);
   head.appendChild(b);
   if (sender) {
@@ -310,6 +328,10 @@ function renderPlainEntry(
     const node = el(doc, 'div', 'chaz-entry chaz-summary');
     node.dataset.type = type;
     const line = el(doc, 'div', 'chaz-summary-line');
+    const n = seqSpan(doc, entry.seq);
+    if (n) {
+      line.appendChild(n);
+    }
     line.appendChild(el(doc, 'span', 'chaz-summary-label', 'Summary (context starts here)'));
     node.appendChild(line);
     if (entry.content) {
@@ -325,7 +347,7 @@ function renderPlainEntry(
   if (entry.sender && entry.sender === agent) {
     node.classList.add('chaz-from-agent');
   }
-  node.appendChild(entryHead(doc, type, type, entry.sender, entry.created_at));
+  node.appendChild(entryHead(doc, type, type, entry.sender, entry.created_at, entry.seq));
   const closes = type === 'Ack' && ['cancelled', 'silent'].includes(String(payloadOf(entry).status ?? ''));
   if (entry.content && (type !== 'Ack' || !ended || closes)) {
     node.appendChild(el(doc, 'div', 'chaz-content', entry.content));
@@ -363,6 +385,10 @@ function renderTool(
   const callPayload = payloadOf(call);
   const resultPayload = payloadOf(result);
   const isError = !!resultPayload.is_error;
+  // approved with edits: the tool ran with the approver's arguments (the ToolResult's), which
+  // the row shows first; the model's proposal under them (as the kernel's views do)
+  const edited = !!resultPayload.edited && resultPayload.arguments !== undefined;
+  const ran = edited ? resultPayload.arguments : callPayload.arguments;
   const name =
     call?.tool_name || result?.tool_name || decision?.tool_name || payloadOf(decision).tool_name || 'tool';
 
@@ -375,11 +401,15 @@ function renderTool(
     node.classList.add('chaz-tool-pending');
   }
   const summary = el(doc, 'summary', 'chaz-tool-summary');
+  const n = seqSpan(doc, (call || result)?.seq);
+  if (n) {
+    summary.appendChild(n);
+  }
   summary.appendChild(el(doc, 'span', 'chaz-badge chaz-badge-tool', 'Tool'));
   summary.appendChild(el(doc, 'span', 'chaz-tool-name', name));
   if (call) {
     summary.appendChild(
-      el(doc, 'span', 'chaz-tool-args', `(${argsPreview(callPayload.arguments)})`)
+      el(doc, 'span', 'chaz-tool-args', `(${argsPreview(ran)})`)
     );
   }
   if (request || decision) {
@@ -412,12 +442,13 @@ function renderTool(
   node.appendChild(summary);
 
   const body = el(doc, 'div', 'chaz-tool-body');
-  if (call) {
+  if (edited) {
+    appendArguments(doc, body, ran, 'ran as edited by the approver');
+    if (call) {
+      appendArguments(doc, body, callPayload.arguments, 'proposed by the model');
+    }
+  } else if (call) {
     appendArguments(doc, body, callPayload.arguments, 'arguments');
-  }
-  if (resultPayload.edited) {
-    // approved with edits: the arguments the tool ran with
-    appendArguments(doc, body, resultPayload.arguments, 'edited by the approver to');
   }
   if (result) {
     const output =
@@ -494,7 +525,8 @@ function renderApproval(
     'Approval',
     'approval',
     String(rp.agent || request?.sender || decision?.sender || ''),
-    (request || decision)?.created_at
+    (request || decision)?.created_at,
+    (request || decision)?.seq
   );
   // tool name and risk go right after the sender, before the time
   const time = head.querySelector('.chaz-time');

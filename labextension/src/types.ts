@@ -115,6 +115,8 @@ export interface IPendingApproval {
   risk_level: string;
   arguments_display: any;
   created_at: string | null;
+  /** a code call's check (as the cell's card): why Approve is refused, masked literals, sha256 */
+  code_check?: { problem?: string; masked_literals?: number; sha256?: string };
 }
 
 export interface IStateMessage {

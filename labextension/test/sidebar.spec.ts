@@ -274,6 +274,32 @@ describe('ChazPanel', () => {
     expect(box.value).toBe('{"path": 7}');
   });
 
+  it('keeps the focus and the caret in a box being typed in when a new state comes', () => {
+    const { kernel, panel } = setup();
+    const comm = kernel.last;
+    comm.receive(state());
+    const card = panel.node.querySelector('.chaz-card[data-request-id="r1"]') as HTMLElement;
+    (card.querySelector('.chaz-edit') as HTMLButtonElement).click();
+    const box = card.querySelector('.chaz-edit-box') as HTMLTextAreaElement;
+    box.value = '{"path": "/tmp/y"}';
+    box.dispatchEvent(new Event('input'));
+    box.focus();
+    box.setSelectionRange(5, 5);
+    expect(document.activeElement).toBe(box);
+    comm.receive(state()); // e.g. a session's status changed while typing
+    comm.receive(state([...pending]));
+    expect(document.activeElement).toBe(box);
+    expect(box.selectionStart).toBe(5);
+    expect(box.value).toBe('{"path": "/tmp/y"}');
+    const reason = card.querySelector('.chaz-reason') as HTMLInputElement;
+    reason.focus();
+    comm.receive(state([pending[0], pending[1], { ...pending[1], request_id: 'r3' }])); // one more
+    expect(document.activeElement).toBe(reason);
+    comm.receive(state([pending[1], pending[0]])); // another order: still the kernel's
+    const order = Array.from(panel.node.querySelectorAll('.chaz-card')).map(c => (c as HTMLElement).dataset.requestId);
+    expect(order).toEqual(['r1', 'r2']);
+  });
+
   it('shows a code call as numbered code and edits the code itself', () => {
     const { kernel, panel } = setup();
     const comm = kernel.last;
@@ -401,5 +427,51 @@ describe('ChazClient.page', () => {
     const orphan = client.page(3, 71);
     kernel.last.onClose({});
     expect(await orphan).toBeNull();
+  });
+});
+
+describe('a code call whose code a mask could hide', () => {
+  it('says Approve is refused, as the cell card does, and keeps Approve disabled', () => {
+    const { kernel, panel } = setup();
+    const comm = kernel.last;
+    const code = 'api_key = «REDACTED»\nrun(api_key)';
+    comm.receive(
+      state([
+        {
+          ...pending[1],
+          tool_name: 'kernel__run',
+          arguments_display: { code },
+          code_check: { problem: 'a masked literal <b>hides</b> code\u202e', masked_literals: 2, sha256: 'ab'.repeat(32) }
+        }
+      ])
+    );
+    const card = panel.node.querySelector('.chaz-card') as HTMLElement;
+    expect(card.querySelector('.chaz-card-refused')?.textContent).toBe(
+      '⛔ Approve is refused: a masked literal <b>hides</b> code<U+202E>'
+    );
+    expect(card.querySelector('.chaz-card-refused b')).toBeNull();
+    expect(Array.from(card.querySelectorAll('.chaz-card-note')).map(n => n.textContent)).toEqual([
+      '2 secret literals shown as «REDACTED»: each stands for that one literal, and the code runs with its real value',
+      'sha256 abababababababab… (the log keeps it with the code that runs)'
+    ]);
+    const approve = card.querySelector('.chaz-approve') as HTMLButtonElement;
+    expect(approve.disabled).toBe(true);
+    // Edit, then Approve edited is the way; a refusal of that re-enables all but Approve
+    (card.querySelector('.chaz-edit') as HTMLButtonElement).click();
+    (card.querySelector('.chaz-approve-edited') as HTMLButtonElement).click();
+    expect(comm.sent).toEqual([
+      { type: 'decide', request_id: 'r1', decision: 'approve', reason: null, arguments: { code } }
+    ]);
+    comm.receive({ type: 'decided', request_id: 'r1', ok: false, message: 'still masked' });
+    expect(approve.disabled).toBe(true);
+    expect((card.querySelector('.chaz-deny') as HTMLButtonElement).disabled).toBe(false);
+  });
+
+  it('says nothing of the kind for a call the check passed', () => {
+    const { kernel, panel } = setup();
+    kernel.last.receive(state([{ ...pending[1], tool_name: 'kernel__run', arguments_display: { code: 'x = 1' } }]));
+    const card = panel.node.querySelector('.chaz-card') as HTMLElement;
+    expect(card.querySelector('.chaz-card-refused')).toBeNull();
+    expect((card.querySelector('.chaz-approve') as HTMLButtonElement).disabled).toBe(false);
   });
 });

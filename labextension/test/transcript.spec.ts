@@ -12,7 +12,7 @@ import {
   formatDuration,
   renderTranscript
 } from '../src/transcript';
-import { setCellInserter } from '../src/code';
+import { codeRows, setCellInserter } from '../src/code';
 import { IEntry, ISessionBundle } from '../src/types';
 
 let nextId = 1;
@@ -205,7 +205,7 @@ describe('renderTranscript', () => {
     expect(tools.length).toBe(1);
     const tool = tools[0] as HTMLDetailsElement;
     expect(tool.open).toBe(false);
-    expect(tool.querySelector('summary')?.textContent).toBe('Tooladd(a=2, b=3)ok · 3.4 ms→ 5');
+    expect(tool.querySelector('summary')?.textContent).toBe('#2Tooladd(a=2, b=3)ok · 3.4 ms→ 5');
     expect(tool.querySelector('.chaz-tool-arguments')?.textContent).toBe('{\n  "a": 2,\n  "b": 3\n}');
     expect(tool.querySelector('.chaz-tool-output')?.textContent).toBe('5');
     expect(tool.classList.contains('chaz-tool-error')).toBe(false);
@@ -588,8 +588,10 @@ describe('code calls and attachments', () => {
     result.payload = { ...result.payload, edited: true, arguments: { code: 'ls()' } };
     const root = renderTranscript(bundle([call, request, decision, result]), document);
     expect(texts(root, '.chaz-tool-approval')).toEqual(['approved with edited arguments by user']);
-    expect(texts(root, '.chaz-label')).toEqual(['code', 'edited by the approver to', 'output']);
-    expect(texts(root, '.chaz-code-line')).toEqual(['1rm()', '1ls()']);
+    // the code that ran first, the model's under it; the summary previews what ran
+    expect(texts(root, '.chaz-label')).toEqual(['ran as edited by the approver', 'proposed by the model', 'output']);
+    expect(texts(root, '.chaz-code-line')).toEqual(['1ls()', '1rm()']);
+    expect(texts(root, '.chaz-tool-args')).toEqual(['(code="ls()")']);
   });
 
   it('shows an open code approval as code', () => {
@@ -675,5 +677,51 @@ describe('rough edges (issue 26 §5)', () => {
     expect(cell.querySelector('.chaz-count')?.textContent).toBe('3 entries in this cell');
     expect(renderTranscript(bundle(entries)).querySelector('.chaz-count')?.textContent).toBe('3 entries');
     expect(countLabel(1, true)).toBe('1 entry in this cell');
+  });
+});
+
+describe('entry seq', () => {
+  it('starts each row head and each tool row summary with #N, as the kernel views do', () => {
+    const out = renderTranscript(
+      bundle([
+        entry('Message', { seq: 7, content: 'hi' }),
+        entry('ToolCall', { seq: 8, sender: 'assistant', tool_call_id: 'c1', tool_name: 'f', payload: { arguments: {} } }),
+        entry('ToolResult', { seq: 9, sender: 'assistant', tool_call_id: 'c1', tool_name: 'f', payload: { output: 'ok' } }),
+        entry('Summary', { seq: 10, content: 'so far' })
+      ])
+    );
+    const head = out.querySelector('.chaz-type-message .chaz-entry-head') as HTMLElement;
+    expect(head.firstElementChild?.className).toBe('chaz-seq');
+    expect(head.firstElementChild?.textContent).toBe('#7');
+    expect((head.firstElementChild as HTMLElement).title).toBe(
+      'entry #7 of the session: %chaz fork SESSION --at 7 branches from here'
+    );
+    const summary = out.querySelector('.chaz-tool-summary') as HTMLElement;
+    expect(summary.firstElementChild?.textContent).toBe('#8');
+    expect(out.querySelector('.chaz-summary-line .chaz-seq')?.textContent).toBe('#10');
+  });
+
+  it('draws only whole numbers: a forged seq shows nothing', () => {
+    const forged = [
+      entry('Message', { seq: '<img src=x onerror=alert(1)>' as unknown as number, content: 'a' }),
+      entry('Message', { seq: 1.5, content: 'b' }),
+      entry('Message', { seq: -1, content: 'c' })
+    ];
+    const out = renderTranscript(bundle(forged));
+    expect(out.querySelectorAll('.chaz-seq').length).toBe(0);
+    expect(out.querySelector('img')).toBeNull();
+  });
+});
+
+describe('long lines of code', () => {
+  it('marks a long run of blanks and puts a long line on rows numbered ↪, as the kernel cards do', () => {
+    const code = 'x = 1' + ' '.repeat(3000) + ';run()\n' + 'y'.repeat(200);
+    const rows = codeRows(code);
+    expect(rows).toEqual([
+      ['1', 'x = 1⟨3,000 blanks⟩;run()'],
+      ['2', 'y'.repeat(160)],
+      ['↪', 'y'.repeat(40)]
+    ]);
+    expect(codeRows(' '.repeat(100) + 'go()')).toEqual([['1', '⟨100 blanks⟩go()']]);
   });
 });

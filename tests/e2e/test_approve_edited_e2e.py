@@ -122,11 +122,11 @@ def test_edit_and_approve_edited_from_the_cell_card_and_the_sidebar(lab):
     tool = transcript.locator("details.chaz-tool").first
     tool.locator("summary").click()
     blocks = tool.locator(".chaz-code-block")
-    assert blocks.count() == 2  # as asked, and as edited
+    assert blocks.count() == 2  # as edited (what ran), then as the model proposed it
     lab.shot("edited-transcript")
     cells = page.locator(".jp-Cell")
     before = cells.count()
-    blocks.nth(1).locator(".chaz-code-insert").click()
+    blocks.nth(0).locator(".chaz-code-insert").click()  # the code that ran comes first
     _wait(lambda: cells.count() == before + 1, what="a new cell")
     new_source = page.evaluate(
         "() => window.jupyterapp.shell.currentWidget.content.widgets[3].model.sharedModel.getSource()"

@@ -18,7 +18,9 @@ no entry is dropped. A flush sends one message with only the rows it added or ch
 the header, status line, cards or Stop row if they changed); a view that goes idle in that
 flush sends none (its output becomes the static form and the widget closes). The static
 bundle is refreshed through the display_id at most every ``static_interval`` seconds while
-the session runs, and once more when it goes idle; then the view unsubscribes. Nothing here
+the session runs (not once a page drew the live widget: its "shown" event; JupyterLab would
+draw a new widget view for each refresh), and once more when it goes idle; then the view
+unsubscribes. Nothing here
 prints: output from background callbacks goes through the widget or the display_id only
 (stdout would land in whichever cell happens to run).
 
@@ -377,8 +379,12 @@ class SessionView(LiveRows, LiveView):
                 return
         self._push()  # one message with what this flush changed
         now = time.monotonic()
-        if self._displayed and (final or (changed and now - self._last_static >= self.static_interval)
-                                or (streamed and now - self._last_static >= self.stream_static_interval)):
+        # a page that draws the widget gets the changes through it: a timed refresh of the output
+        # would make JupyterLab draw a new view (a card's typed drafts lost); the front ends that
+        # draw no widget (nbclient, a static viewer) still get the timed refresh
+        timed = not (self.drawn and self.live is not None and not self.live.closed)
+        if self._displayed and (final or (timed and changed and now - self._last_static >= self.static_interval)
+                                or (timed and streamed and now - self._last_static >= self.stream_static_interval)):
             self.update_display()
         if self._unsubscribe is None:
             return

@@ -6,7 +6,8 @@ per open approval request (under the row of the call it gates: buttons, the reas
 edit box), the header, the status line (with the streamed partial reply), the "show earlier"
 line, the Stop row (stop_button.py) and the footer. A flush sends what changed as one
 message (``LiveWidget.push``); the events the page sends (Stop, show earlier, Approve,
-Deny, Approve all, Approve edited) come back to ``_on_event``.
+Deny, Approve all, Approve edited, and "shown": a page draws the widget) come back to
+``_on_event``.
 """
 
 from __future__ import annotations
@@ -73,6 +74,10 @@ class LiveRows:
     _new_requests: list[Entry]
     _stop_request: Callable[..., Any] | None
     _loop: asyncio.AbstractEventLoop | None
+    #: a page drew the live widget (its "shown" event). JupyterLab draws a NEW widget view for
+    #: each update of the output (the drafts in a card's boxes lost, the focus too), so while
+    #: the widget is open the view sends no timed static refresh; the widget carries the changes.
+    drawn: bool = False
 
     if TYPE_CHECKING:  # what SessionView and LiveView give the mixin (stubs here would shadow LiveView's)
         stats: ViewStats
@@ -233,6 +238,9 @@ class LiveRows:
         view's request, a decided one, wrong types) decides nothing and says why in one line:
         on its card, or on the view's notice line when it names no card of this view."""
         event = content.get("event")
+        if event == "shown":  # a page draws the widget (session.js): see ``drawn``
+            self.drawn = True
+            return
         refused: str | None = None
         if event == "stop" and self.stop_button is not None:
             self.stop_button.request()

@@ -3,7 +3,7 @@
 // State (the model's attributes at open): head, earlier, rows, cards, tail, notice, stop, footer.
 // Kernel -> here: a custom message with only what changed ({rows: {set: {i: html}, n}, cards:
 // {id: card|null}, head, tail, ...}) or {reset: state}. Here -> kernel: {event: "stop" |
-// "earlier" | "decide" | "approve_edited", ...}. The Stop button carries the class
+// "earlier" | "decide" | "approve_edited" | "shown", ...}. The Stop button carries the class
 // chaz-stop-session-N: the chaz lab extension takes its click over the control channel
 // (acts while a cell waits); without the extension the click goes by model.send.
 const KEYS = ["head", "earlier", "rows", "cards", "tail", "notice", "stop", "footer"];
@@ -170,6 +170,10 @@ function render({model, el: root}) {
     footer.style.display = model.get("footer") ? "" : "none";
   };
   draw();
+  // Tell the kernel a page draws this widget: it then stops refreshing the output's static forms
+  // while the widget is open, since JupyterLab draws a NEW view for each update of the output
+  // (what was typed in a card's Edit or reason box would be lost).
+  model.send({event: "shown"});
   // one draw for all the attributes a message changed
   let queued = false;
   const schedule = () => {
