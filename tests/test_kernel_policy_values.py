@@ -118,3 +118,18 @@ def test_a_million_row_secret_column_is_looked_up_fast():
     took = time.perf_counter() - start
     assert "pw0999999xyz" not in masked and "pw0999980xyz" not in masked and "ordinary" in masked
     assert took < 2.0, took  # ~0.2-0.4 s measured; the bound leaves room for a shared machine
+
+
+async def test_a_query_that_builds_a_huge_value_fails_at_the_memory_limit_with_one_clear_line():
+    """string_agg of 400 MB took 1.4 GB of the kernel's memory before the result was cut: the
+    query's DuckDB now holds at most its memory limit, spills nowhere, and says so in one line
+    (an error row of the egress ledger, like any other)."""
+    kernel = KernelTools(PlainHost({}))
+    reply = await call(kernel, "kernel__query",
+                       sql="SELECT length(string_agg(repeat('y', 1000), '')) AS n FROM range(400000)")
+    assert reply.is_error and "\n" not in reply.text
+    assert "Out of Memory" in reply.text and "512MB" in reply.text and "400000000" not in reply.text
+    assert reply.payload["egress"]["chars"] == len(reply.text)
+    settings = await call(kernel, "kernel__query", sql="SELECT current_setting('threads') AS t, "
+                                                       "current_setting('max_temp_directory_size') AS m")
+    assert settings.text.splitlines()[1].split(" | ")[0] == "2", settings.text
