@@ -133,3 +133,26 @@ async def test_a_query_that_builds_a_huge_value_fails_at_the_memory_limit_with_o
     settings = await call(kernel, "kernel__query", sql="SELECT current_setting('threads') AS t, "
                                                        "current_setting('max_temp_directory_size') AS m")
     assert settings.text.splitlines()[1].split(" | ")[0] == "2", settings.text
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT json_extract_string(config, '$.password') AS x FROM users",
+    "SELECT json_extract(config, '$.nested.api_key') AS x FROM users",
+    "SELECT config FROM users",
+    "SELECT regexp_extract(config, 'password\": \"([^\"]+)', 1) AS x FROM users",
+    "SELECT substr(config, 14, 11) AS x FROM users",
+])
+async def test_json_text_in_a_column_hides_the_values_under_secret_keys_from_sql(sql):
+    import json
+
+    frame = pd.DataFrame({"id": [1, 2, 3], "config": [
+        json.dumps({"password": "hunter2-AAA", "host": "db"}),
+        json.dumps({"nested": {"api_key": ["K1-SECRET", "K2-SECRET"]}, "a": 1}),
+        str({"token": "TOK-PY-1", "b": 2})]})
+    kernel = KernelTools(PlainHost({"users": frame}))
+    reply = await call(kernel, "kernel__query", sql=sql)
+    for value in ("hunter2-AAA", "K1-SECRET", "K2-SECRET", "TOK-PY-1"):
+        assert value not in reply.text, reply.text
+    host = await call(kernel, "kernel__query", sql="SELECT json_extract_string(config, '$.host') AS h FROM users "
+                                                  "WHERE id = 1")
+    assert host.text == "h\ndb"

@@ -105,6 +105,9 @@ def masked_relation(con: duckdb.DuckDBPyConnection, table: Any) -> duckdb.DuckDB
         elif str(getattr(kind, "id", "")).lower() == "map":  # dicts of varied keys: their keys are data
             exprs.append(f"{_map_masked(i)} AS {_quote(column)}")
             masked = True
+        elif str(getattr(kind, "id", "")).lower() == "varchar":  # JSON (or a dict's repr) held as text
+            exprs.append(f"{_text_masked(i)} AS {_quote(column)}")
+            masked = True
         else:
             exprs.append(f"#{i} AS {_quote(column)}")
     return rel.project(", ".join(exprs)) if masked else rel
@@ -121,6 +124,22 @@ def _map_masked(i: int) -> str:
     """Column ``#i``, a MAP, with the value under each secret-looking key NULL."""
     return (f"map_from_entries(list_transform(map_entries(#{i}), {_LAMBDA}{{'key': e.key, 'value': CASE WHEN "
             f"regexp_matches(lower(CAST(e.key AS VARCHAR)), '{SECRET_KEY_PATTERN}') THEN NULL ELSE e.value END}}))")
+
+
+#: in a text value, a quoted key that says its value is a credential, with its ``:``, then the
+#: value (a quoted string, a list or an object without nesting, or a bare word): RE2 has no
+#: back-references, so each quote has its own branch
+_SECRET_ENTRY = (f"""((?:"[^"]*(?:{SECRET_KEY_PATTERN})[^"]*"|'[^']*(?:{SECRET_KEY_PATTERN})[^']*')\\s*:\\s*)"""
+                 r"""("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|\[[^\]]*\]|\{[^}]*\}|[^,}\]\s]+)""")
+
+
+def _text_masked(i: int) -> str:
+    """Column ``#i``, text, with the value under each secret-looking quoted key (JSON, a dict's
+    repr) replaced by ``"[REDACTED]"``, so ``json_extract_string(config, '$.password')`` and
+    any piece of it read the mark. Only a value that holds ``:`` is rewritten."""
+    pattern = "(?i)" + _SECRET_ENTRY
+    return (f"CASE WHEN strpos(#{i}, ':') > 0 THEN regexp_replace(#{i}, '{pattern.replace(chr(39), chr(39) * 2)}', "
+            f"'\\1\"{REDACTED}\"', 'g') ELSE #{i} END")
 
 
 def _quote(name: str) -> str:
