@@ -156,3 +156,15 @@ async def test_json_text_in_a_column_hides_the_values_under_secret_keys_from_sql
     host = await call(kernel, "kernel__query", sql="SELECT json_extract_string(config, '$.host') AS h FROM users "
                                                   "WHERE id = 1")
     assert host.text == "h\ndb"
+
+
+@pytest.mark.parametrize("rows", [1, 5000])
+async def test_a_frames_cells_of_dicts_hide_their_secret_keys_values_small_frame_or_large(rows):
+    opts = [{"signing_key": [f"SIGN-LIST-{i}"], "a": 1} for i in range(rows)]
+    frame = pd.DataFrame({"id": range(rows), "opts": opts})
+    kernel = KernelTools(PlainHost({"m": frame}))
+    texts = [(await call(kernel, "kernel__describe", name="m")).text]
+    for code in ("m", "m.opts.iloc[-1]", "print(m.opts.iloc[rows - 1]['signing_key'])".replace("rows", str(rows))):
+        texts.append((await call(kernel, "kernel__run", code=code)).text)
+    for text in texts:
+        assert "SIGN-LIST-" not in text, text

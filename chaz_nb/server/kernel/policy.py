@@ -287,6 +287,19 @@ def masked_tree(obj: Any, depth: int = 0, budget: list[int] | None = None) -> An
     return obj
 
 
+#: values under secret-named keys collected per tool call (each is looked up as a whole token)
+MAX_KEY_LEAVES = 100_000
+
+
+def _key_leaves(value: Any, out: list[str]) -> None:
+    """The leaves of one value under a secret-named key (``_leaves``: up to ``MAX_KNOWN`` of
+    it), added to ``out`` while it holds fewer than ``MAX_KEY_LEAVES``."""
+    if len(out) < MAX_KEY_LEAVES:
+        found: list[str] = []
+        _leaves(value, found)
+        out.extend(found)
+
+
 def _secret_leaves(obj: Any, out: list[str], columns: list[Any], depth: int, budget: list[int]) -> None:
     """The values under secret-named keys anywhere in ``obj`` (``out``), and the secret-named
     columns of its frames and Series (``columns``), bounded like ``masked_tree``."""
@@ -297,22 +310,29 @@ def _secret_leaves(obj: Any, out: list[str], columns: list[Any], depth: int, bud
     if module == "pandas":
         if hasattr(obj, "columns"):
             columns.extend(obj[c] for c in [c for c in obj.columns if _secret_key(c)][:20])
+            for c in obj.columns[:100]:  # cells holding dicts, lists, objects: their secret keys
+                if getattr(obj[c].dtype, "kind", "") == "O" and not _secret_key(c):
+                    for cell in obj[c].iloc[:max(0, budget[0])]:
+                        if budget[0] < 0:
+                            break
+                        if not isinstance(cell, str):
+                            _secret_leaves(cell, out, columns, depth + 1, budget)
         elif hasattr(obj, "to_frame") and getattr(obj, "name", None) is not None and _secret_key(obj.name):
             columns.append(obj)
         elif hasattr(obj, "to_frame"):
             for value in obj[_secret_labels(obj.index)].iloc[:MAX_KNOWN]:
-                _leaves(value, out)
+                _key_leaves(value, out)
         return
     if isinstance(obj, Mapping):
         for key, value in islice(obj.items(), WALK_NODES):
             if _secret_key(key):
-                _leaves(value, out)
+                _key_leaves(value, out)
             else:
                 _secret_leaves(value, out, columns, depth + 1, budget)
     elif isinstance(obj, tuple) and hasattr(obj, "_fields"):
         for name, value in zip(obj._fields, obj, strict=False):
             if _secret_key(name):
-                _leaves(value, out)
+                _key_leaves(value, out)
             else:
                 _secret_leaves(value, out, columns, depth + 1, budget)
     elif isinstance(obj, (list, tuple, set, frozenset)):
@@ -326,7 +346,7 @@ def _secret_leaves(obj: Any, out: list[str], columns: list[Any], depth: int, bud
             attrs = {f.name: getattr(obj, f.name, None) for f in dataclasses.fields(obj)}
         for name, value in islice((attrs or {}).items(), WALK_NODES):
             if _secret_key(name):
-                _leaves(value, out)
+                _key_leaves(value, out)
             else:
                 _secret_leaves(value, out, columns, depth + 1, budget)
 
@@ -348,12 +368,14 @@ class Secrets:
     values: tuple[str, ...] = ()
     objects: frozenset[int] = field(default_factory=frozenset)
     columns: tuple[Any, ...] = ()
+    keyed: frozenset[str] = field(default_factory=frozenset)
 
     @classmethod
     def of(cls, ns: Mapping[str, Any], hidden: Any = ()) -> Secrets:
         values: list[str] = []
         objects: set[int] = set()
         columns: list[Any] = []
+        keyed: list[str] = []
         budget = [WALK_NODES]
         for name, obj in user_items(ns, hidden):
             if secret_name(name):
@@ -365,14 +387,15 @@ class Secrets:
                 elif module == "pandas" and hasattr(obj, "to_frame"):
                     columns.append(obj)
                 continue
-            found: list[str] = []
-            _secret_leaves(obj, found, columns, 0, budget)
-            values.extend(found)
+            _secret_leaves(obj, keyed, columns, 0, budget)
+        # the first values under secret keys, and a secret column's first values, are masked
+        # wherever they appear (inside a longer word too); every one of them when it appears
+        # whole (``_column_hits``)
+        values.extend(keyed[:MAX_KNOWN])
         for column in columns:
-            # a secret column's first values are masked wherever they appear (inside a longer
-            # word too); every value of it, when it appears whole (``_column_hits``)
             _leaves(list(column.iloc[:MAX_KNOWN]), values)
-        return cls(tuple(sorted(set(values), key=len, reverse=True)), frozenset(objects), tuple(columns))
+        return cls(tuple(sorted(set(values), key=len, reverse=True)), frozenset(objects), tuple(columns),
+                   frozenset(keyed))
 
     def holds(self, obj: Any) -> bool:
         """Whether ``obj`` is the value of a secret-named variable."""
@@ -381,17 +404,18 @@ class Secrets:
     def mask(self, text: str) -> str:
         """``text`` with every secret this module knows of replaced by ``[REDACTED]``."""
         text = redact(text)
+        # whole values first: a known value inside a longer one would break the longer one up
+        for value in self._column_hits(text):
+            text = text.replace(value, REDACTED)
         for value in self.values:
             if value in text:
                 text = text.replace(value, REDACTED)
-        for value in self._column_hits(text):
-            text = text.replace(value, REDACTED)
         return _ASSIGNED.sub(_assigned, text) if "=" in text or ":" in text else text
 
     def _column_hits(self, text: str) -> list[str]:
         """The tokens of ``text`` that are whole values of a secret-named column: looked up in
         the column (one hash table of the tokens, one pass over the column), longest first."""
-        if not self.columns:
+        if not self.columns and not self.keyed:
             return []
         tokens: set[str] = set()
         for match in _TOKEN.finditer(text):
@@ -402,7 +426,7 @@ class Secrets:
                     break
         if not tokens:
             return []
-        hits: set[str] = set()
+        hits: set[str] = tokens & self.keyed
         numbers = {t for t in tokens if len(t) >= MIN_KNOWN_NUMBER and _NUMBER.fullmatch(t)}
         for column in self.columns:
             kind = getattr(column.dtype, "kind", "O")
@@ -436,17 +460,28 @@ def clip(text: str, limit: int, secrets: Secrets | None = None) -> str:
 
 # ------------------------------------------------------------------ frames
 
+#: rows of a frame whose cells are masked one by one (``masked_frame``)
+MASKED_CELLS_ROWS = 1_000
+
+
 def masked_frame(frame: Any) -> Any:
     """A pandas DataFrame with each secret-named column and index level's values replaced by
     ``[REDACTED]`` (the frame itself unchanged: a copy when anything is masked)."""
     columns = [c for c in frame.columns if secret_name(c)]
     levels = [i for i, n in enumerate(frame.index.names) if n is not None and secret_name(n)]
     labels = _secret_labels(frame.index)
-    if not columns and not levels and not labels.any():
+    # a small frame's cells of dicts, lists, objects: masked like any value (a large one's are
+    # masked in text by the values ``Secrets`` collects from them)
+    cells = [c for c in frame.columns if c not in columns and len(frame) <= MASKED_CELLS_ROWS
+             and getattr(frame[c].dtype, "kind", "") == "O"
+             and any(not isinstance(v, str) and masked_tree(v) is not v for v in frame[c])]
+    if not columns and not levels and not labels.any() and not cells:
         return frame
     frame = frame.copy()
     for c in columns:
         frame[c] = REDACTED
+    for c in cells:
+        frame[c] = frame[c].map(masked_tree)
     if labels.any():  # a row whose label is a secret name (a transposed frame: ``df.T``)
         frame = frame.astype(object)
         frame.loc[labels] = REDACTED
