@@ -17,6 +17,10 @@ What never, under any mode (``Secrets``):
   replaced by ``[REDACTED]`` (query.py), so no SQL can compute anything from them;
 - the values those secret-named variables hold, wherever they show up again (a cell's
   ``Out[n]``, a repr, printed output, an error);
+- the value under a secret-named key of any value, whatever its type (``masked_tree``: a dict
+  key, a namedtuple or dataclass field, a Series or row label, a cell's dict; then rendered),
+  and its leaves wherever they show in text;
+- every value of a secret-named column that shows whole in text (looked up in the column);
 - a literal assigned to, or passed as, a secret-named name in any text sent (a cell's
   ``password = "..."``, a repr's ``token='...'``, a dict's ``"api_key": "..."``);
 - what the store's redaction masks (keys in the environment, provider key shapes).
