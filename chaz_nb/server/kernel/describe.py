@@ -19,7 +19,7 @@ from typing import Any
 from ...errors import ToolError
 from .interrupts import Interrupter
 from .namespace import approx_bytes, shape_of, type_name, user_items
-from .policy import REDACTED, DataPolicy, Secrets, clip, masked_frame, masked_value, secret_name
+from .policy import REDACTED, DataPolicy, Secrets, clip, masked_frame, masked_tree, secret_name
 
 #: seconds one repr of a user's object may take
 REPR_DEADLINE = 2.0
@@ -82,13 +82,13 @@ class _ClippedRepr(reprlib.Repr):
 def safe_repr(obj: Any, limit: int = REPR_CHARS) -> str:
     """``repr(obj)`` clipped, under a deadline; a repr that raises or hangs is named instead.
 
-    A pandas frame or Series is shown with its secret-named columns and index levels masked
-    (``policy.masked_value``)."""
+    Shown with the value under every secret-named key, field, column or index label masked
+    first, whatever its type (``policy.masked_tree``)."""
     short = _ClippedRepr()
     short.maxstring = short.maxother = limit
     try:
         with Interrupter(REPR_DEADLINE, ReprTimeout, "a repr"):
-            text = short.repr(masked_value(obj))
+            text = short.repr(masked_tree(obj))
     except ReprTimeout:
         return f"<{type_name(obj)}: its repr ran over {REPR_DEADLINE:g} s and was stopped>"
     except Exception as exc:  # noqa: BLE001 - the object's own __repr__ may raise anything

@@ -30,6 +30,12 @@ from .policy import REDACTED, VALUE_CHARS, DataPolicy, Secrets, clip, secret_fie
 
 #: seconds a query may run before DuckDB is told to stop it
 QUERY_DEADLINE = 60.0
+#: what one query may take of the kernel's machine: the memory DuckDB's operators may hold
+#: (an aggregate, a join, a sort: ``string_agg`` of 400 MB fails at once instead of taking
+#: 1.4 GB), no spill to a temporary directory, and two threads
+QUERY_MEMORY_LIMIT = "512MB"
+QUERY_LIMITS: dict[str, str | int] = {"memory_limit": QUERY_MEMORY_LIMIT, "temp_directory": "",
+                                      "max_temp_directory_size": "0B", "threads": 2}
 _TABLE_MODULES = ("pandas", "pyarrow", "polars", "numpy")
 _instance: duckdb.DuckDBPyConnection | None = None
 _instance_lock = threading.Lock()
@@ -40,7 +46,7 @@ def _connection() -> duckdb.DuckDBPyConnection:
     global _instance
     with _instance_lock:
         if _instance is None:
-            _instance = duckdb.connect(":memory:", config=dict(LOCKED_DOWN))
+            _instance = duckdb.connect(":memory:", config={**LOCKED_DOWN, **QUERY_LIMITS})
         return _instance.cursor()
 
 
@@ -99,6 +105,9 @@ def masked_relation(con: duckdb.DuckDBPyConnection, table: Any) -> duckdb.DuckDB
         elif str(getattr(kind, "id", "")).lower() == "map":  # dicts of varied keys: their keys are data
             exprs.append(f"{_map_masked(i)} AS {_quote(column)}")
             masked = True
+        elif str(getattr(kind, "id", "")).lower() == "varchar":  # JSON (or a dict's repr) held as text
+            exprs.append(f"{_text_masked(i)} AS {_quote(column)}")
+            masked = True
         else:
             exprs.append(f"#{i} AS {_quote(column)}")
     return rel.project(", ".join(exprs)) if masked else rel
@@ -115,6 +124,22 @@ def _map_masked(i: int) -> str:
     """Column ``#i``, a MAP, with the value under each secret-looking key NULL."""
     return (f"map_from_entries(list_transform(map_entries(#{i}), {_LAMBDA}{{'key': e.key, 'value': CASE WHEN "
             f"regexp_matches(lower(CAST(e.key AS VARCHAR)), '{SECRET_KEY_PATTERN}') THEN NULL ELSE e.value END}}))")
+
+
+#: in a text value, a quoted key that says its value is a credential, with its ``:``, then the
+#: value (a quoted string, a list or an object without nesting, or a bare word): RE2 has no
+#: back-references, so each quote has its own branch
+_SECRET_ENTRY = (f"""((?:"[^"]*(?:{SECRET_KEY_PATTERN})[^"]*"|'[^']*(?:{SECRET_KEY_PATTERN})[^']*')\\s*:\\s*)"""
+                 r"""("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|\[[^\]]*\]|\{[^}]*\}|[^,}\]\s]+)""")
+
+
+def _text_masked(i: int) -> str:
+    """Column ``#i``, text, with the value under each secret-looking quoted key (JSON, a dict's
+    repr) replaced by ``"[REDACTED]"``, so ``json_extract_string(config, '$.password')`` and
+    any piece of it read the mark. Only a value that holds ``:`` is rewritten."""
+    pattern = "(?i)" + _SECRET_ENTRY
+    return (f"CASE WHEN strpos(#{i}, ':') > 0 THEN regexp_replace(#{i}, '{pattern.replace(chr(39), chr(39) * 2)}', "
+            f"'\\1\"{REDACTED}\"', 'g') ELSE #{i} END")
 
 
 def _quote(name: str) -> str:
@@ -215,6 +240,10 @@ def run_query(sql: str, ns: Mapping[str, Any], policy: DataPolicy, hidden: Any =
             rows = rel.limit(fetch + 1).fetchall()
         except duckdb.InterruptException:
             raise ToolError(f"the query ran over {deadline:g} s and was stopped") from None
+        except duckdb.OutOfMemoryException as exc:
+            raise _query_error(exc, sql, ns, hidden, used, policy, secrets,
+                               hint=f" (kernel__query may hold {QUERY_MEMORY_LIMIT} of memory: filter or aggregate "
+                                    "before building large values, or add LIMIT)") from None
         except duckdb.PermissionException:
             raise ToolError("kernel__query reads only the notebook's variables: files and the network are off "
                             "(query a DataFrame by its name)") from None
@@ -252,7 +281,7 @@ _QUOTED_VALUE = re.compile(r"'((?:[^']|'')*)'")
 
 
 def _query_error(exc: duckdb.Error, sql: str, ns: Mapping[str, Any], hidden: Any, used: list[str],
-                 policy: DataPolicy, secrets: Secrets) -> DataToolError:
+                 policy: DataPolicy, secrets: Secrets, hint: str = "") -> DataToolError:
     """A failed query as the agent reads it: DuckDB's message (its first line) with each value
     it quotes that the SQL does not hold cut to ``VALUE_CHARS``, and hidden under a policy
     that sends no rows; counted in the egress like a row of the result."""
@@ -270,7 +299,6 @@ def _query_error(exc: duckdb.Error, sql: str, ns: Mapping[str, Any], hidden: Any
         return "'" + (inner if len(inner) <= VALUE_CHARS else inner[: VALUE_CHARS - 1] + "…") + "'"
 
     message = _QUOTED_VALUE.sub(value, message)
-    hint = ""
     if "does not exist" in message and not used:
         frames = [n for n, o in user_items(ns, hidden) if scannable(o) is not None]
         hint = f" (the notebook's frames and arrays: {', '.join(frames) or 'none'})"
