@@ -126,3 +126,23 @@ async def test_a_forks_first_run_on_another_model_is_one_row(backend_store, mode
     assert sent_value(model_server) == [True, True]
     assert [(r[0], r[2]) for r in ledger(backend_store, "fork_context")] == [(branch, "openai/other")]
     await server.stop()
+
+
+async def test_a_recorded_replay_on_another_model_leaves_nothing_unrecorded(backend_store, model_server):
+    """Each replayed result is its own row; the branch's later context (its replies written from
+    them, sent to the same model) needs none more; every request that carried the value is
+    after a row for that model."""
+    from fakes.openai_server import Call, Reply
+
+    model_server.script(Reply(tool_calls=[Call("kernel__query", QUERY["args"])]), Reply("seen " + VALUE),
+                        Reply("still " + VALUE))
+    server = sales_server(backend_store, analyst("a", "noted"))
+    sid = server.current_session("a")
+    await (await server.send(sid, "look at sales")).wait()
+    await (await server.send(sid, "and?")).wait()
+    branch = await server.replay(sid, model="openai/other", api_base=model_server.openai_base)
+    assert sent_value(model_server) == [False, True, True]
+    rows = [tuple(r) for r in backend_store.execute(
+        "SELECT via, model FROM data_egress WHERE session_id = ? AND copied_from IS NULL", [branch])]
+    assert rows == [("kernel__query", "openai/other")]
+    await server.stop()
