@@ -156,3 +156,11 @@ def withhold(entries: list[Entry], data: ContextData, agent: Any) -> list[Entry]
 
 def _count(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def as_allowed(store: Store, session_id: int, entries: list[Entry], agent: Any) -> list[Entry]:
+    """``entries`` as ``agent``'s data policy lets it read them (``withhold``); a ``full``
+    agent reads them all, so the session is not read again for it."""
+    if str(getattr(agent, "data", "full")) == "full":
+        return entries
+    return withhold(entries, context_data(store, session_id), agent)

@@ -43,7 +43,7 @@ from . import events as event_writer
 from .agents import Agent
 from .budgets import Budgets, StoredBudget
 from .agent_trust import Held
-from .egress import context_data, context_egress, withhold
+from .egress import as_allowed, context_egress
 from .ceiling import Authority, Ceiling
 from .invocation import Invocation
 from .ports import Part, RunContext, ServerPort, SpawnContext, current_run
@@ -275,8 +275,7 @@ class RunSteps:
         # has it, so there the budget is the agent's, else server.compaction.context_tokens).
         # The agent's own system prompt and budget, else the default one.
         budget = agent.context_tokens if agent.context_tokens is not None else DEFAULT_CONTEXT_TOKENS
-        entries = withhold(list(self.store.context_window(session_id, budget)),
-                           context_data(self.store, session_id), agent)
+        entries = as_allowed(self.store, session_id, list(self.store.context_window(session_id, budget)), agent)
         messages = build_context(entries, agent.name, agent.system, context_tokens=budget)
         if invocation is not None and invocation.input:
             messages.append({"role": "user", "content": invocation.input})
