@@ -128,3 +128,54 @@ async def test_a_private_key_or_a_urls_password_in_the_prompt_or_script_is_maske
     finally:
         await server.stop()
         server.store.close()
+
+
+DER = PEM_BODY + "Sd1r4m2bS1GB4t7NXp98C3SC6dVMvDuictGeurT8jNbvJZHtCSuYEvuNMoSfm76oqFvAp8Gy0iz5sxjZmSnX"
+JWT = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
+SIG = "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
+#: credentials told by their shape alone (an outsider's finding 8): each value's secret part
+SHAPES = {
+    "sa_b64": (__import__("base64").b64encode(SERVICE_ACCOUNT.encode()).decode(), "0a1b2c3d4e"),
+    "der_key": (DER, PEM_BODY),
+    "db": (f"admin:{PASSWORD}@db.example:5432/prod", PASSWORD),
+    "proxy_rel": (f"//user:{PASSWORD}@proxy.example", PASSWORD),
+    "jwt": (JWT, "dozjgNryP4J3jVmNHl0w5N"),
+    "google": ("AIzaSyA-1234567890abcdefghijklmnopqrstu", "1234567890abcdefghij"),
+    "webhook": ("https://hooks.slack.com/services/T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX", "XXXXXXXXXXXX"),
+    "azure": (f"https://acct.blob.core.windows.net/c?sv=2021-08-06&sig={SIG}", SIG),
+    "login": ({"user": "bob", "pass": PASSWORD}, PASSWORD),
+    "pairs": ([["client_secret", "cs-0123456789abcdef"]], "cs-0123456789abcdef"),
+}
+
+
+@pytest.mark.parametrize("option", sorted(SHAPES))
+async def test_a_credential_told_by_its_shape_is_neither_stored_nor_shown(location, option):
+    value, secret = SHAPES[option]
+    server = Server(SessionStore.open(location), keep_agents=True)
+    try:
+        agent = Agent("x", model="openai/gpt-4o", model_options={option: value, "temperature": 0.3})
+        server.define_agent(agent)
+        stored = "".join(str(row) for row in server.store.execute("SELECT * FROM agent_definitions"))
+        assert secret not in stored and secret not in repr(agent)
+        assert server.roster.left_out["x"] == (option,)
+        assert server.agents["x"].model_options[option] == value  # this kernel keeps it
+    finally:
+        await server.stop()
+        server.store.close()
+
+
+async def test_a_signature_in_api_bases_query_and_a_password_in_the_prompt_are_not_kept_or_shown(location):
+    server = Server(SessionStore.open(location), keep_agents=True)
+    try:
+        agent = Agent("az", model="azure/gpt-4o", api_base=f"https://acct.example/v1?sig={SIG}&x=1",
+                      system="You are helpful. The db password is hunter2hunter2; the password is required.")
+        server.define_agent(agent)
+        stored = "".join(str(row) for row in server.store.execute("SELECT * FROM agent_definitions"))
+        for text in (stored, repr(agent)):
+            assert SIG not in text and "hunter2hunter2" not in text
+        kept = json.loads(server.store.execute("SELECT definition FROM agent_definitions")[0][0])
+        assert kept["system"] == "You are helpful. The db password is [REDACTED]; the password is required."
+        assert server.roster.left_out["az"] == ("api_base",)
+    finally:
+        await server.stop()
+        server.store.close()

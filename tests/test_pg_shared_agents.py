@@ -224,3 +224,35 @@ def test_accept_in_the_notebook_and_the_agents_table_say_it_in_one_line(pg_url, 
             "is held here (%chaz agents lists the ones that are)")
     finally:
         ip.run_line_magic("unload_ext", "chaz_nb")
+
+
+@pytest.mark.parametrize("change", ["provider", "output"])
+async def test_another_kernel_cannot_move_this_kernels_data_to_another_provider(two, change, monkeypatch):
+    """A keeps a local model with the full data policy; B changes only the model to a cloud
+    provider's, or only raises the tool output bound: A's runs keep A's (finding 9)."""
+    a, b = two
+    monkeypatch.setenv("OPENAI_API_KEY", A_KEY)
+    mine, theirs = FakeModelServer(), FakeModelServer()
+    try:
+        mine.script(*[Reply("from the local model")] * 3)
+        theirs.script(*[Reply("from the cloud")] * 3)
+        a.define_agent(Agent("local", model="ollama_chat/llama3", api_base=mine.ollama_base, tools=[],
+                             data="full", max_tool_output=4000, max_retries=0))
+        stored = {"provider": {"model": "openai/gpt-4o", "api_base": theirs.openai_base, "max_tool_output": 4000},
+                  "output": {"model": "ollama_chat/llama3", "api_base": mine.ollama_base,
+                             "max_tool_output": 10_000_000}}[change]
+        b.define_agent(Agent("local", tools=[], data="full", max_retries=0, **stored))
+        a.refresh_agents("local")
+        (line,) = a.held_agents().values()  # before the fix: nothing held, A's data went to B's choice
+        assert line.endswith("(%chaz agent local --accept takes the change)")
+        assert ("model provider" if change == "provider" else "tool output bound") in line
+        runs = a.agents["local"]
+        assert (runs.model, runs.max_tool_output) == ("ollama_chat/llama3", 4000)
+        sid = a.new_session("local")
+        reply = await (await a.send(sid, "hello")).wait()
+        assert reply.content == "from the local model" and theirs.chat_requests() == []
+        assert mine.chat_requests()[-1].model == "llama3"
+        assert notes(a.store, sid) == [line]
+    finally:
+        mine.close()
+        theirs.close()

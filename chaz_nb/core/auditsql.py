@@ -102,8 +102,10 @@ SELECT e.id AS entry_id,
        {t('e.payload', 'egress', 'provider')} AS provider,
        {t('e.payload', 'egress', 'host')} AS host,
        CASE WHEN e.entry_type = 'ToolResult' THEN e.tool_name
-            -- a branch's first run sending its copied context to another model (server/egress.py)
-            WHEN e.entry_type = 'Ack' THEN 'fork_context' ELSE 'attachment' END AS via,
+            -- a run's context (or a compaction's) sending the notebook's data to a model or host
+            -- it never went to: context, fork_context, compaction (server/egress.py)
+            WHEN e.entry_type IN ('Ack', 'Summary') THEN coalesce({t('e.payload', 'egress', 'via')}, 'fork_context')
+            ELSE 'attachment' END AS via,
        e.tool_call_id,
        {self.json_at('e.payload', 'egress', 'variables')} AS variables,
        {cast(t('e.payload', 'egress', 'rows'), 'BIGINT')} AS rows_sent,
@@ -112,7 +114,7 @@ SELECT e.id AS entry_id,
        {t('e.payload', 'egress', 'policy')} AS policy,
        e.created_at{copied_column('e', forks)}
 FROM entries e JOIN sessions s ON s.id = e.session_id
-WHERE e.entry_type IN ('ToolResult', 'Message', 'Ack') AND {self.json_at('e.payload', 'egress')} IS NOT NULL
+WHERE e.entry_type IN ('ToolResult', 'Message', 'Ack', 'Summary') AND {self.json_at('e.payload', 'egress')} IS NOT NULL
 """
 
     def variable_changes(self, forks: bool = True) -> str:

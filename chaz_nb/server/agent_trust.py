@@ -15,7 +15,11 @@ kernel keeps the definition it *confirmed* (defined here, loaded at start, or ta
 - its tools and auto-approve list capped by the confirmed ones (a ``Ceiling`` level each, the
   narrowing every spawn, room and schedule uses, ceiling.py: a glob like ``kernel__*`` or ``*``
   in the stored list widens nothing); an agent this kernel never confirmed runs with no tool;
-- the narrower data policy of the two (``schema`` < ``sample`` < ``full``, fewer rows).
+- the narrower data policy of the two (``schema`` < ``sample`` < ``full``, fewer rows), and the
+  lower bound on a tool output sent to the model;
+- this kernel's model when the stored one is another provider's (``ollama_chat/llama3`` changed
+  to ``openai/gpt-4o`` would send this kernel's data and key to OpenAI); a model of the same
+  provider is taken as stored.
 
 The first run of such an agent in each session writes one line that says so, and names
 ``--accept``; ``%chaz agents`` says it too.
@@ -27,6 +31,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ..core.credentials import credential_in, is_credential_key, without_userinfo
+from ..engine.runtime import DEFAULT_MAX_TOOL_OUTPUT
 from .agents import DATA_POLICIES, Agent
 from .ceiling import Ceiling
 
@@ -84,19 +89,39 @@ def hold(stored: Agent, confirmed: Agent | None) -> tuple[Agent, Held | None]:
         widened.append("api_base")
     if DATA_POLICIES.index(stored.data) > DATA_POLICIES.index(base.data) or stored.data_rows > base.data_rows:
         widened.append("data policy")
+    # where the request goes: another provider is another company's server (a local model's
+    # data and this kernel's key sent to a cloud one); a model of the same provider is not
+    same_provider = provider(stored.model) == provider(base.model)
+    if not same_provider:
+        widened.append("model provider")
+    if _bound(stored.max_tool_output) > _bound(base.max_tool_output):
+        widened.append("tool output bound")
     # this kernel's endpoints and keys, always (the store has no keys; they are this kernel's,
     # for the endpoints it set)
     options = {k: v for k, v in stored.model_options.items() if not is_endpoint(str(k), v)}
     options.update({k: v for k, v in base.model_options.items()
                     if is_endpoint(str(k), v) or _credential(str(k), v)})
     narrower = min(stored.data, base.data, key=DATA_POLICIES.index)
+    output = (stored.max_tool_output if _bound(stored.max_tool_output) <= _bound(base.max_tool_output)
+              else base.max_tool_output)
     runs = dataclasses.replace(stored, api_base=base.api_base, model_options=options, data=narrower,
-                               data_rows=min(stored.data_rows, base.data_rows))
+                               data_rows=min(stored.data_rows, base.data_rows), max_tool_output=output,
+                               model=stored.model if same_provider else base.model)
     if not widened:
         return runs, None
     cap = Ceiling(tools=None if base.tools is None else (frozenset(base.tools),),
                   auto_approve=(frozenset(base.auto_approve),))
     return runs, Held(stored, cap, tuple(widened), new=confirmed is None)
+
+
+def provider(model: str) -> str:
+    """The provider a model name sends to (``openai`` of ``openai/gpt-4o``; ``""``: the name has
+    none, the provider's SDK guesses it)."""
+    return model.split("/", 1)[0].strip().lower() if "/" in model else ""
+
+
+def _bound(max_tool_output: int | None) -> int:
+    return max_tool_output if max_tool_output is not None else DEFAULT_MAX_TOOL_OUTPUT
 
 
 def _within(tools: list[str] | None, confirmed: list[str] | None) -> bool:

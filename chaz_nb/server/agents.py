@@ -10,7 +10,7 @@ from typing import Any
 from ..engine.backends import DEFAULT_MODEL_TIMEOUT, DEFAULT_RETRIES
 from ..engine.tree_budget import DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_SPAWNS
 from ..core.credentials import credential_in, is_credential_key, mask_text, masked_url
-from ..core.redaction import REDACTED, redact, redact_data
+from ..core.redaction import REDACTED, redact_data
 from ..errors import AgentError
 
 #: what the kernel's tools may send of the notebook's values (server/kernel/policy.py)
@@ -84,7 +84,7 @@ class Agent:
         shown = {f.name: redact_data(getattr(self, f.name), mask_text) for f in dataclasses.fields(self)}
         shown["model_options"] = masked_options(self.model_options)
         if isinstance(self.api_base, str):  # never its user:password@ (or a key in it)
-            shown["api_base"] = redact(masked_url(self.api_base))
+            shown["api_base"] = mask_text(masked_url(self.api_base))  # a sig=/token= too
         return "Agent(" + ", ".join(f"{name}={value!r}" for name, value in shown.items()) + ")"
 
     def __post_init__(self) -> None:

@@ -25,6 +25,7 @@ from ..core.entries import (
     ChatMessage, Entry, EntryType, approx_tokens, build_context, context_slice, fit_to_budget,
 )
 from ..core.window import DEFAULT_CONTEXT_TOKENS, budget_for_window
+from .egress import as_allowed, context_egress
 from .invocation import Invocation
 from ..engine.runtime import one_line_reason
 from ..engine.tools import ToolError, ToolRegistry, tool
@@ -99,7 +100,8 @@ class Compaction(Part):
     ) -> list[dict[str, Any]]:
         """The messages a run of ``agent`` in ``session_id`` starts with."""
         budget = self.budget(agent)
-        entries = self._context_entries(session_id, budget)
+        # what the agent's data policy keeps out (another member's rows for a schema agent)
+        entries = as_allowed(self.port.store, session_id, list(self._context_entries(session_id, budget)), agent)
         system, labels = self.rooms.context_for(session_id, agent)
         messages = build_context(entries, agent.name, system, labels, context_tokens=budget)
         if invocation is not None and invocation.input:
@@ -151,6 +153,9 @@ class Compaction(Part):
                 f"Summary; compaction needs at least {MIN_ENTRIES}"
             )
         agent = self._summarizer(session_id)
+        since = as_allowed(store, session_id, list(since), agent)
+        # the notebook's data the summary request sends where it never went: the Summary's row
+        egress = context_egress(store, session_id, agent, via="compaction", entries=since)
         labels = frozenset(self.rooms.members(session_id)) - {agent.name}
         messages: list[ChatMessage] = [
             {"role": "system", "content": SUMMARIZE_PROMPT}, *build_context(since, agent.name, "", labels)]
@@ -181,6 +186,7 @@ class Compaction(Part):
                 "to_seq": new[-1].seq,
                 "entries": len(new),
                 **reply.usage.to_json(),
+                **({"egress": egress} if egress is not None else {}),
             },
         )
 

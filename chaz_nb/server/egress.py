@@ -10,13 +10,15 @@ the run's opening Ack carries its ``egress`` (``via = 'fork_context'`` in the vi
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from ..core.entries import EntryType
+from ..core.entries import Entry, EntryType
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..core.store import SessionInfo, Store
+    from ..core.store import Store
 
 
 def egress_target(agent: Any) -> dict[str, Any]:
@@ -28,36 +30,137 @@ def egress_target(agent: Any) -> dict[str, Any]:
             "host": urlparse(api_base).hostname if api_base else None}
 
 
-def copied_context_egress(store: Store, session: SessionInfo, agent: Any) -> dict[str, Any] | None:
-    """The ``egress`` of a branch's first run: the notebook's data in its copied entries that
-    went to another model or host than ``agent``'s; None when there is none (or it is not a
-    branch's first run)."""
-    if session.forked_from is None:
+#: entry types whose content reaches a model's context (build_context) or that record a send
+_READ = (EntryType.ACK, EntryType.TOOL_RESULT, EntryType.MESSAGE, EntryType.SUMMARY)
+_POLICY_RANK = {"schema": 0, "sample": 1, "full": 2}
+
+
+def _key(entry: Entry) -> int:
+    """The entry a copy stands for (a fork's copy and its source are one send's content)."""
+    source = entry.payload.get("copied_from")
+    return source if isinstance(source, int) else entry.id
+
+
+def _target_of(egress: dict[str, Any]) -> tuple[object, object]:
+    return egress.get("model"), egress.get("host")
+
+
+@dataclass
+class ContextData:
+    """The notebook's data a session's context carries: which entries (a reply of a run whose
+    tool results sent it, a ``--with`` Message, a Summary made from them), what each carries
+    (their ``egress`` payloads) and where each was sent already."""
+
+    #: entry id -> the ``egress`` payloads of the data it carries
+    carried: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    #: ``_key`` of an entry -> the (model, host) pairs it was sent to
+    sent: dict[int, set[tuple[object, object]]] = field(default_factory=dict)
+
+    def withheld(self, entry: Entry, agent: Any) -> bool:
+        """Whether ``agent``'s data policy keeps ``entry`` out of its context: it carries data
+        sent under a wider policy than ``agent``'s (another room member's rows for a
+        ``schema`` agent, or the agent's own from before it was redefined narrower)."""
+        mine = _POLICY_RANK.get(str(getattr(agent, "data", "full")), 2)
+        return any(_POLICY_RANK.get(str(e.get("policy")), -1) > mine for e in self.carried.get(entry.id, ()))
+
+
+def context_data(store: Store, session_id: int) -> ContextData:
+    """What of the notebook's data each entry of ``session_id`` carries and where it went."""
+    data = ContextData()
+    by_run: dict[int, list[dict[str, Any]]] = {}
+    so_far: list[dict[str, Any]] = []
+    for e in store.entries(session_id, types=_READ):
+        egress = e.payload.get("egress")
+        egress = egress if isinstance(egress, dict) else None
+        if e.entry_type is EntryType.ACK:
+            if egress is not None:
+                keys = egress.get("entries")
+                for k in keys if isinstance(keys, list) else []:
+                    if isinstance(k, int):
+                        data.sent.setdefault(k, set()).add(_target_of(egress))
+            continue
+        if e.entry_type is EntryType.TOOL_RESULT:
+            if egress is not None and e.run_id is not None:
+                by_run.setdefault(e.run_id, []).append(egress)
+            continue
+        if e.entry_type is EntryType.SUMMARY:  # made from everything before it
+            carried = list(so_far)
+        elif egress is not None:  # a --with attachment
+            carried = [egress]
+        else:  # a reply: the model that wrote it had its run's tool results
+            carried = list(by_run.get(e.run_id, [])) if e.run_id is not None else []
+        if not carried:
+            continue
+        so_far += carried
+        data.carried[e.id] = carried
+        # the models that had this content: those of the data it carries, and the one that
+        # summarized it (a compaction's Summary records its own send)
+        origin = {_target_of(c) for c in carried} | ({_target_of(egress)} if egress is not None else set())
+        data.sent.setdefault(_key(e), set()).update(origin)
+    return data
+
+
+def context_egress(store: Store, session_id: int, agent: Any, via: str = "context",
+                   entries: list[Entry] | None = None) -> dict[str, Any] | None:
+    """The ``egress`` of a model request of ``agent`` built from ``session_id``'s context (its
+    ``entries``; default: everything since the latest Summary): the notebook's data there that
+    was never recorded as sent to ``agent``'s model and host, withheld entries left out; None
+    when there is none. Written before the request (the run's Ack, the compaction's Summary)."""
+    data = context_data(store, session_id)
+    if not data.carried:
         return None
-    types = (EntryType.ACK, EntryType.TOOL_RESULT, EntryType.MESSAGE)
-    entries = store.entries(session.id, types=types)
-    if any(e.entry_type is EntryType.ACK and e.run_id == e.id and e.payload.get("copied_from") is None
-           for e in entries):
-        return None  # a run of the branch's own has sent it already
+    if entries is None:
+        entries = list(store.context_window(session_id, None))
     target = egress_target(agent)
     variables: list[str] = []
-    rows = chars = sent = 0
+    keys: list[int] = []
+    rows = chars = copied = 0
+    policies: list[str] = []
     for e in entries:
-        egress = e.payload.get("egress")
-        if e.payload.get("copied_from") is None or not isinstance(egress, dict):
+        carried = data.carried.get(e.id)
+        if not carried or data.withheld(e, agent):
             continue
-        if (egress.get("model"), egress.get("host")) == (target["model"], target["host"]):
-            continue  # the same provider had it from the source's run
-        sent += 1
-        names = egress.get("variables")
-        variables += [str(v) for v in names if str(v) not in variables] if isinstance(names, list) else []
-        rows += _count(egress.get("rows"))
-        chars += _count(egress.get("chars"))
-    if not sent:
+        if (target["model"], target["host"]) in data.sent.get(_key(e), set()):
+            continue
+        keys.append(_key(e))
+        copied += e.payload.get("copied_from") is not None
+        own = e.payload.get("egress")  # an attachment says how much of it is data; a reply is all sent
+        chars += _count(own.get("chars")) if isinstance(own, dict) else len(e.content)
+        for c in carried:
+            names = c.get("variables")
+            variables += [str(v) for v in names if str(v) not in variables] if isinstance(names, list) else []
+            rows += _count(c.get("rows"))
+            if isinstance(c.get("policy"), str) and c["policy"] not in policies:
+                policies.append(c["policy"])
+    if not keys:
         return None
-    return {"variables": variables, "rows": rows, "columns": 0, "chars": chars, "policy": None,
-            "copied_entries": sent, **target}
+    return {"variables": variables, "rows": rows, "columns": 0, "chars": chars,
+            "policy": max(policies, key=lambda p: _POLICY_RANK.get(p, -1)) if policies else None,
+            "entries": keys, "copied_entries": copied,
+            "via": "fork_context" if copied == len(keys) and via == "context" else via, **target}
+
+
+def withhold(entries: list[Entry], data: ContextData, agent: Any) -> list[Entry]:
+    """``entries`` with each one ``agent``'s data policy keeps out replaced by a one-line note."""
+    out: list[Entry] = []
+    for e in entries:
+        if data.withheld(e, agent):
+            names = sorted({str(v) for c in data.carried[e.id] for v in (c.get("variables") or [])})
+            note = (f"[withheld: this entry of {e.sender} carries the notebook's data"
+                    f"{' (' + ', '.join(names) + ')' if names else ''} sent under a wider data policy than "
+                    f"{getattr(agent, 'name', 'this agent')}'s ({getattr(agent, 'data', '?')})]")
+            e = dataclasses.replace(e, content=note)
+        out.append(e)
+    return out
 
 
 def _count(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def as_allowed(store: Store, session_id: int, entries: list[Entry], agent: Any) -> list[Entry]:
+    """``entries`` as ``agent``'s data policy lets it read them (``withhold``); a ``full``
+    agent reads them all, so the session is not read again for it."""
+    if str(getattr(agent, "data", "full")) == "full":
+        return entries
+    return withhold(entries, context_data(store, session_id), agent)

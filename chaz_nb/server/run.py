@@ -43,7 +43,7 @@ from . import events as event_writer
 from .agents import Agent
 from .budgets import Budgets, StoredBudget
 from .agent_trust import Held
-from .egress import copied_context_egress
+from .egress import as_allowed, context_egress
 from .ceiling import Authority, Ceiling
 from .invocation import Invocation
 from .ports import Part, RunContext, ServerPort, SpawnContext, current_run
@@ -151,6 +151,9 @@ class RunSteps:
                 session_id, EntryType.ERROR, "system", f"{exc}; the session does not run (start a new one)"
             )
         tree = self._budget_of(agent, trigger, origin, invocation)
+        # the notebook's data this run's context sends where it was never recorded as sent
+        # (another room member's replies, a model redefined, a fork's copies): the Ack says so
+        egress = _context_egress(self.store, session_id, agent)
         ack_write = asyncio.ensure_future(_only(self.store.write_behind([NewEntry(
             session_id,
             EntryType.ACK,
@@ -161,7 +164,7 @@ class RunSteps:
                      "budget": tree.id,
                      "parent_run": spawn.parent_run if spawn else None,
                      "answers": [e.id for e in answers], "answers_count": len(answers),
-                     **_copied_egress(self.store, session, agent),
+                     **egress,
                      **(invocation.ack if invocation else {})},
         )], ACK_WINDOW)))
         # a root's budget row, its first call counted, rides in the Ack's commit (budgets.py)
@@ -194,6 +197,8 @@ class RunSteps:
             try:
                 # room labels/notes, Summary boundary, token budget (compaction.py)
                 messages = await self._run_messages(session_id, agent, invocation)
+                if egress:  # write-ahead: the ledger has the send before the request leaves
+                    await asyncio.wait([ack_write])
             except asyncio.CancelledError:
                 self._interrupt(session_id, agent, ack_write)
                 raise
@@ -270,7 +275,7 @@ class RunSteps:
         # has it, so there the budget is the agent's, else server.compaction.context_tokens).
         # The agent's own system prompt and budget, else the default one.
         budget = agent.context_tokens if agent.context_tokens is not None else DEFAULT_CONTEXT_TOKENS
-        entries = self.store.context_window(session_id, budget)
+        entries = as_allowed(self.store, session_id, list(self.store.context_window(session_id, budget)), agent)
         messages = build_context(entries, agent.name, agent.system, context_tokens=budget)
         if invocation is not None and invocation.input:
             messages.append({"role": "user", "content": invocation.input})
@@ -462,8 +467,8 @@ class RunSteps:
         return executor
 
 
-def _copied_egress(store: Store, session: Any, agent: Agent) -> dict[str, Any]:
-    """``{"egress": ...}`` for a branch's first run that sends its copied context to another
-    model or host than the source did (egress.py); ``{}`` otherwise."""
-    egress = copied_context_egress(store, session, agent)
+def _context_egress(store: Store, session_id: int, agent: Agent) -> dict[str, Any]:
+    """``{"egress": ...}`` for a run whose context sends the notebook's data to a model or host
+    it was never recorded as sent to (egress.py); ``{}`` otherwise."""
+    egress = context_egress(store, session_id, agent)
     return {"egress": egress} if egress is not None else {}

@@ -374,6 +374,16 @@ def _pg_m_data_egress_attachment_run(cur: PgConnection) -> None:
     create_pg_audit_views(cur)  # data_egress.run_id of a --with attachment
 
 
+def _m_data_egress_context(con: duckdb.DuckDBPyConnection) -> None:
+    # data_egress: a run's or a compaction's context sending the notebook's data (via context,
+    # compaction: server/egress.py)
+    del con  # the views: apply_duckdb (Migration.views)
+
+
+def _pg_m_data_egress_context(cur: PgConnection) -> None:
+    create_pg_audit_views(cur)  # data_egress via context / compaction
+
+
 def _pg_m015(cur: PgConnection) -> None:
     # Run-tree budgets (chaz_nb/server/budgets.py), charged by every kernel with a conditional
     # UPDATE; a schedule keeps the budget of the run tree that made it.
@@ -445,6 +455,7 @@ MIGRATIONS: list[Migration] = [
     Migration("018_tool_calls_code_ran", _m_tool_calls_code_ran, _pg_m_tool_calls_code_ran, views=True),
     Migration("019_data_egress_attachment_run", _m_data_egress_attachment_run, _pg_m_data_egress_attachment_run,
               views=True),
+    Migration("020_data_egress_context", _m_data_egress_context, _pg_m_data_egress_context, views=True),
 ]
 
 
