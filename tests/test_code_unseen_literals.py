@@ -131,3 +131,50 @@ async def test_a_url_password_is_masked_on_the_card_and_in_tool_calls(store):
     [[arguments]] = store.execute("SELECT arguments FROM tool_calls")
     assert "S3cretPW" not in json.dumps(as_json(arguments))
     assert server.decide(request["request_id"], "deny")[0]
+
+
+# Finding 7: a URL's user:password@ is masked by the core redaction, so everywhere
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("create_engine('postgresql://admin:S3cretPW@db.example:5432/shop')",
+     "create_engine('postgresql://admin:[REDACTED]@db.example:5432/shop')"),
+    ("redis://:S3cretPW@cache:6379/0", "redis://:[REDACTED]@cache:6379/0"),
+    ("mysql+pymysql://u:p@ss:S3cretPW@h/db", "mysql+pymysql://u:[REDACTED]@h/db"),  # a raw @ in it
+    ("see https://example.org/a@b and http://host:8080/x", "see https://example.org/a@b and http://host:8080/x"),
+])
+def test_the_redaction_masks_a_urls_password(text, shown):
+    from chaz_nb.core.redaction import redact
+
+    assert redact(text) == shown and redact(shown) == shown
+
+
+CONN = "postgresql://admin:S3cretPW@db.example:5432/shop"
+
+
+async def test_a_url_password_is_masked_in_what_the_kernel_tools_send():
+    import pandas as pd
+
+    from test_kernel_policy import call, kernel_over
+
+    kernel = kernel_over({"conn": pd.DataFrame({"name": ["shop"], "url": [CONN]})})
+    for tool, args in (("kernel__describe", {"name": "conn"}), ("kernel__query", {"sql": "SELECT url FROM conn"}),
+                       ("kernel__query", {"sql": "SELECT upper(url) AS u FROM conn"})):
+        reply = await call(kernel, tool, **args)
+        assert "S3cretPW" not in reply.text and "s3cretpw" not in reply.text.lower(), (tool, reply.text)
+        assert "[REDACTED]@" in reply.text, (tool, reply.text)
+
+
+async def test_a_url_password_never_reaches_the_log(store):
+    import pandas as pd
+
+    script = [{"tool": "kernel__query", "args": {"sql": "SELECT url FROM conn"}},
+              {"tool": "kernel__describe", "args": {"name": "conn"}}, "done: {result}"]
+    agent = Agent("analyst", model="chaz/script", script=script, tools=list(SAFE_DEFAULT_TOOLS))
+    server = Server(store, [agent])
+    server.add_kernel({"conn": pd.DataFrame({"name": ["shop"], "url": [CONN]})})
+    s = server.current_session("analyst")
+    await (await server.send(s, f"connect with {CONN}")).wait()
+    assert "S3cretPW" not in json.dumps([e.payload for e in store.entries(s)])
+    assert "S3cretPW" not in json.dumps([e.content for e in store.entries(s)])
+    assert "S3cretPW" not in json.dumps(store.execute("SELECT arguments FROM tool_calls"), default=str)
