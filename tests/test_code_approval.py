@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from chaz_nb.core.codemask import restore_literals
+from chaz_nb.core.codemask import mask_code, restore_literals
 from chaz_nb.core.entries import EntryType as T
 from chaz_nb.notebook.views.approval import card_html, card_text, edit_text, request_info
 from chaz_nb.server import Server
@@ -92,8 +92,18 @@ async def test_no_view_hides_code_after_a_credential_name(store, code):
     for where, text in views_of(server, request).items():
         assert "RAN=len(chr(82)+chr(65))" in text, (where, text)  # the code that runs is shown, everywhere
         assert "[REDACTED]" not in text.split("#")[0] or "#" in code, (where, text)
-    # an edit that keeps the code: the decision keeps the card's code and the edit, both whole
     box = views_of(server, request)["edit box"]
+    if mask_code(code).masked:
+        # a masked literal the model chose (no secret the kernel holds) never runs unseen: Approve,
+        # and an edit that keeps its mark, are refused (tests/test_code_unseen_literals.py)
+        for arguments in (None, {"code": box + "\n"}):
+            ok, message = server.decide(request["request_id"], "approve", arguments=arguments)
+            assert not ok and "a literal you cannot see" in message and "\n" not in message, message
+        assert server.decide(request["request_id"], "deny")[0]
+        await handle.wait()
+        assert "RAN" not in ns
+        return
+    # an edit that keeps the code: the decision keeps the card's code and the edit, both whole
     ok, message = server.decide(request["request_id"], "approve", arguments={"code": box + "\n"})
     assert ok, message
     await handle.wait()
@@ -149,8 +159,11 @@ async def test_code_a_mask_would_hide_code_in_is_refused_until_edited(store, mon
 
 
 async def test_a_secret_literal_is_masked_alone_and_the_code_runs_with_it(store, monkeypatch):
+    # (each literal is a secret the kernel holds: one the model chose would not run unseen)
     monkeypatch.setenv("SHOP_API_KEY", "k-7f3a9b2c1d0e")
-    code = ("import json\nheaders = {'Authorization': 'Bearer abcdefghijklmnopqrstuvwxyz'}\n"
+    monkeypatch.setenv("SHOP_TOKEN", "abcdefghijklmnopqrstuvwxyz")
+    monkeypatch.setenv("SHOP_PASSWORD", "hunter22")
+    code = ("import json\nheaders = {'Authorization': 'abcdefghijklmnopqrstuvwxyz'}\n"
             "key = 'k-7f3a9b2c1d0e'  # the shop's\npassword = \"hunter22\"; RAN = len(key + password)")
     server, ns = make(store, code)
     handle = await server.send(server.current_session("coder"), "go")
@@ -268,7 +281,8 @@ async def test_after_approve_edited_every_view_shows_the_code_that_ran(store):
     assert "RAN = 2 # mine" in call and "edited by the approver" in call and "the model's" not in call
 
 
-async def test_an_edit_around_a_masked_literal_keeps_its_real_value(store):
+async def test_an_edit_around_a_masked_literal_keeps_its_real_value(store, monkeypatch):
+    monkeypatch.setenv("SHOP_PASSWORD", "hunter22")  # (a secret the kernel holds: it may run masked)
     code = "password = 'hunter22'; RAN = len(password)"
     server, ns = make(store, code)
     handle = await server.send(server.current_session("coder"), "go")

@@ -10,14 +10,16 @@ import pytest
 
 from kernel_harness import Kernel
 
-CODE = "api_key=0;RAN=int(chr(55))"
+#: (the literal is a secret the kernel holds, SHOP_TOKEN: one the model chose would not run masked)
+HELD = "73104952618"
+CODE = f"api_key={HELD};RAN=int(chr(55))"
 AGENT = ("%chaz agent coder --model chaz/script --script "
          f"'[{{\"tool\": \"kernel__run\", \"args\": {{\"code\": \"{CODE}\"}}}}, \"done: {{result}}\"]'")
 
 
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory):
-    k = Kernel(str(tmp_path_factory.mktemp("kernel")), env={"CHAZ_DB": ":memory:"})
+    k = Kernel(str(tmp_path_factory.mktemp("kernel")), env={"CHAZ_DB": ":memory:", "SHOP_TOKEN": HELD})
     assert k.run("%load_ext chaz_nb").status == "ok"
     assert k.run(AGENT).status == "ok", k.run(AGENT).outputs
     yield k

@@ -38,7 +38,13 @@ def kernel_secret(monkeypatch):
 ])
 def test_only_the_secret_literal_is_masked(code, shown):
     masked = mask_code(code)
-    assert masked.text == shown and masked.problem is None
+    # masked alone; and each is a literal the model chose and no secret the kernel holds: the
+    # person cannot see it, so it may not run as shown (it could be code a decoder runs)
+    assert masked.text == shown
+    if not masked.masked or "'hunter2secretvalue9'" in code:  # (that one is the kernel's secret)
+        assert masked.problem is None
+    else:
+        assert "a literal you cannot see" in str(masked.problem)
     assert masked.sha256 == hashlib.sha256(code.encode()).hexdigest()
 
 
@@ -52,7 +58,8 @@ def test_only_the_secret_literal_is_masked(code, shown):
 ])
 def test_what_a_mask_would_hide_code_with_is_a_one_line_problem_and_no_secret_is_shown(code, why):
     masked = mask_code(code)
-    assert masked.problem is not None and why in masked.problem and "\n" not in masked.problem
+    assert masked.problem is not None and "\n" not in masked.problem
+    assert why in masked.problem or "a literal you cannot see" in masked.problem, masked.problem
     assert "hunter2secretvalue9" not in masked.text and "abcdefghijklmnopqrstuv" not in masked.text
 
 
@@ -91,7 +98,8 @@ def test_code_masked_once_reads_the_same_when_masked_again():
 ])
 def test_a_masked_literal_in_code_that_runs_text_is_refused(code):
     masked = mask_code(code)
-    assert masked.problem is not None and "runs text as code" in masked.problem, masked
+    assert masked.problem is not None, masked
+    assert "runs text as code" in masked.problem or "a literal you cannot see" in masked.problem, masked
 
 
 @pytest.mark.parametrize("name", ["my_secret_key", "db_password_2", "PRIVATE_KEY_PEM", "stripeApiKey"])

@@ -8,8 +8,13 @@ therefore masked token by token (Python's ``tokenize``):
 - a STRING or NUMBER literal is replaced, whole and alone, by ``MARK`` when it holds a secret
   (the redaction changes it, or it is a literal of a credential-named variable, key or
   argument: ``password = "hunter22"``, ``{"Authorization": "Bearer x"}``, ``token=123456``).
-  ``MARK`` is no Python: it cannot stand for anything but one masked literal, and the code
-  still runs with the literal's real value;
+  ``MARK`` is no Python: it cannot stand for anything but one masked literal;
+- a masked literal may run ONLY when its value is, or consists only of, secret values the
+  kernel itself holds (``redaction.held_secret_values``: key-named environment variables'
+  values). Any other masked literal is content the model chose and the person cannot see, and
+  some visible decoder (``timeit``, ``codecs``, ``int(x, 36).to_bytes``, a shell) can turn it
+  into code: ``problem`` says the code holds a literal the person cannot see (line N), and the
+  approval refuses it until the person edits it (reads the value with ``os.environ[...]``);
 - a comment is redacted as text (it ends at its line and runs nothing);
 - names, operators and calls are never rewritten. A secret found among them (a key's value
   used as a name, a provider key's shape split by an operator), a secret in an f-string whose
@@ -17,12 +22,15 @@ therefore masked token by token (Python's ``tokenize``):
   change it: it is masked all the same (a secret never reaches the log), and ``problem`` says
   in one line why this code cannot run as shown (the approval refuses it until it is edited).
 
+``RUNS_TEXT`` (names that run text) only adds a reason to a refusal; the guard is the rule above.
+
 ``sha256`` is the hash of the exact code (UTF-8): with the masked text in the log, an auditor
 can tell which code ran even where a literal was masked.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import io
 import re
@@ -31,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .redaction import CODE_MARK as MARK
-from .redaction import is_credential_field, is_secret_name, redact, redact_shapes
+from .redaction import held_secret_values, is_credential_field, is_secret_name, redact, redact_shapes
 
 #: a word some credential name or header rule reads (``_credential_name``, ``redaction``)
 _MAY_HOLD = re.compile(r"(?i)secret|passw|token|key|auth|bearer|private")
@@ -136,6 +144,9 @@ def mask_code(code: str, redact_text: Callable[[str], str] = redact) -> MaskedCo
         if token.type == tokenize.STRING and _has_fields(text):
             problems.append(f"line {token.start[0]}: a secret in an f-string with {{…}} in it (masking it "
                             "would hide that code)")
+        elif not _held(text, token.type):
+            problems.append(f"line {token.start[0]}: the code holds a literal you cannot see (masked, and not a "
+                            "secret the kernel holds: it could be code)")
         elif _CODE_LIKE.search(text):
             problems.append(f"line {token.start[0]}: a masked string holds ( ; or a line break, as code does "
                             "(masking it could hide code that exec or eval runs)")
@@ -143,7 +154,7 @@ def mask_code(code: str, redact_text: Callable[[str], str] = redact) -> MaskedCo
         literals.append(text)
         masked += 1
     runner = next((t for t in tokens if t.type == tokenize.NAME and t.string in RUNS_TEXT), None)
-    if masked and runner is not None:
+    if masked and runner is not None and not problems:
         # a masked literal may be what it runs: its text would be code the person cannot see
         problems.append(f"line {runner.start[0]}: {runner.string} runs text as code or a command, and a literal "
                         "is masked (it could be that text)")
@@ -166,12 +177,17 @@ def mask_code(code: str, redact_text: Callable[[str], str] = redact) -> MaskedCo
 
 def restore_literals(edited: str, original: str, redact_text: Callable[[str], str] = redact) -> str:
     """A person's edit of masked code with each ``MARK`` it kept given back the literal it
-    stands for, in order (they edit the code around a secret they cannot see); ValueError
+    stands for, in order (they edit the code around a secret they cannot see; marks as many as
+    the literals of secrets the kernel holds stand for those); ValueError
     (one line) when the marks are not the ones the card showed."""
     count = edited.count(MARK)
     if not count:
         return edited
     literals = mask_code(original, redact_text).literals
+    if count != len(literals):
+        # the person replaced the literals they could not see and kept those of the kernel's secrets
+        held = tuple(literal for literal in literals if _held(literal, _kind(literal)))
+        literals = held if count == len(held) else literals
     if count != len(literals):
         raise ValueError(
             f"the edit holds {count} {MARK} mark{'s' if count != 1 else ''} and the code had {len(literals)} masked "
@@ -198,6 +214,34 @@ def _untokenized(code: str, digest: str, redact_text: Callable[[str], str]) -> M
     return MaskedCode(shown, digest, 0, _problem_line([
         f"line {line}: a secret-shaped value in code that does not read as Python tokens (masking it could "
         "hide code)"]))
+
+
+def _held(literal: str, kind: int) -> bool:
+    """Whether a literal token's value is made only of secret values the kernel holds (its
+    content is then not the model's choice, and it may run masked)."""
+    held = held_secret_values()
+    if not held:
+        return False
+    value: object = literal
+    if kind == tokenize.STRING:
+        try:
+            value = ast.literal_eval(literal)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return False  # an f-string, or no literal Python can read alone
+        if isinstance(value, bytes):
+            try:
+                value = value.decode("utf-8")
+            except UnicodeDecodeError:
+                return False
+    if not isinstance(value, str) or not value:
+        return False
+    for secret in held:  # longest first
+        value = value.replace(secret, "")
+    return not value
+
+
+def _kind(literal: str) -> int:
+    return tokenize.NUMBER if literal[:1].isdigit() or literal[:1] == "." else tokenize.STRING
 
 
 def _first_changed_line(before: str, after: str) -> int:

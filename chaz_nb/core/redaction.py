@@ -6,7 +6,8 @@ tool prints, an exception message quotes, or a model echoes is masked at write t
 What counts as a secret: the value of any environment variable named like a key
 (``KNOWN_KEY_VARS``, or ending in API_KEY, SECRET, TOKEN, PASSWORD, ACCESS_KEY), the shapes of
 provider keys (``sk-...``, ``AKIA...``, ``ghp_...``, ``xox.-...``), and the value after a
-credential header name (``Authorization``, ``x-api-key``, ``api-key``, ``*-token``). In
+credential header name (``Authorization``, ``x-api-key``, ``api-key``, ``*-token``), and the
+password of a URL's userinfo (``postgresql://admin:[REDACTED]@host``). In
 structured data (``redact_data``) dict keys go through the same ``redact`` as values, at every
 depth, and the value under a credential header name is masked whole. Log records of chaz_nb
 get the same treatment (``chaz_nb.core.logredact``).
@@ -44,6 +45,8 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?(?:(?:bearer|basic|token)\s+)?)[^\s\"',}]+"),
      r"\1" + REDACTED),
     (re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{12,}"), r"\1" + REDACTED),
+    # the password of a URL's userinfo (up to its last @: a raw @ in it): scheme://user:[REDACTED]@host
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s?#@:\"'`]*:)[^/\s?#\"'`]+@"), r"\1" + REDACTED + "@"),
     (re.compile(r"\bsk-(?:ant-|proj-)?[A-Za-z0-9_-]{16,}"), REDACTED),
     (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), REDACTED),
     (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}\b"), REDACTED),
@@ -98,6 +101,12 @@ def _current_secret_values() -> list[str]:
 #: the set holds no secret; it is bounded and starts over when full.
 _clean: tuple[list[str] | None, set[str]] = (None, set())
 _CLEAN_MAX_CHARS, _CLEAN_MAX_TEXTS = 256, 8192
+
+
+def held_secret_values() -> list[str]:
+    """The secret values the kernel itself holds (key-named environment variables' values),
+    longest first: the only values a masked literal in code may stand for (core/codemask.py)."""
+    return list(_current_secret_values())
 
 
 def redact(text: str, environ: dict[str, str] | None = None) -> str:

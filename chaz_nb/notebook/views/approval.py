@@ -403,7 +403,7 @@ def code_notes(info: dict[str, Any]) -> list[str]:
     masked = check.get("masked_literals")
     if isinstance(masked, int) and masked:
         notes.append(f"{masked} secret literal{'s' if masked != 1 else ''} shown as {CODE_MARK}: each stands for "
-                     "that one literal, and the code runs with its real value")
+                     "that one literal (only a secret the kernel holds runs masked, with its real value)")
     if check.get("sha256"):
         notes.append(f"sha256 {str(check['sha256'])[:16]}… (the log keeps it with the code that runs)")
     return notes
