@@ -8,6 +8,7 @@ import time
 import pytest
 
 from kernel_harness import Kernel
+from view_text import rows
 
 
 TOOLS = '''
@@ -67,7 +68,7 @@ def test_server_runs_on_the_kernel_loop_and_keeps_working_between_cells(kernel):
     for i in range(3):  # one turn per cell, each waits for its reply
         r = kernel.run(f"%chaz @assistant turn {i}")
         assert r.status == "ok", r.outputs
-        assert r.texts()[-1].splitlines()[-2:] == [f"assistant: echo: turn {i}", "full log: %chaz log 1"]
+        assert rows(r.texts()[-1])[-2:] == [f"assistant: echo: turn {i}", "full log: %chaz log 1"]
     # (litellm starts a thread of its own at its first use, in the first turn: count after it)
     assert kernel.run("threads_before = threading.active_count()").status == "ok"
     r = kernel.run(
@@ -114,7 +115,7 @@ def test_widget_updates_reach_iopub_as_comm_messages(kernel):
     ][-1]
     # the final state is static: transcript, html, session data; no widget left behind
     assert "application/vnd.jupyter.widget-view+json" not in final["data"]
-    assert final["data"]["text/plain"].splitlines()[-2] == "sleeper: woke: slept 0.3"  # then the footer
+    assert rows(final["data"]["text/plain"])[-2] == "sleeper: woke: slept 0.3"  # then the footer
     mime = final["data"]["application/vnd.chaz.session+json"]
     assert mime["version"] == 1 and mime["status"] == "idle"
     assert [e["type"] for e in mime["entries"]] == ["Message", "Ack", "ToolCall", "ToolResult", "Message"]
@@ -129,7 +130,7 @@ def test_no_wait_view_is_updated_in_the_background(kernel):
     assert comm_updates, "no widget update while the kernel was idle"
     finals = [m for m in later if m["msg_type"] == "update_display_data"
               and m["content"]["transient"]["display_id"] == display_id]
-    assert finals and finals[-1]["content"]["data"]["text/plain"].splitlines()[-2] == "sleeper: woke: slept 0.5"
+    assert finals and rows(finals[-1]["content"]["data"]["text/plain"])[-2] == "sleeper: woke: slept 0.5"
     assert not [m for m in later if m["msg_type"] == "stream"]  # nothing printed from the background
 
 
@@ -215,7 +216,7 @@ def test_second_kernel_on_the_same_file_falls_back(kernel):
             " · agent assistant uses chaz/echo\n"
         )
         r = k2.run("%chaz @assistant hello from kernel 2")
-        assert r.status == "ok" and "assistant: echo: hello from kernel 2" in r.texts()[-1].splitlines()
+        assert r.status == "ok" and "assistant: echo: hello from kernel 2" in rows(r.texts()[-1])
     finally:
         k2.close()
     (kernel.cwd / ".chaz").joinpath(f"sessions-{pid}.duckdb").unlink(missing_ok=True)

@@ -12,6 +12,7 @@ import pytest
 
 from kernel_harness import Kernel
 from test_llama_server import server_tokens
+from view_text import rows
 
 #: long enough for the view to show the reply part-written at least once (it is throttled)
 MAX_TOKENS = 32
@@ -47,12 +48,12 @@ def test_a_streamed_turn_in_a_kernel(kernel, llama_log):
     assert r.status == "ok", r.outputs
     kind, _, text = latest(kernel).partition(" | ")
     assert kind == "Message" and text
-    partials = [line[len("tiny: "):-len(" …")] for t in r.texts() for line in t.splitlines()
+    partials = [line[len("tiny: "):-len(" …")] for t in r.texts() for line in rows(t)
                 if line.startswith("tiny: ") and line.endswith(" …")]
     # the view showed the reply part-written (a prefix of it; the last may be all of it, shown
     # while the reply's Message commits), then whole, without the mark of a reply being written
     assert partials and all(text.startswith(p.strip()) for p in partials), partials
-    final = [line for line in r.texts()[-1].splitlines() if line.startswith("tiny: ")]
+    final = [line for line in rows(r.texts()[-1]) if line.startswith("tiny: ")]
     assert final and not final[-1].endswith(" …") and text.startswith(final[-1][len("tiny: "):].strip()[:20]), final
     r = kernel.run("s = chaz_nb.current(); print(s.store.execute('SELECT status, prompt_tokens, completion_tokens "
                    "FROM runs ORDER BY run_id DESC LIMIT 1')[0])")

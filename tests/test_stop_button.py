@@ -22,6 +22,7 @@ from chaz_nb.notebook.views.stop_button import StopButton
 from chaz_nb.server import Server
 from chaz_nb.server.agents import Agent
 from waiting import until
+from view_text import rows
 
 
 @tool(approval="always", risk="high")
@@ -70,7 +71,7 @@ async def test_clicking_stop_ends_a_run_waiting_on_a_slow_model_call(store, mode
     assert closing.payload["status"] == "cancelled" and closing.payload["stopped_by"] == "user"
     assert await handle.wait() is None
     assert not button.visible and button.disabled  # the run is over: no Stop row
-    assert view.text().splitlines()[-1] == "■ w was stopped by user"  # not "w is working…"
+    assert rows(view.text())[-1] == "■ w was stopped by user"  # not "w is working…"
     assert "Stop" not in view.html()  # the static form has no button
 
 

@@ -14,6 +14,7 @@ import time
 import pytest
 
 from kernel_harness import Kernel
+from view_text import rows
 
 #: 60 words, one every 0.1 s: the cell waits ~6 s unless stopped
 TELLER = """%%chaz agent teller
@@ -97,7 +98,7 @@ def test_a_stop_request_on_control_stops_the_run_a_waiting_cell_waits_for(kernel
     assert r.status == "ok" and r.error is None and not r.stderr
     final = r.of("update_display_data")[-1]["content"]["data"]
     assert "application/vnd.jupyter.widget-view+json" not in final
-    lines = final["text/plain"].splitlines()
+    lines = rows(final["text/plain"])
     assert any(line.startswith("■ teller was stopped by user") for line in lines), lines
     assert "once59" not in final["text/plain"]  # the stream did not run to its end
     r = kernel.run(f"print(s.store.execute('SELECT status FROM runs WHERE session_id = ?', [{sid}]))")

@@ -11,6 +11,7 @@ import pytest
 from fakes.openai_server import Call, Reply
 from chaz_nb.notebook.views.session import MIME_TYPE as SESSION_MIME
 from kernel_harness import Kernel
+from view_text import rows
 
 KEY = "sk-kernel-planted-0123456789abcdefghij"
 
@@ -110,7 +111,7 @@ def test_a_streamed_reply_grows_on_screen_before_its_message_in_a_kernel(wire):
     assert r.status == "ok", r.outputs
     # the display_id updates (static form) show the text so far, growing, before the reply
     updates = [m["content"]["data"] for m in r.of("display_data", "update_display_data")]
-    partials = [line[len("w: "):-len(" …")] for d in updates for line in d.get("text/plain", "").splitlines()
+    partials = [line[len("w: "):-len(" …")] for d in updates for line in rows(d.get("text/plain", ""))
                 if line.startswith("w: word") and line.endswith(" …")]
     assert len(set(partials)) >= 2, partials  # more than one snapshot: it grew
     assert all(text.startswith(p.rstrip()) for p in partials) and len(partials[0]) < len(text)
@@ -121,7 +122,7 @@ def test_a_streamed_reply_grows_on_screen_before_its_message_in_a_kernel(wire):
     widget_values = [str(m["content"]["data"].get("content", {}).get("tail", "")) for m in r.of("comm_msg")]
     assert any("chaz-partial" in v for v in widget_values)
     last = updates[-1]
-    assert f"w: {text}" in last["text/plain"].splitlines() and "stream" not in last[SESSION_MIME]
+    assert f"w: {text}" in rows(last["text/plain"]) and "stream" not in last[SESSION_MIME]
     # the store has the reply once, as one Message: the text so far was never an entry
     r = k.run("s = chaz_nb.current(); sid = s.current_session('w'); es = s.store.entries(sid); "
               "i = max(i for i, e in enumerate(es) if e.content == 'say fourteen words'); "
