@@ -30,8 +30,8 @@ def egress_target(agent: Any) -> dict[str, Any]:
             "host": urlparse(api_base).hostname if api_base else None}
 
 
-#: entry types whose content reaches a model's context (build_context) or that record a send
-_READ = (EntryType.ACK, EntryType.TOOL_RESULT, EntryType.MESSAGE, EntryType.SUMMARY)
+#: entry types whose content reaches a model's context (build_context) and may carry data
+_CARRY = (EntryType.TOOL_RESULT, EntryType.MESSAGE, EntryType.SUMMARY)
 _POLICY_RANK = {"schema": 0, "sample": 1, "full": 2}
 
 
@@ -65,20 +65,19 @@ class ContextData:
 
 
 def context_data(store: Store, session_id: int) -> ContextData:
-    """What of the notebook's data each entry of ``session_id`` carries and where it went."""
+    """What of the notebook's data each entry of ``session_id`` carries and where it went.
+
+    Two reads, so that a run in a long session with no data in it reads no Ack: what entries
+    carry comes from the tool results, Messages and Summaries; where it went from the Acks,
+    read only when something is carried and only from the first carrying entry on (an Ack
+    records a send of entries before it)."""
     data = ContextData()
     by_run: dict[int, list[dict[str, Any]]] = {}
     so_far: list[dict[str, Any]] = []
-    for e in store.entries(session_id, types=_READ):
+    first_seq: int | None = None
+    for e in store.entries(session_id, types=_CARRY):
         egress = e.payload.get("egress")
         egress = egress if isinstance(egress, dict) else None
-        if e.entry_type is EntryType.ACK:
-            if egress is not None:
-                keys = egress.get("entries")
-                for k in keys if isinstance(keys, list) else []:
-                    if isinstance(k, int):
-                        data.sent.setdefault(k, set()).add(_target_of(egress))
-            continue
         if e.entry_type is EntryType.TOOL_RESULT:
             if egress is not None and e.run_id is not None:
                 by_run.setdefault(e.run_id, []).append(egress)
@@ -91,12 +90,23 @@ def context_data(store: Store, session_id: int) -> ContextData:
             carried = list(by_run.get(e.run_id, [])) if e.run_id is not None else []
         if not carried:
             continue
+        first_seq = e.seq if first_seq is None else first_seq
         so_far += carried
         data.carried[e.id] = carried
         # the models that had this content: those of the data it carries, and the one that
         # summarized it (a compaction's Summary records its own send)
         origin = {_target_of(c) for c in carried} | ({_target_of(egress)} if egress is not None else set())
         data.sent.setdefault(_key(e), set()).update(origin)
+    if first_seq is None:
+        return data
+    for e in store.entries(session_id, after_seq=first_seq - 1, types=(EntryType.ACK,)):
+        egress = e.payload.get("egress")
+        if not isinstance(egress, dict):
+            continue
+        keys = egress.get("entries")
+        for k in keys if isinstance(keys, list) else []:
+            if isinstance(k, int):
+                data.sent.setdefault(k, set()).add(_target_of(egress))
     return data
 
 
