@@ -203,23 +203,29 @@ def _seen(obj: Any) -> Seen:
     return Seen(id(obj), type_name(obj), shape_of(obj), fingerprint(obj))
 
 
-def apply(p: Plan, ns: MutableMapping[str, Any], force: bool) -> tuple[list[str], list[dict[str, Any]]]:
-    """Put the variables back; returns (what was done, the changes in kernel__run's form)."""
+def steps(p: Plan, ns: Mapping[str, Any], force: bool) -> list[tuple[Change, str, dict[str, Any]]]:
+    """What the undo will do, before it does it: (change, ``removed x``/``put back x``, the
+    change in kernel__run's form). Nothing is touched here: the log is written first."""
     todo = p.restore + ([c for c, _ in p.since] if force else [])
-    done: list[str] = []
-    changes: list[dict[str, Any]] = []
+    out: list[tuple[Change, str, dict[str, Any]]] = []
     for change in sorted(todo, key=lambda c: c.name):
         if change.kind == "created":
             if change.name in ns:
-                changes.append(_change_json(change.name, "deleted", _seen(ns[change.name])))
-                del ns[change.name]
-                done.append(f"removed {change.name}")
+                out.append((change, f"removed {change.name}",
+                            _change_json(change.name, "deleted", _seen(ns[change.name]))))
             continue
-        existed = change.name in ns
-        ns[change.name] = change.before
-        changes.append(_change_json(change.name, "changed" if existed else "created", _seen(change.before)))
-        done.append(f"put back {change.name}")
-    return done, changes
+        kind = "changed" if change.name in ns else "created"
+        out.append((change, f"put back {change.name}", _change_json(change.name, kind, _seen(change.before))))
+    return out
+
+
+def apply(todo: list[tuple[Change, str, dict[str, Any]]], ns: MutableMapping[str, Any]) -> None:
+    """Put the variables back (plain dict operations: nothing here can fail halfway)."""
+    for change, _, _ in todo:
+        if change.kind == "created":
+            ns.pop(change.name, None)
+        else:
+            ns[change.name] = change.before
 
 
 def undo_call(kernel: KernelTools, store: Store, session_id: int | None, tool_call_id: str | None, *,
@@ -228,6 +234,8 @@ def undo_call(kernel: KernelTools, store: Store, session_id: int | None, tool_ca
     book = kernel.undo_book
     sid, cid, result = find_call(store, book, session_id, tool_call_id)
     record = record_of(store, book, sid, cid, result)
+    if not record.changes and not record.effects:
+        raise UndoRefused(f"tool call {cid} changed no variable; nothing to undo")
     ns = kernel.host.namespace
     p = plan(record, book, ns)
     why = refusal(cid, p, partial, force)
@@ -235,7 +243,8 @@ def undo_call(kernel: KernelTools, store: Store, session_id: int | None, tool_ca
         raise UndoRefused(why)
     if not p.restore and not (force and p.since):
         raise UndoRefused(f"tool call {cid} left nothing undo can put back; nothing was changed")
-    done, changes = apply(p, ns, force)
+    todo = steps(p, ns, force)
+    done, changes = [what for _, what, _ in todo], [c for _, _, c in todo]
     skipped = [f"{c.name} (changed since by {who})" for c, who in p.since] if not force else []
     skipped += p.cannot if partial else []
     payload: dict[str, Any] = {
@@ -243,7 +252,9 @@ def undo_call(kernel: KernelTools, store: Store, session_id: int | None, tool_ca
         "skipped": skipped, "partial": partial, "forced": force,
     }
     text = f"undid {record.agent}'s kernel__run {cid}: " + ("; ".join(done) or "nothing put back")
+    # the log first: a store that cannot write leaves the namespace as it was
     entry = store.append(sid, EntryType.ACK, by, text, tool_call_id=cid, tool_name=RUN, payload=payload)
+    apply(todo, ns)
     record.undone_seq = entry.seq
     return UndoOutcome(cid, sid, entry, done, skipped)
 
