@@ -231,3 +231,4 @@ async def test_the_before_state_is_released_with_the_server_and_on_request(store
     with pytest.raises(UndoRefused, match="its before-state was released"):
         server.undo(s)
     await server.stop()
+

@@ -51,9 +51,9 @@ class UndoCommands(MagicsHost):
         if args.release:
             if args.tool_call or args.partial or args.force:
                 raise UsageError(f"%chaz undo --release takes only --session; {UNDO_USAGE}")
-            session = parse_session(server, args.session, state.last_session, "undo")
-            freed = server.release_undo(session)
-            print(f"session {session}: released the before-state of {freed} kernel__run call(s)")
+            released = parse_session(server, args.session, state.last_session, "undo")
+            freed = server.release_undo(released)
+            print(f"session {released}: released the before-state of {freed} kernel__run call(s)")
             return
         session: int | None = None
         if args.session or args.tool_call is None:

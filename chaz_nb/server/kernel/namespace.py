@@ -132,16 +132,13 @@ def _feed(h: Any, obj: Any) -> None:
         h.update(repr(obj).encode())
         return
     if type(obj) in (list, tuple, dict, set, frozenset):
-        # a dict's keys and values themselves: its items() tuples are new objects each call, so
-        # their ids would make the same dict's fingerprint differ from one snapshot to the next
-        items: list[Any] = [x for kv in obj.items() for x in kv] if isinstance(obj, dict) else \
-            list(obj) if len(obj) <= SAMPLE else []
-        if len(obj) > SAMPLE:
+        items = list(obj.items()) if isinstance(obj, dict) else list(obj) if len(obj) <= SAMPLE else None
+        if items is None:
             seq = list(obj)[:: max(1, len(obj) // SAMPLE)][:SAMPLE] if not isinstance(obj, (list, tuple)) \
                 else obj[:: max(1, len(obj) // SAMPLE)][:SAMPLE]
-            items = [len(obj), *seq] if not isinstance(obj, dict) else [len(obj), *items[: 2 * SAMPLE]]
+            items = [len(obj), *seq]
         h.update(repr([(type(i).__name__, id(i) if not isinstance(i, (int, float, str, bool)) else i)
-                       for i in items[: 2 * SAMPLE + 1]]).encode())
+                       for i in items[: SAMPLE + 1]]).encode())
         return
     h.update(str(id(obj)).encode())
 
