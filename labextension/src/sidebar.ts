@@ -193,6 +193,15 @@ export class ChazPanel extends Widget {
       this._say('No pending approvals.', false);
       return false;
     }
+    // the card's own Approve is disabled for such code: the command may not go round it
+    if (codeNotes(oldest.code_check).refused) {
+      this._say(
+        `The oldest pending request (${visible(oldest.tool_name)}) cannot be approved as shown: ` +
+          'open its card, Edit the code, then Approve edited.',
+        true
+      );
+      return true;
+    }
     return this._decide(oldest, 'approve', null);
   }
 
