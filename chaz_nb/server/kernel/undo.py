@@ -256,5 +256,6 @@ def undo_call(kernel: KernelTools, store: Store, session_id: int | None, tool_ca
     entry = store.append(sid, EntryType.ACK, by, text, tool_call_id=cid, tool_name=RUN, payload=payload)
     apply(todo, ns)
     record.undone_seq = entry.seq
+    book.forget(cid, "it was undone")  # its objects are the namespace's again, or let go
     return UndoOutcome(cid, sid, entry, done, skipped)
 

@@ -137,6 +137,15 @@ class UndoBook:
                 freed += 1
         return freed
 
+    def forget(self, tool_call_id: str, why: str) -> None:
+        """Drop one call's record (an undone call's: its references are let go)."""
+        record = self._by_call.get(tool_call_id)
+        if record is not None:
+            calls = self._sessions.get(record.session_id)
+            if calls is not None and tool_call_id in calls:
+                calls.remove(tool_call_id)
+        self._drop(tool_call_id, why)
+
     def _drop(self, tool_call_id: str, why: str) -> None:
         self._by_call.pop(tool_call_id, None)
         self._dropped[tool_call_id] = why
