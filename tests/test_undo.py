@@ -69,6 +69,7 @@ async def test_created_rebound_and_deleted_variables_are_put_back_as_the_very_ob
     assert "removed top" in outcome.done and "put back sales" in outcome.done and "put back lookup" in outcome.done
     # the same objects, not copies: a 10M-row frame costs nothing more to undo (bench/bench_undo.py)
     assert ns["sales"] is sales and ns["lookup"] is lookup and "top" not in ns
+    assert len(server.kernel.undo_book) == 0  # an undone call's record lets go of its objects
     # the undo is in the log and in variable_changes, beside the call's own rows
     assert changes_of(store, undo=False) == [
         ("lookup", "deleted", "dict", [1], call, "coder", None),
