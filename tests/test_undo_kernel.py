@@ -30,7 +30,8 @@ def ok(k: Kernel, code: str) -> str:
 
 def test_an_agents_step_is_undone_in_the_kernel_and_a_restart_is_one_line(kernel):
     ok(kernel, "%load_ext chaz_nb")
-    ok(kernel, "import chaz_nb\nimport pandas as pd\nsales = pd.DataFrame({'amount': [1.0, 2.0, 4.0]})\nfirst = id(sales)")
+    ok(kernel, "import chaz_nb\nimport pandas as pd\n"
+               "sales = pd.DataFrame({'amount': [1.0, 2.0, 4.0]})\nfirst = id(sales)")
     ok(kernel, CODER)
     ok(kernel, "%chaz @coder go")
     assert ok(kernel, "print(top, sales.amount.tolist(), id(sales) == first)") == "7.0 [2.0, 4.0, 8.0] False\n"

@@ -154,7 +154,7 @@ def plan(record: UndoRecord, book: UndoBook, ns: Mapping[str, Any]) -> Plan:
             continue
         kept = change.before_seen
         if change.kind != "created" and kept is not None and fingerprint(change.before) != kept.fingerprint:
-            out.cannot.append(f"{change.name} (its earlier value was changed in place since)")
+            out.cannot.append(f"{change.name} (the value it held was changed in place)")
             continue
         if _moved(change, ns):
             later = book.later(record, change.name)
