@@ -233,3 +233,23 @@ async def test_the_before_state_is_released_with_the_server_and_on_request(store
         server.undo(s)
     await server.stop()
 
+
+
+async def test_a_network_call_and_a_process_are_named_too(store):
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    code = (f"import socket, subprocess\nc = socket.create_connection(('127.0.0.1', {port}))\nc.close()\n"
+            "subprocess.run(['true'])\nn = 1")
+    try:
+        server, s, ns, [call] = await ran(store, code)
+    finally:
+        listener.close()
+    with pytest.raises(UndoRefused) as refused:
+        server.undo(s)
+    assert f"a network call (127.0.0.1:{port}), a process started (true)" in str(refused.value)
+    assert ns["n"] == 1
+    assert server.undo(s, partial=True).done == ["removed c", "removed n"]
