@@ -253,3 +253,15 @@ async def test_a_network_call_and_a_process_are_named_too(store):
     assert f"a network call (127.0.0.1:{port}), a process started (true)" in str(refused.value)
     assert ns["n"] == 1
     assert server.undo(s, partial=True).done == ["removed c", "removed n"]
+
+
+async def test_stopping_the_server_releases_every_before_state(store):
+    import weakref
+
+    old = frame()
+    ref = weakref.ref(old)
+    server, s, ns, [call] = await ran(store, "sales = sales.head(1)", ns={"sales": old})
+    del old
+    assert ref() is not None
+    await server.stop()  # the extension unloaded, the kernel shut down, another database
+    assert ref() is None and len(server.kernel.undo_book) == 0
