@@ -11,7 +11,9 @@ kernel loop; each sends only what the calling agent's data policy allows (policy
 for every tool, results and errors alike) and says in its ToolResult payload (``egress``) what
 it sent, for the ``data_egress`` view: a failed call too (its error may quote the data).
 ``kernel__run`` is the one tool that holds the loop: it runs the code on the kernel's thread
-between cells, as a cell would (run.py), under the agent's ``code_timeout``.
+between cells, as a cell would (run.py), under the agent's ``code_timeout``; each call that
+ran leaves a record for ``%chaz undo`` (undo_book.py: references to what it rebound or deleted,
+effects.py: what no undo takes back; undo.py undoes it).
 """
 
 from __future__ import annotations
