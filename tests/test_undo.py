@@ -265,3 +265,15 @@ async def test_stopping_the_server_releases_every_before_state(store):
     assert ref() is not None
     await server.stop()  # the extension unloaded, the kernel shut down, another database
     assert ref() is None and len(server.kernel.undo_book) == 0
+
+
+async def test_a_call_another_kernel_ran_after_this_one_started_is_that_kernels_to_undo(store):
+    server, s, ns, [call] = await ran(store, "x = 1")
+    await server.stop()
+    other = Server(store, [coder()])
+    other.add_kernel({"x": 1})
+    other.kernel.undo_book.started = 0.0  # this kernel started before the call ran (a shared store)
+    with pytest.raises(UndoRefused, match=rf"^tool call {call} ran in another kernel: only that kernel holds its "
+                                          "before-state; nothing was changed$"):
+        other.undo(s, call)
+    await other.stop()

@@ -447,7 +447,7 @@ class Server:
             self.kernel.undo_book.release()
         self.kernel = KernelTools(host)
         self.kernel.install(self.tools)
-        if self._undo is None:
+        if self._undo is None:  # with the first kernel: only kernel__run reads the call's id
             from .kernel.undo_book import UndoCalls
 
             self._undo = self.add_part(UndoCalls())
