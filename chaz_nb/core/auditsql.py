@@ -119,8 +119,13 @@ WHERE e.entry_type IN ('ToolResult', 'Message', 'Ack', 'Summary') AND {self.json
 
     def variable_changes(self, forks: bool = True) -> str:
         """One row per namespace change a ``kernel__run`` call made (its ToolResult's payload;
-        ``copied_from``: a fork's copy of the source's)."""
+        ``copied_from``: a fork's copy of the source's), and per change an undo of one made
+        (``%chaz undo``: an Ack whose ``undo_of`` names the call, server/kernel/undo.py; its
+        ``agent`` is who undid it, ``tool_call_id`` the call undone)."""
         t = self.text
+        undo_column = f", {t('e.payload', 'undo_of')} AS undo_of"
+        undo_rows = (f"\n   OR (e.entry_type = 'Ack' AND e.tool_name = 'kernel__run'"
+                     f" AND {t('e.payload', 'undo_of')} IS NOT NULL)")
         return f"""
 CREATE OR REPLACE VIEW variable_changes AS
 SELECT e.session_id, e.sender AS agent, e.run_id, e.tool_call_id,
@@ -129,9 +134,9 @@ SELECT e.session_id, e.sender AS agent, e.run_id, e.tool_call_id,
        {t('c.value', 'type')} AS type,
        {t('c.value', 'shape')} AS shape,
        {t('c.value', 'fingerprint')} AS fingerprint,
-       e.created_at, e.id AS result_entry_id{copied_column('e', forks)}
+       e.created_at, e.id AS result_entry_id{copied_column('e', forks)}{undo_column}
 FROM entries e, {self.each(self.json('e.payload', 'namespace_changes'), 'c')}
-WHERE e.entry_type = 'ToolResult' AND e.tool_name = 'kernel__run'
+WHERE (e.entry_type = 'ToolResult' AND e.tool_name = 'kernel__run'){undo_rows}
 """
 
     def approvals(self, forks: bool = True) -> str:

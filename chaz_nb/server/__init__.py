@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .mcp import McpServer
     from .remote import REMOTE_POLL_INTERVAL, RemoteRun
     from .rooms import Room
+    from .kernel.undo import UndoOutcome, undo_of
 
 #: public name -> the module that defines it (imported when the name is first asked for)
 _HOMES = {
@@ -34,6 +35,8 @@ _HOMES = {
     "forked_label": ".fork", "McpServer": ".mcp", "Room": ".rooms",
     "RemoteRun": ".remote", "REMOTE_POLL_INTERVAL": ".remote",
     "safe_repr": ".kernel.describe",
+    # %chaz undo's outcome, and which call an entry undid (a cell marked for that call)
+    "UndoOutcome": ".kernel.undo", "undo_of": ".kernel.undo",
     "CellOutput": ".kernel.run", "record_exception": ".kernel.run", "run_source": ".kernel.run",
     # the store the façade runs on, and the read-only query %chaz sql runs (with or without one)
     "SessionStore": "..core.store", "SessionInfo": "..core.store",
@@ -44,7 +47,7 @@ __all__ = [
     "Server", "RunHandle", "Agent", "SAFE_DEFAULT_TOOLS", "KERNEL_DEFAULT_TOOLS", "SESSION_TOOLS",
     "DEFAULT_DATA_ROWS", "Comparison", "RunSummary", "Side", "forked_label", "McpServer", "Room",
     "RemoteRun", "REMOTE_POLL_INTERVAL", "safe_repr", "CellOutput", "record_exception", "run_source",
-    "SessionStore", "SessionInfo", "run_query", "DEFAULT_MAX_ROWS",
+    "SessionStore", "SessionInfo", "run_query", "DEFAULT_MAX_ROWS", "UndoOutcome", "undo_of",
 ]
 
 

@@ -384,6 +384,16 @@ def _pg_m_data_egress_context(cur: PgConnection) -> None:
     create_pg_audit_views(cur)  # data_egress via context / compaction
 
 
+def _m_variable_changes_undo(con: duckdb.DuckDBPyConnection) -> None:
+    # variable_changes: an undo's changes (%chaz undo: an Ack with undo_of, server/kernel/undo.py)
+    # and the undo_of column
+    del con  # the views: apply_duckdb (Migration.views)
+
+
+def _pg_m_variable_changes_undo(cur: PgConnection) -> None:
+    create_pg_audit_views(cur)  # variable_changes: undo rows, undo_of
+
+
 def _pg_m015(cur: PgConnection) -> None:
     # Run-tree budgets (chaz_nb/server/budgets.py), charged by every kernel with a conditional
     # UPDATE; a schedule keeps the budget of the run tree that made it.
@@ -456,6 +466,7 @@ MIGRATIONS: list[Migration] = [
     Migration("019_data_egress_attachment_run", _m_data_egress_attachment_run, _pg_m_data_egress_attachment_run,
               views=True),
     Migration("020_data_egress_context", _m_data_egress_context, _pg_m_data_egress_context, views=True),
+    Migration("021_variable_changes_undo", _m_variable_changes_undo, _pg_m_variable_changes_undo, views=True),
 ]
 
 

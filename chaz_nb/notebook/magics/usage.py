@@ -12,6 +12,7 @@ from .mcp import MCP_USAGE
 from .multi import ROOM_USAGE, SCHEDULE_USAGE
 from .sql import AUDIT_USAGE, SQL_USAGE
 from .stop import STOP_USAGE
+from .undo import UNDO_USAGE
 
 USE_USAGE = "usage: %chaz use SESSION"
 CELL_USAGE = (
@@ -62,6 +63,11 @@ _HELP = """\
 %chaz replay SESSION --model M [--agent NAME] [--system TEXT] [--api-base URL]
                             every trigger of SESSION again in a new branch; tools from the recording
 %chaz compare A B           two branches side by side from their fork point
+%chaz undo [TOOL_CALL] [--session SESSION] [--partial] [--force]
+                            put back the variables an agent's kernel__run call (default: the session's last)
+                            created, rebound or deleted; what it cannot undo (changed in place, a file written,
+                            a network call, an import) is named first and stops it unless --partial;
+                            --release frees the before-state kept for the session's last calls
 %chaz compact [SESSION]     summarize the conversation into a Summary: later runs start from it
 %chaz mcp add NAME -- COMMAND ARGS...   start an MCP tool server (or --url URL); its tools are NAME__TOOL
                             options: --env K=V --risk R --approval MODE --timeout S --start-timeout S --wait
@@ -159,6 +165,7 @@ USAGE = "usage: %chaz " + " | ".join(
         _forms(FORK_USAGE),
         _forms(REPLAY_USAGE),
         _forms(COMPARE_USAGE),
+        _forms(UNDO_USAGE),
         "compact [SESSION]",
         "config [db=PATH] [model=M]",
         "help",
@@ -168,7 +175,7 @@ USAGE = "usage: %chaz " + " | ".join(
 SHORT_USAGE = """\
 %chaz @NAME text                   talk to an agent (the built-in one: @assistant)
 %chaz agent NAME --model M         define an agent (%%chaz agent NAME: the fields as a TOML body)
-%chaz log | sessions | pending | stop | sql | audit | fork | compare | config ...
+%chaz log | sessions | pending | stop | undo | sql | audit | fork | compare | config ...
 %chaz help                         every sub-command and flag"""
 HELP = _HELP.replace(
     "{agent}",
