@@ -238,3 +238,33 @@ def test_sigkill_at_random_points_loses_no_entry_whose_append_returned(tmp_path)
         _check_reopened(path, printed, attempt)
     assert len(printed) > 200  # the writer really wrote between kills
     assert replayed  # some kills fell between a journaled append and its DuckDB commit
+
+
+def test_a_duckdb_commit_that_fails_behind_loses_no_entry_and_reads_say_why(tmp_path):
+    """The append returned (its line is durable): a DuckDB commit refused behind it keeps the
+    rows journaled; the next append takes the next ids, a read says what failed, and the entries
+    are there once DuckDB takes them (here: the next open)."""
+    path = str(tmp_path / "s.duckdb")
+    store = SessionStore(path)
+    sid = store.create_session("a")
+    real = store._db
+
+    class Refusing:
+        def execute(self, sql, params=None):
+            if sql.startswith("INSERT INTO entries"):
+                raise __import__("duckdb").IOException("IO Error: disk went away")
+            return real.execute(sql, params or [])
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+    store._db = Refusing()
+    one = store.append(sid, EntryType.MESSAGE, "u", "one")
+    two = store.append(sid, EntryType.MESSAGE, "u", "two")
+    assert (one.seq, two.seq, two.id) == (1, 2, one.id + 1)
+    with pytest.raises(StoreError, match="could not commit journaled entries.*disk went away"):
+        store.read("SELECT count(*) FROM entries")
+    store._db = real
+    real.close()  # the kernel dies here: nothing committed in DuckDB
+    with SessionStore(path) as again:
+        assert [(e.seq, e.content) for e in again.entries(sid)] == [(1, "one"), (2, "two")]

@@ -168,24 +168,28 @@ class SessionStore(Store):
         assert self._journal is not None
         self._journal.append(insert_columns, rows)
         self._unapplied.append((insert_columns, rows))
-        if self._apply_scheduled:
-            return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # no loop to do it behind: now (a script's ``append``)
-            self._settle()
+            self._apply_behind(scheduled=False)
+            return
+        if self._apply_scheduled:
             return
         self._apply_scheduled = True
         when_idle(self._apply_behind, loop)
         loop.call_later(APPLY_WINDOW, self._apply_behind)
 
-    def _apply_behind(self) -> None:
-        """The DuckDB commit of what the journal holds, once the loop is idle (or at its window)."""
-        self._apply_scheduled = False
+    def _apply_behind(self, scheduled: bool = True) -> None:
+        """The DuckDB commit of what the journal holds, once the loop is idle (or at its window).
+
+        Never raises: the entries are durable already (their append returns them); when DuckDB
+        refuses, the rows stay journaled and the next read tries again (and says why)."""
+        if scheduled:
+            self._apply_scheduled = False
         if self._unapplied and not self._closed:
             try:
                 self._settle()
-            except StoreError:  # the rows stay in the journal and in ``_unapplied``: the next read retries
+            except StoreError:
                 log.exception("could not commit journaled entries to %s", self.path)
 
     def _settle(self) -> None:
