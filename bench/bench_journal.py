@@ -91,7 +91,8 @@ async def main(rounds: int) -> None:
     print("\none durable append, p50 (p90) ms:")
     for name, samples in one.items():
         q = statistics.quantiles(samples, n=10)
-        print(f"  {name:8s} {p50(samples):6.3f} ({q[8] * 1000:6.3f})   {p50(samples) / p50(one['floor']):5.2f}x the floor")
+        ratio = p50(samples) / p50(one["floor"])
+        print(f"  {name:8s} {p50(samples):6.3f} ({q[8] * 1000:6.3f})   {ratio:5.2f}x the floor")
     cells = await measure(cases, max(rounds // 3, 30), cell=True)
     print("\na simulated cell (append, 20 ms wait, append): ms over the 20 ms, p50")
     for name, samples in cells.items():
