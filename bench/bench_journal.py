@@ -6,7 +6,9 @@ round) in one run, so the disk's phase and machine noise hit them alike:
 - ``floor``: the entry's row as a JSON line, ``write`` + ``fdatasync`` of a plain file;
 - ``journal``: ``await store.write_one(...)`` on a DuckDB file store (the default): returns once
   the line is fdatasync'd in ``<db>.journal``; the DuckDB commit follows behind;
-- ``duckdb``: the same on a store opened ``journal=False``: each append is its DuckDB commit.
+- ``duckdb``: the same on a store opened ``journal=False``: each append is its DuckDB commit;
+- ``sqlite``: the alternative the issue names, measured, not built: the row as one INSERT of a
+  SQLite database in WAL mode with ``synchronous=FULL`` (a durable commit), autocommitted.
 
 Each append is timed from the call to its return, after 5 ms idle (the journal's DuckDB commit
 falls in that idle time, as it falls in a model call's wait in a turn). Then a simulated cell:
@@ -22,6 +24,7 @@ import asyncio
 import json
 import os
 import platform
+import sqlite3
 import statistics
 import tempfile
 import time
@@ -44,6 +47,23 @@ def floor(path: str) -> Append:
     async def append() -> None:
         os.write(fd, line)
         os.fdatasync(fd)
+
+    return append
+
+
+def sqlite_wal(path: str) -> Append:
+    con = sqlite3.connect(path, isolation_level=None)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("PRAGMA synchronous=FULL")
+    con.execute("CREATE TABLE entries (id INTEGER PRIMARY KEY, session_id INT, seq INT, entry_type TEXT, "
+                "sender TEXT, content TEXT, tool_call_id TEXT, tool_name TEXT, payload TEXT, created_at TEXT)")
+    payload = json.dumps(PAYLOAD)
+    n = [0]
+
+    async def append() -> None:
+        n[0] += 1
+        con.execute("INSERT INTO entries VALUES (?, 1, ?, 'Message', 'bench', 'done, the answer is 42', NULL, NULL, ?,"
+                    " '2026-12-07T22:00:00')", (n[0], n[0], payload))
 
     return append
 
@@ -81,7 +101,7 @@ async def main(rounds: int) -> None:
     journaled = SessionStore(os.path.join(tmp, "journal.duckdb"))
     committed = SessionStore(os.path.join(tmp, "commit.duckdb"), journal=False)
     cases = {"floor": floor(os.path.join(tmp, "floor.jsonl")), "journal": store_append(journaled),
-             "duckdb": store_append(committed)}
+             "duckdb": store_append(committed), "sqlite": sqlite_wal(os.path.join(tmp, "wal.sqlite"))}
     for case in cases.values():  # warm up
         for _ in range(20):
             await case()
@@ -99,7 +119,8 @@ async def main(rounds: int) -> None:
         print(f"  {name:8s} +{p50(samples):6.3f}")
     print(f"\njournal append / floor: {p50(one['journal']) / p50(one['floor']):.2f}x (target <= 2x); "
           f"duckdb commit / floor: {p50(one['duckdb']) / p50(one['floor']):.2f}x; "
-          f"journal / duckdb: {p50(one['journal']) / p50(one['duckdb']):.2f}x")
+          f"journal / duckdb: {p50(one['journal']) / p50(one['duckdb']):.2f}x; "
+          f"sqlite WAL / floor: {p50(one['sqlite']) / p50(one['floor']):.2f}x")
     journaled.close()
     committed.close()
 
