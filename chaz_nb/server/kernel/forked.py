@@ -20,6 +20,7 @@ Where ``os.fork`` does not exist (Windows), ``FORKS`` is False and callers run i
 
 from __future__ import annotations
 
+import faulthandler
 import gc
 import os
 import pickle
@@ -125,6 +126,7 @@ def _child(fn: Callable[[], object], read_end: int, write_end: int, memory_mb: i
     code = 0
     try:
         os.close(read_end)
+        faulthandler.disable()  # a crash of the child is the parent's to tell, on no stream of the kernel's
         # the collector would walk (and so copy) every object of the kernel's heap
         gc.disable()
         # an interrupt of the kernel (sent to its process group) ends the query
