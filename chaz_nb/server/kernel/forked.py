@@ -20,6 +20,7 @@ Where ``os.fork`` does not exist (Windows), ``FORKS`` is False and callers run i
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import gc
 import os
@@ -115,10 +116,8 @@ def _read_until(fd: int, pid: int, end: float) -> tuple[list[bytes], bool]:
 
 
 def _kill(pid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):  # already gone (its zombie is still ours to reap)
         os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:  # already gone (its zombie is still ours to reap)
-        pass
 
 
 def _child(fn: Callable[[], object], read_end: int, write_end: int, memory_mb: int) -> None:  # pragma: no cover

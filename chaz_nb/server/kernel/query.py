@@ -235,10 +235,8 @@ def run_query(sql: str, ns: Mapping[str, Any], policy: DataPolicy, hidden: Any =
     used = [name for name, _, _ in tables]
     limit = policy.row_limit
     try:
-        if FORKS:
-            result = _in_child(sql, tables, policy, deadline)
-        else:
-            result = _in_process(sql, tables, policy, deadline)
+        run = _in_child if FORKS else _in_process
+        result = run(sql, tables, policy, deadline)
     except duckdb.InterruptException:
         raise ToolError(f"the query ran over {deadline:g} s and was stopped") from None
     except duckdb.OutOfMemoryException as exc:
