@@ -40,6 +40,10 @@ if sys.platform == "linux":  # counts private writable mappings in RLIMIT_DATA (
     import resource
 
 
+#: the threads a child runs at most (the query instance's ``threads``), for its CPU time bound
+CHILD_THREADS = 2
+
+
 class ChildTimedOut(Exception):
     """The child ran past its deadline and was killed."""
 
@@ -71,7 +75,7 @@ def run_forked(fn: Callable[[], T], *, memory_mb: int, deadline: float) -> T:
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child's coverage is not collected (it never returns)
-        _child(fn, read_end, write_end, memory_mb)
+        _child(fn, read_end, write_end, memory_mb, deadline)
     os.close(write_end)
     killed = False
     done = False
@@ -120,7 +124,8 @@ def _kill(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-def _child(fn: Callable[[], object], read_end: int, write_end: int, memory_mb: int) -> None:  # pragma: no cover
+def _child(fn: Callable[[], object], read_end: int, write_end: int, memory_mb: int,
+           deadline: float) -> None:  # pragma: no cover
     """In the child: bound memory, run ``fn``, send the outcome, leave without cleanup."""
     code = 0
     try:
@@ -130,7 +135,7 @@ def _child(fn: Callable[[], object], read_end: int, write_end: int, memory_mb: i
         gc.disable()
         # an interrupt of the kernel (sent to its process group) ends the query
         signal.signal(signal.SIGINT, signal.SIG_DFL)
-        _bound_memory(memory_mb)
+        _bound_memory(memory_mb, deadline)
         try:
             outcome: tuple[object, ...] = ("returned", fn())
         except BaseException as exc:  # noqa: BLE001 - every failure goes back as text
@@ -145,8 +150,10 @@ def _child(fn: Callable[[], object], read_end: int, write_end: int, memory_mb: i
         os._exit(code)
 
 
-def _bound_memory(memory_mb: int) -> None:
-    """Let the process's private writable memory grow by ``memory_mb`` MB from now."""
+def _bound_memory(memory_mb: int, deadline: float) -> None:
+    """Let the process's private writable memory grow by ``memory_mb`` MB from now, and its
+    CPU time be what its threads can use before the parent kills it at ``deadline`` (so a
+    child whose parent never killed it, a kernel that ended meanwhile, still ends)."""
     if sys.platform != "linux":  # macOS enforces neither RLIMIT_DATA nor RLIMIT_AS
         return
     soft = _status_kb("VmData") * 1024 + (memory_mb << 20)
@@ -154,6 +161,10 @@ def _bound_memory(memory_mb: int) -> None:
     if hard != resource.RLIM_INFINITY:
         soft = min(soft, hard)
     resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+    cpu = int((CHILD_THREADS + 1) * deadline) + 10
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    if hard == resource.RLIM_INFINITY or cpu < hard:
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, hard))
 
 
 def _status_kb(field: str) -> int:
