@@ -140,7 +140,10 @@ def _child(fn: Callable[[], object], read_end: int, write_end: int, memory_mb: i
             outcome: tuple[object, ...] = ("returned", fn())
         except BaseException as exc:  # noqa: BLE001 - every failure goes back as text
             outcome = ("raised", type(exc).__name__, str(exc))
-        data = pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            data = pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # noqa: BLE001 - a value pickle cannot write: say so, not "no result"
+            data = pickle.dumps(("raised", type(exc).__name__, f"the result could not be sent back: {exc}"))
         view = memoryview(data)
         while view:
             view = view[os.write(write_end, view):]
