@@ -199,7 +199,7 @@ async def test_one_huge_value_ends_in_one_line_and_the_kernel_does_not_grow(sql,
     reply = await call(kernel, "kernel__query", sql=sql)
     grew = peak_rss_mb() - before
     assert reply.is_error and "\n" not in reply.text, reply.text
-    assert ("Out of Memory" in reply.text and "1024 MB in all" in reply.text or "ran over 2 s" in reply.text
+    assert ("Out of Memory" in reply.text and f"{query_mod.QUERY_PROCESS_MEMORY_MB} MB in all" in reply.text or "ran over 2 s" in reply.text
             or "Max bar width" in reply.text), reply.text
     assert grew < 200, f"the kernel grew by {grew} MB"
     after = await call(kernel, "kernel__query", sql="SELECT region, amount FROM sales")
@@ -214,7 +214,7 @@ async def test_a_query_whose_process_dies_says_what_it_needed_in_one_line(ending
     own MemoryError past the bound): one line, and the next query runs."""
     def dies(sql, tables, policy):
         if ending == "MemoryError":
-            return bytearray(8 << 30)  # past the bound: this process may grow by 1024 MB
+            return bytearray(8 << 30)  # past the bound: this process may grow by 2048 MB
         os.kill(os.getpid(), ending)
         return None
 
@@ -222,7 +222,7 @@ async def test_a_query_whose_process_dies_says_what_it_needed_in_one_line(ending
     kernel = KernelTools(PlainHost({}))
     reply = await call(kernel, "kernel__query", sql="SELECT 1 AS x")
     assert reply.is_error and reply.text == (
-        "the query needed more than 1024 MB (kernel__query may hold 1024 MB): filter or aggregate before "
+        "the query needed more than 2048 MB (kernel__query may hold 2048 MB): filter or aggregate before "
         "building large values, or add LIMIT"), reply.text
     monkeypatch.undo()
     assert (await call(kernel, "kernel__query", sql="SELECT 1 AS x")).text == "x\n1"

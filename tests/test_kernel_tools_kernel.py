@@ -143,5 +143,5 @@ def test_a_query_that_builds_a_huge_value_ends_in_one_line_and_the_kernel_neithe
                    "print(peak_mb() - base)")
     assert r.status == "ok", r.outputs
     error, grew = r.stdout.rstrip("\n").split("\n")
-    assert error.startswith("Out of Memory Error") and "1024 MB in all" in error, error
+    assert error.startswith("Out of Memory Error") and "2048 MB in all" in error, error
     assert int(grew) < 200, f"the kernel grew by {grew} MB"
