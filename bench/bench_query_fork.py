@@ -99,7 +99,8 @@ def main() -> None:
     assert query(group).splitlines()[0] == in_process(lambda: query(group))().splitlines()[0] == "region | total | n"
     print(f"kernel RSS {status_mb('VmRSS'):,} MB, {args.runs} runs, best of each, DuckDB {duckdb.__version__}")
 
-    fork = best_ms(lambda: run_forked(lambda: None, memory_mb=query_mod.QUERY_PROCESS_MEMORY_MB, deadline=10), args.runs)
+    budget = query_mod.QUERY_PROCESS_MEMORY_MB
+    fork = best_ms(lambda: run_forked(lambda: None, memory_mb=budget, deadline=10), args.runs)
     config = {**LOCKED_DOWN, **query_mod.QUERY_LIMITS}
     instance = best_ms(lambda: duckdb.connect(":memory:", config=config).close(), args.runs)
     print(f"  fork + reap            {fork:8.1f} ms")
