@@ -183,7 +183,8 @@ class AgentBook:
         if not self.available:
             return {}
         out: dict[str, Agent] = {}
-        for name_value, text in self.store.execute(f"SELECT name, definition FROM agent_definitions WHERE true{self._own} ORDER BY name"):
+        query = f"SELECT name, definition FROM agent_definitions WHERE true{self._own} ORDER BY name"
+        for name_value, text in self.store.execute(query):
             name = str_value(name_value, "agent_definitions.name")
             agent = self._parse(name, text)
             if agent is not None:
@@ -229,7 +230,8 @@ class AgentBook:
         now = utcnow()
         self.store.execute(
             "INSERT INTO agent_definitions (name, definition, created_at, updated_at) VALUES (?, ?, ?, ?) "
-            f"ON CONFLICT ({self._definition_key}) DO UPDATE SET definition = excluded.definition, updated_at = excluded.updated_at",
+            f"ON CONFLICT ({self._definition_key}) DO UPDATE SET definition = excluded.definition,"
+            " updated_at = excluded.updated_at",
             [agent.name, json.dumps(definition), now, now],
         )
         self.unreadable.pop(agent.name, None)
@@ -252,7 +254,8 @@ class AgentBook:
             return
         self.store.execute(
             "INSERT INTO agent_sessions (agent, session_id, updated_at) VALUES (?, ?, ?) "
-            f"ON CONFLICT ({self._session_key}) DO UPDATE SET session_id = excluded.session_id, updated_at = excluded.updated_at",
+            f"ON CONFLICT ({self._session_key}) DO UPDATE SET session_id = excluded.session_id,"
+            " updated_at = excluded.updated_at",
             [agent, int(session_id), utcnow()],
         )
 

@@ -126,8 +126,10 @@ class PgSessionStore(TeamAccess, SharedSessions):
         self._last_entry_id = "chaz_last_entry_id()" if self._team else "(SELECT coalesce(max(id), 0) FROM entries)"
         self._last_session_id = (
             "chaz_last_session_id()" if self._team else "(SELECT coalesce(max(id), 0) FROM sessions)")
+        #: a team's person (pgteam.py): the rows this role reads are some of the ids only
+        self._confined_role = self.confined
         #: the highest entry id handed to the subscribers (or queued for them)
-        self._seen = int_value(self._scalar("SELECT coalesce(max(id), 0) FROM entries"))
+        self._seen = int_value(self._scalar(f"SELECT {self._last_entry_id}"))
         #: the highest entry id every subscriber has been handed (``dispatched_id``)
         self._dispatched = self._seen
         # a database of an older schema (read only) has no copies to skip
@@ -523,7 +525,14 @@ class PgSessionStore(TeamAccess, SharedSessions):
             # entry below that id can still come)
             upto = "" if first is None else " AND id < ?"
             params = [self._seen] if first is None else [self._seen, first]
-            top = int_or_none(self._scalar(f"SELECT max(id) FROM entries WHERE id > ?{upto}", params))
+            top: int | None
+            if self._confined_role:
+                # a confined role sees only some ids: up to the store's newest (every id below
+                # committed), so what it cannot see still counts as seen (dispatched_id)
+                newest = first - 1 if first is not None else int_value(self._scalar("SELECT chaz_last_entry_id()"))
+                top = newest if newest > self._seen else None
+            else:
+                top = int_or_none(self._scalar(f"SELECT max(id) FROM entries WHERE id > ?{upto}", params))
             if top is not None:
                 earlier = [entry_from_row(r) for r in self._rows(
                     f"SELECT {ENTRY_COLUMNS} FROM entries WHERE id > ? AND id <= ?{self._not_copies}"
@@ -544,6 +553,8 @@ class PgSessionStore(TeamAccess, SharedSessions):
             self._enqueue([])
             count = len(self._queue) - before
         self._drain()
+        if self._confined_role and not self._queue:  # the ids it cannot see: none to hand out
+            self._dispatched = max(self._dispatched, self._seen)
         return count
 
     def _after_dispatch(self, entry: Entry) -> None:
