@@ -96,11 +96,12 @@ class TeamAccess:
         database says who sent it (the backend's login), not the payload."""
         if not self._team:
             return True
-        if self._notice_pid is None:
-            return False
+        # no sender known (not from the listener; a backend gone already): allowed only where
+        # nobody is confined (chaz_role_confined(NULL) is false only without a team role)
+        pid = -1 if self._notice_pid is None else int(self._notice_pid)
         return bool(self._scalar(
             "SELECT chaz_role_may((SELECT usename::text FROM pg_stat_activity WHERE pid = ?), ?, ?)",
-            [int(self._notice_pid), int(session_id), _rank(level)]))
+            [pid, int(session_id), _rank(level)]))
 
     def share(self, session_id: int, grantee: str, level: str) -> None:
         """Share the session with ``grantee`` (a role or a group role) at ``level``; replaces

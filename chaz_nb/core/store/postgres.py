@@ -586,6 +586,7 @@ class PgSessionStore(TeamAccess, SharedSessions):
                                 callback(notice.payload)
                             except Exception:  # a callback's failure must not end the listener (logged)
                                 log.exception("notice callback %r failed on %s", callback, notice.channel)
+                        self._notice_pid = None
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - any connection failure: reconnect and catch up
