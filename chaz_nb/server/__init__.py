@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .remote import REMOTE_POLL_INTERVAL, RemoteRun
     from .rooms import Room
     from .kernel.undo import UndoOutcome, undo_of
+    from . import sharing
 
 #: public name -> the module that defines it (imported when the name is first asked for)
 _HOMES = {
@@ -41,6 +42,7 @@ _HOMES = {
     # the store the façade runs on, and the read-only query %chaz sql runs (with or without one)
     "SessionStore": "..core.store", "SessionInfo": "..core.store",
     "run_query": "..core.sqlquery", "DEFAULT_MAX_ROWS": "..core.sqlquery",
+    "sharing": ".sharing",
 }
 
 __all__ = [
@@ -48,10 +50,13 @@ __all__ = [
     "DEFAULT_DATA_ROWS", "Comparison", "RunSummary", "Side", "forked_label", "McpServer", "Room",
     "RemoteRun", "REMOTE_POLL_INTERVAL", "safe_repr", "CellOutput", "record_exception", "run_source",
     "SessionStore", "SessionInfo", "run_query", "DEFAULT_MAX_ROWS", "UndoOutcome", "undo_of",
+    "sharing",
 ]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "sharing":  # a module: who this kernel is, and sharing (sharing.py)
+        return importlib.import_module(".sharing", __name__)
     home = _HOMES.get(name)
     if home is not None:
         return getattr(importlib.import_module(home, __name__), name)

@@ -26,6 +26,7 @@ from .multi import MultiAgentCommands
 from .sessions import SessionCommands
 from .sql import SqlCommands
 from .stop import StopCommands
+from .team import TeamCommands
 from .fork import ForkCommands
 from .undo import UndoCommands
 from .args import split_words
@@ -61,7 +62,8 @@ def _refuse_missing_directory(value: str) -> None:
 
 @magics_class
 class ChazMagics(DefineCommands, SessionCommands, ApprovalCommands, SqlCommands, MultiAgentCommands,
-                 McpCommands, StopCommands, ForkCommands, UndoCommands, Magics):
+                 McpCommands, StopCommands, ForkCommands, UndoCommands,
+                 TeamCommands, Magics):
     """``%chaz`` / ``%%chaz``.
 
     Sub-command ``%chaz NAME ...`` is the method ``_cmd_NAME``; the agent definition, session,

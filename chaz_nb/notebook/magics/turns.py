@@ -47,7 +47,9 @@ def parse_session(server: Server, arg: str, last: int | None, what: str) -> int:
         raise UsageError(f"%chaz {what}: SESSION is a session id or @NAME, not {arg!r}") from None
     try:
         server.store.session(sid)
-    except StoreError:
+    except StoreError as exc:
+        if "not shared" in str(exc) or "may not" in str(exc):  # a team's store: whose it is, what to ask
+            raise UsageError(f"%chaz {what}: {exc}") from None
         raise UsageError(f"%chaz {what}: there is no session {sid}; see %chaz sessions") from None
     return sid
 

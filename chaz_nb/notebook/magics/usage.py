@@ -13,6 +13,7 @@ from .multi import ROOM_USAGE, SCHEDULE_USAGE
 from .sql import AUDIT_USAGE, SQL_USAGE
 from .stop import STOP_USAGE
 from .undo import UNDO_USAGE
+from .team import SHARE_USAGE, UNSHARE_USAGE
 
 USE_USAGE = "usage: %chaz use SESSION"
 CELL_USAGE = (
@@ -44,6 +45,10 @@ _HELP = """\
 %chaz use SESSION           make SESSION its agent's current one here (e.g. one another kernel serves)
 %chaz wait [SESSION]        wait for a session's run to finish
 %chaz stop [SESSION|all]    stop a run (and its spawned children): tools cancelled, approvals closed, Ack cancelled
+%chaz whoami                who this kernel acts as (the PostgreSQL role it logged in as) and what it sees
+%chaz share SESSION @ROLE|@GROUP [--read|--write|--approve]
+                            a team's store: let another person read / also post and stop / also decide approvals
+%chaz unshare SESSION @ROLE take a share back
 %chaz pending               tool calls waiting for your approval
 %chaz approve ID|last|all   approve (--all-calls: every call to that tool in the session)
 %chaz approve ID --args JSON   approve with edited arguments (checked against the tool's schema)
@@ -154,6 +159,9 @@ USAGE = "usage: %chaz " + " | ".join(
         _forms(USE_USAGE),
         "wait [SESSION]",
         _forms(STOP_USAGE),
+        "whoami",
+        _forms(SHARE_USAGE),
+        _forms(UNSHARE_USAGE),
         _forms(PENDING_USAGE),
         _forms(APPROVE_USAGE),
         _forms(DENY_USAGE),
