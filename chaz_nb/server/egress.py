@@ -94,8 +94,10 @@ def context_data(store: Store, session_id: int) -> ContextData:
         so_far += carried
         data.carried[e.id] = carried
         # the models that had this content: those of the data it carries, and the one that
-        # summarized it (a compaction's Summary records its own send)
-        origin = {_target_of(c) for c in carried} | ({_target_of(egress)} if egress is not None else set())
+        # summarized it (a Summary names it; an older Summary carried its own ``egress``)
+        by = e.payload.get("summarized_by") if e.entry_type is EntryType.SUMMARY else None
+        by = by if isinstance(by, dict) else egress
+        origin = {_target_of(c) for c in carried} | ({_target_of(by)} if by is not None else set())
         data.sent.setdefault(_key(e), set()).update(origin)
     if first_seq is None:
         return data
@@ -111,12 +113,14 @@ def context_data(store: Store, session_id: int) -> ContextData:
 
 
 def context_egress(store: Store, session_id: int, agent: Any, via: str = "context",
-                   entries: list[Entry] | None = None) -> dict[str, Any] | None:
+                   entries: list[Entry] | None = None, data: ContextData | None = None) -> dict[str, Any] | None:
     """The ``egress`` of a model request of ``agent`` built from ``session_id``'s context (its
     ``entries``; default: everything since the latest Summary): the notebook's data there that
     was never recorded as sent to ``agent``'s model and host, withheld entries left out; None
-    when there is none. Written before the request (the run's Ack, the compaction's Summary)."""
-    data = context_data(store, session_id)
+    when there is none. Written before the request (the run's Ack, the compaction's own Ack).
+    ``data``: the session's ``context_data`` when the caller has it already (read once a run)."""
+    if data is None:
+        data = context_data(store, session_id)
     if not data.carried:
         return None
     if entries is None:
@@ -168,9 +172,11 @@ def _count(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def as_allowed(store: Store, session_id: int, entries: list[Entry], agent: Any) -> list[Entry]:
+def as_allowed(store: Store, session_id: int, entries: list[Entry], agent: Any,
+               data: ContextData | None = None) -> list[Entry]:
     """``entries`` as ``agent``'s data policy lets it read them (``withhold``); a ``full``
-    agent reads them all, so the session is not read again for it."""
+    agent reads them all, so the session is not read again for it. ``data``: the session's
+    ``context_data`` when the caller has it already (a run reads it once, for its Ack too)."""
     if str(getattr(agent, "data", "full")) == "full":
         return entries
-    return withhold(entries, context_data(store, session_id), agent)
+    return withhold(entries, data if data is not None else context_data(store, session_id), agent)

@@ -43,7 +43,7 @@ from . import events as event_writer
 from .agents import Agent
 from .budgets import Budgets, StoredBudget
 from .agent_trust import Held
-from .egress import as_allowed, context_egress
+from .egress import ContextData, as_allowed, context_data, context_egress
 from .ceiling import Authority, Ceiling
 from .invocation import Invocation
 from .ports import Part, RunContext, ServerPort, SpawnContext, current_run
@@ -153,7 +153,8 @@ class RunSteps:
         tree = self._budget_of(agent, trigger, origin, invocation)
         # the notebook's data this run's context sends where it was never recorded as sent
         # (another room member's replies, a model redefined, a fork's copies): the Ack says so
-        egress = _context_egress(self.store, session_id, agent)
+        data = context_data(self.store, session_id)
+        egress = _context_egress(self.store, session_id, agent, data)
         ack_write = asyncio.ensure_future(_only(self.store.write_behind([NewEntry(
             session_id,
             EntryType.ACK,
@@ -190,6 +191,7 @@ class RunSteps:
             tree=tree,
             ceiling=ceiling,
             reply_triggers=session.kind == "room",
+            context_data=data,
         )
         ack_write.add_done_callback(lambda f: self._ack_landed(session_id, ctx, f))
         token = current_run.set(ctx)
@@ -275,7 +277,9 @@ class RunSteps:
         # has it, so there the budget is the agent's, else server.compaction.context_tokens).
         # The agent's own system prompt and budget, else the default one.
         budget = agent.context_tokens if agent.context_tokens is not None else DEFAULT_CONTEXT_TOKENS
-        entries = as_allowed(self.store, session_id, list(self.store.context_window(session_id, budget)), agent)
+        ctx = current_run.get()
+        data = ctx.context_data if ctx is not None and ctx.session_id == session_id else None
+        entries = as_allowed(self.store, session_id, list(self.store.context_window(session_id, budget)), agent, data)
         messages = build_context(entries, agent.name, agent.system, context_tokens=budget)
         if invocation is not None and invocation.input:
             messages.append({"role": "user", "content": invocation.input})
@@ -467,8 +471,8 @@ class RunSteps:
         return executor
 
 
-def _context_egress(store: Store, session_id: int, agent: Agent) -> dict[str, Any]:
+def _context_egress(store: Store, session_id: int, agent: Agent, data: ContextData) -> dict[str, Any]:
     """``{"egress": ...}`` for a run whose context sends the notebook's data to a model or host
     it was never recorded as sent to (egress.py); ``{}`` otherwise."""
-    egress = context_egress(store, session_id, agent)
+    egress = context_egress(store, session_id, agent, data=data)
     return {"egress": egress} if egress is not None else {}
