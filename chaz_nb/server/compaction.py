@@ -25,11 +25,12 @@ from ..core.entries import (
     ChatMessage, Entry, EntryType, approx_tokens, build_context, context_slice, fit_to_budget,
 )
 from ..core.window import DEFAULT_CONTEXT_TOKENS, budget_for_window
-from .egress import as_allowed, context_data, context_egress, egress_target
+from .egress import ContextData, as_allowed, context_data, context_egress, egress_target, withhold
+from .egress_gate import ALLOWED, EgressGate, denied_record
 from .invocation import Invocation
 from ..engine.runtime import one_line_reason
 from ..engine.tools import ToolError, ToolRegistry, tool
-from ..errors import CompactionError
+from ..errors import CompactionError, ServerError
 from .ports import Part, current_run
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -133,6 +134,21 @@ class Compaction(Part):
         return None
 
     # ------------------------------------------------------------ compact
+    def _gated(self, session_id: int, agent: Agent, egress: dict[str, Any], data: ContextData,
+               since: list[Entry]) -> tuple[dict[str, Any], list[Entry]]:
+        """The egress gate on a summary request (egress_gate.py): the agent's rule lets the
+        data go, or it is withheld from the request. A compaction is no run, so it has no card
+        to show: what the rule would ask a person about stays in the kernel."""
+        gate = _gate_of(self.port)
+        if gate is None:
+            return egress, since
+        verdict = gate.verdict(session_id, agent)
+        if verdict.decision in ALLOWED:
+            return {**egress, "decision": verdict.decision, "decided_by": verdict.why}, since
+        why = verdict.why or "no person to ask (a compaction is no run)"
+        data.denied.update(k for k in egress.get("entries") or [] if isinstance(k, int))
+        return denied_record(egress, {"decision": "deny", "decided_by": why}), withhold(since, data, agent)
+
     def _summarizer(self, session_id: int) -> Agent:
         session = self.port.store.session(session_id)
         candidates = [session.agent, *self.rooms.members(session_id)]
@@ -161,6 +177,8 @@ class Compaction(Part):
         # ahead of the request (an Ack of the compaction, not of a run), so a request that fails
         # or a kernel that dies on the wire still leaves it in the ledger
         egress = context_egress(store, session_id, agent, via="compaction", entries=since, data=data)
+        if egress is not None:
+            egress, since = self._gated(session_id, agent, egress, data, since)
         if egress is not None:
             store.append(session_id, EntryType.ACK, "system",
                          f"compaction of session {session_id} sends its context to {agent.model}",
@@ -199,6 +217,14 @@ class Compaction(Part):
                 "summarized_by": {"model": egress_target(agent)["model"], "host": egress_target(agent)["host"]},
             },
         )
+
+
+def _gate_of(port: ServerPort) -> EgressGate | None:
+    try:
+        part = port.part(EgressGate.name)
+    except ServerError:  # an engine without the gate (a test's)
+        return None
+    return part if isinstance(part, EgressGate) else None
 
 
 def _window_key(agent: Agent) -> tuple[str, str, str | None, int | None]:

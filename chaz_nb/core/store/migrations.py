@@ -384,6 +384,15 @@ def _pg_m_data_egress_context(cur: PgConnection) -> None:
     create_pg_audit_views(cur)  # data_egress via context / compaction
 
 
+def _m_data_egress_decision(con: duckdb.DuckDBPyConnection) -> None:
+    # data_egress.decision: the egress gate's decision on each send (server/egress_gate.py)
+    del con  # the views: apply_duckdb (Migration.views)
+
+
+def _pg_m_data_egress_decision(cur: PgConnection) -> None:
+    create_pg_audit_views(cur)  # data_egress.decision
+
+
 def _pg_m015(cur: PgConnection) -> None:
     # Run-tree budgets (chaz_nb/server/budgets.py), charged by every kernel with a conditional
     # UPDATE; a schedule keeps the budget of the run tree that made it.
@@ -456,6 +465,7 @@ MIGRATIONS: list[Migration] = [
     Migration("019_data_egress_attachment_run", _m_data_egress_attachment_run, _pg_m_data_egress_attachment_run,
               views=True),
     Migration("020_data_egress_context", _m_data_egress_context, _pg_m_data_egress_context, views=True),
+    Migration("021_data_egress_decision", _m_data_egress_decision, _pg_m_data_egress_decision, views=True),
 ]
 
 
