@@ -29,8 +29,8 @@ def openai_key(monkeypatch):
 def remote(model_server, **kw) -> Agent:
     """An agent on the recording provider, which it treats as another host (no local default)."""
     kw.setdefault("egress_hosts", [])
-    return Agent("a", model="openai/m", api_base=model_server.openai_base, tools=list(SAFE_DEFAULT_TOOLS),
-                 data="full", **kw)
+    kw.setdefault("tools", list(SAFE_DEFAULT_TOOLS))
+    return Agent("a", model="openai/m", api_base=model_server.openai_base, data="full", **kw)
 
 
 def sales_server(store, agent: Agent, timeout: float = 30.0) -> Server:
@@ -203,4 +203,36 @@ async def test_a_compaction_has_no_card_so_what_its_rule_would_ask_about_stays(b
     assert "withheld" in json.dumps(model_server.chat_requests()[0].body)
     assert [(d[1], d[2]) for d in decisions(backend_store) if d[0] == "compaction"] == [("deny", 0)]
     assert backend_store.entries(branch, types=(T.APPROVAL_REQUEST,)) == []
+    await server.stop()
+
+
+@pytest.mark.parametrize("verdict", ["deny", "approve"])
+async def test_a_with_attachment_waits_for_the_card_of_the_run_that_reads_it(backend_store, model_server, verdict):
+    """``%chaz @a --with sales``: under ``ask`` the Message's row waits (``egress_pending``);
+    the run asks before its request. Denied: the person's words go, the description does not;
+    allowed: one row, ``via = 'attachment'``, with the decision."""
+    from fakes.openai_server import Reply
+
+    from chaz_nb.notebook.magics.turns import attachments
+
+    model_server.script(Reply("ok"))
+    agent = remote(model_server, tools=[])
+    server = sales_server(backend_store, agent)
+    sid = server.current_session("a")
+    block, extra = attachments(server, "a", ["sales"], sid)
+    assert "egress" not in extra and extra["egress_pending"]["variables"] == ["sales"]
+    h = await server.send(sid, "how many names?\n\n" + block, payload=extra)
+    card = await egress_request(server)
+    assert card["arguments_display"]["what"] == "attached variables"
+    server.approvals.decide(card["request_id"], verdict)
+    await h.wait()
+    body = json.dumps(model_server.chat_requests()[0].body)
+    assert "how many names?" in body
+    assert on_wire(model_server) == [verdict == "approve"]
+    sent = extra["egress_pending"]["chars"]
+    assert sent > 0
+    expected = ("attachment", "deny", 0) if verdict == "deny" else ("attachment", "allow_once", sent)
+    assert decisions(backend_store) == [expected]
+    [run_id] = [r[0] for r in backend_store.execute("SELECT run_id FROM runs WHERE session_id = ?", [sid])]
+    assert [r[0] for r in backend_store.execute("SELECT run_id FROM data_egress")] == [run_id]
     await server.stop()
