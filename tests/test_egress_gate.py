@@ -236,3 +236,50 @@ async def test_a_with_attachment_waits_for_the_card_of_the_run_that_reads_it(bac
     [run_id] = [r[0] for r in backend_store.execute("SELECT run_id FROM runs WHERE session_id = ?", [sid])]
     assert [r[0] for r in backend_store.execute("SELECT run_id FROM data_egress")] == [run_id]
     await server.stop()
+
+
+async def test_on_a_shared_store_another_kernel_allows_for_the_session(pg_url, model_server):
+    """The card is an approval like any: kernel B lists A's egress request and answers it;
+    A's run resumes and sends the data (PostgreSQL, two kernels)."""
+    from chaz_nb.core.store import SessionStore
+
+    script_query(model_server, "seen")
+    a_store, b_store = SessionStore.open(pg_url), SessionStore.open(pg_url)
+    try:
+        a = sales_server(a_store, remote(model_server))
+        b = Server(b_store, [Agent("assistant")])
+        sid = a.current_session("a")
+        handle = await a.send(sid, "look at sales")
+        [req] = await until(lambda: b.pending_approvals(), b.store.subscribe, what="A's card, seen from B")
+        assert req["kind"] == "egress" and req["tool_name"] == "egress:127.0.0.1"
+        ok, message = b.decide(req["request_id"], "approve_all")
+        assert ok, message
+        await handle.wait()
+        assert on_wire(model_server) == [False, True]
+        assert [d[1] for d in decisions(a_store)] == ["allow_session"]
+        await a.stop()
+        await b.stop()
+    finally:
+        a_store.close()
+        b_store.close()
+
+
+async def test_a_recorded_replay_on_a_remote_model_asks_anew(backend_store, model_server):
+    """A result the source's offline model was allowed to read is replayed to a remote model:
+    the gate decides that send (denied here): the value is not on the wire."""
+    from fakes.openai_server import Call, Reply
+
+    local = Agent("a", model="chaz/script", script=[{"tool": "kernel__query", "args": QUERY_ARGS}, "found {result}"],
+                  tools=list(SAFE_DEFAULT_TOOLS), data="full")
+    server = sales_server(backend_store, local, timeout=0.3)
+    sid = server.current_session("a")
+    await (await server.send(sid, "look at sales")).wait()
+    model_server.script(Reply(tool_calls=[Call("kernel__query", QUERY_ARGS)]), Reply("nothing here"))
+    server.define_agent(Agent("remote", model="openai/other", api_base=model_server.openai_base,
+                              tools=list(SAFE_DEFAULT_TOOLS), data="full", egress_hosts=[]))
+    branch = await server.replay(sid, agent="remote")
+    assert on_wire(model_server) == [False, False]
+    rows = [tuple(r) for r in backend_store.execute(
+        "SELECT via, decision FROM data_egress WHERE session_id = ? AND copied_from IS NULL", [branch])]
+    assert rows == [("kernel__query", "timed_out")]
+    await server.stop()

@@ -164,7 +164,7 @@ class GatedExecutor:
     async def call(self, call_id: str, name: str, arguments: dict[str, Any]) -> ToolOutcome:
         outcome = await self.inner.call(call_id, name, arguments)
         egress = outcome.extra.get("egress")
-        if not isinstance(egress, dict) or egress.get("decision") is not None:
+        if not isinstance(egress, dict):  # (a replayed result's carries its source's decision: decided anew)
             return outcome
         fields = await self.gate.decide(self.ctx, egress, outcome.output, call_id, f"the result of {name}")
         if fields["decision"] in ALLOWED:

@@ -434,7 +434,7 @@ def card_text(info: dict[str, Any], decision: dict[str, Any] | None, sender: str
     ] if not is_egress(info) else [
         f"⚠ data would leave: {info.get('agent')} would send the notebook's data to "
         f"{_to(info)} · session {info.get('session_id')} · request {info.get('request_id')} "
-        "(approve = allow once, --all = allow for this session, deny)",
+        "(approve = allow once, approve --all-calls = allow for this session, deny)",
     ]
     lines += ["  " + line for line in arguments_text(info.get("arguments_display")).splitlines()]
     lines += ["  " + note for note in code_notes(info)]
