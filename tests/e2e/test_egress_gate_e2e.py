@@ -58,3 +58,35 @@ def test_the_egress_card_is_denied_by_a_click_and_nothing_leaves(lab, model_serv
     _wait(lambda: "nothing came through" in waiting.inner_text(), what="the reply")
     lab.shot("egress-denied")
     assert lab.page_errors == []
+
+
+def test_the_egress_card_in_the_sidebar_allows_for_the_session(lab, model_server):
+    """The same request in the Chaz sidebar: it says where the data would go, has no Edit, and
+    "Allow for this session" lets this and the agent's next send to that host go unasked."""
+    from fakes.openai_server import Call, Reply
+
+    query = Call("kernel__query", {"sql": "SELECT name FROM sales"})
+    model_server.script(Reply(tool_calls=[query]), Reply(tool_calls=[query]), Reply("seen it twice"))
+    setup = ("%load_ext chaz_nb\nimport os\nimport pandas as pd\n"
+             "os.environ['OPENAI_API_KEY'] = 'sk-test-not-real-000000000000'\n"
+             f"sales = pd.DataFrame({{'name': ['{VALUE}']}})")
+    agent = (f"%chaz agent scout --model openai/m --api-base {model_server.openai_base} --data full "
+             "--egress-host models.example.org")
+    lab.write_notebook("egress-side.ipynb", [_code(setup), _code(agent), _code("%chaz @scout look at sales")])
+    lab.open("egress-side.ipynb")
+    lab.run_all(timeout=180)
+    lab.palette("Chaz: show sessions")
+    lab.wait_sidebar_status("connected", timeout=60)
+    cards = lab.pending_cards()
+    _wait(lambda: cards.count() == 1, what="the egress request in the sidebar")
+    side = cards.first
+    _wait(lambda: "would send the notebook's data to openai/m at 127.0.0.1" in side.inner_text(),
+          what="where the data would go")
+    assert side.locator(".chaz-edit").count() == 0
+    lab.shot("egress-sidebar")
+    side.get_by_role("button", name="Allow for this session").click()
+    _wait(lambda: len(model_server.chat_requests()) == 3, what="both results sent, asked once")
+    bodies = [r.raw for r in model_server.chat_requests()]
+    assert [VALUE.encode() in b for b in bodies] == [False, True, True]
+    _wait(lambda: cards.count() == 0, what="no pending cards")
+    assert lab.page_errors == []
