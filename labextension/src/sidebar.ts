@@ -372,7 +372,7 @@ export class ChazPanel extends Widget {
     card.dataset.requestId = p.request_id;
     const head = el(doc, 'div', 'chaz-card-head');
     head.appendChild(el(doc, 'span', 'chaz-tool-name', p.tool_name));
-    const risk = String(p.risk_level ?? '');
+    const risk = p.kind === 'egress' ? '' : String(p.risk_level ?? '');
     if (risk) {
       head.appendChild(
         el(doc, 'span', `chaz-risk chaz-risk-${risk.replace(/[^a-z]/gi, '')}`, `${risk} risk`)
