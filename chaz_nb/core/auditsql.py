@@ -109,7 +109,10 @@ class Dialect:
         return f"""
 CREATE OR REPLACE VIEW data_egress AS
 SELECT e.id AS entry_id,
-       CASE WHEN e.entry_type = 'Message' THEN coalesce(e.run_id, {answering_run}) ELSE e.run_id END AS run_id,
+       CASE WHEN e.entry_type = 'Message' THEN coalesce(e.run_id, {answering_run})
+            -- the record of a send a person was asked about, written once the run's Ack had landed
+            WHEN e.entry_type = 'Ack' THEN coalesce(e.run_id, {cast(t('e.payload', 'egress', 'run_id'), 'BIGINT')})
+            ELSE e.run_id END AS run_id,
        e.session_id,
        coalesce({t('e.payload', 'egress', 'agent')}, s.agent) AS agent,
        {t('e.payload', 'egress', 'model')} AS model,
@@ -126,6 +129,9 @@ SELECT e.id AS entry_id,
        {cast(t('e.payload', 'egress', 'columns'), 'BIGINT')} AS columns_sent,
        {cast(t('e.payload', 'egress', 'chars'), 'BIGINT')} AS chars_sent,
        {t('e.payload', 'egress', 'policy')} AS policy,
+       -- the egress gate's decision (server/egress_gate.py): allow (the agent's rule or hosts),
+       -- allow_once, allow_session, deny, timed_out; NULL before the gate
+       {t('e.payload', 'egress', 'decision')} AS decision,
        e.created_at{copied_column('e', forks)}{author_column(self, 'e', authors)}
 FROM entries e JOIN sessions s ON s.id = e.session_id
 WHERE e.entry_type IN ('ToolResult', 'Message', 'Ack', 'Summary') AND {self.json_at('e.payload', 'egress')} IS NOT NULL

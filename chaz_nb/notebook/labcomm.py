@@ -11,7 +11,7 @@ same throttled broadcast as writes, so the sidebar shows the reply as it is writ
 ~4 times a second; the key is gone once the reply's entry is written.
 
 The frontend sends ``{"type": "refresh"}``,
-``{"type": "decide", "request_id", "decision": "approve"|"deny", "reason"}`` (an approve may carry
+``{"type": "decide", "request_id", "decision": "approve"|"deny"|"approve_all", "reason"}`` (an approve may carry
 ``"arguments"``: the edited arguments, an object or its JSON text, checked against the tool's
 schema; a bad edit is answered ``ok`` false and the request stays open),
 ``{"type": "stop", "session_id"}`` (the sidebar's Stop button: what ``%chaz stop SESSION``
@@ -189,6 +189,7 @@ def build_state(server: Any) -> dict:
                 "risk_level": str(_value(p.get("risk_level", "")) or ""),
                 "arguments_display": _jsonable(p.get("arguments_display", {})),
                 "created_at": _jsonable(p.get("created_at")),
+                "kind": str(p.get("kind") or "tool"),  # egress: Allow once / for this session / Deny
                 **_code_check(p.get("code_check")),
             }
         )
@@ -450,7 +451,7 @@ class LabBridge:
         decision = data.get("decision")
         reason = data.get("reason")
         reason = str(reason) if reason not in (None, "") else None  # stored as text, whatever was sent
-        if decision not in ("approve", "deny"):
+        if decision not in ("approve", "deny", "approve_all"):  # approve_all: an egress card's
             self._decided(comm, request_id, False, f"unknown decision {decision!r}")
             return
         if not request_id:

@@ -26,6 +26,7 @@ from .agent_book import AgentBook, Roster
 from .agents import Agent
 from .approvals import DEFAULT_TIMEOUT, ApprovalBook
 from .compaction import Compaction
+from .egress_gate import EgressGate
 from .compare import Comparison
 from .compare import compare as compare_branches
 from .fork import ForkResult, Forks
@@ -97,6 +98,8 @@ class Server:
         self._unsubscribers: list[Callable[[], None]] | None = None
         # A branch's recorded tools come first, outside the approval proxy: a call answered
         # from the recording runs nothing, so asks nobody (replay.py).
+        # first: the outermost wrapper of every run's tools, so what a replay sends again is gated too
+        self.egress_gate = self.add_part(EgressGate(self._engine))
         self.recorded = self.add_part(RecordedTools(self._engine))
         self.approvals = self.add_part(ApprovalBook(self._engine, approval_timeout))
         self.schedules = self.add_part(Schedules(self._engine))

@@ -395,6 +395,15 @@ def _pg_m_variable_changes_undo(cur: PgConnection) -> None:
     create_pg_audit_views(cur)  # variable_changes: undo rows, undo_of
 
 
+def _m_data_egress_decision(con: duckdb.DuckDBPyConnection) -> None:
+    # data_egress.decision: the egress gate's decision on each send (server/egress_gate.py)
+    del con  # the views: apply_duckdb (Migration.views)
+
+
+def _pg_m_data_egress_decision(cur: PgConnection) -> None:
+    create_pg_audit_views(cur)  # data_egress.decision
+
+
 def _pg_m015(cur: PgConnection) -> None:
     # Run-tree budgets (chaz_nb/server/budgets.py), charged by every kernel with a conditional
     # UPDATE; a schedule keeps the budget of the run tree that made it.
@@ -498,6 +507,7 @@ MIGRATIONS: list[Migration] = [
     Migration("020_data_egress_context", _m_data_egress_context, _pg_m_data_egress_context, views=True),
     Migration("021_variable_changes_undo", _m_variable_changes_undo, _pg_m_variable_changes_undo, views=True),
     Migration("022_team_roles", _m_team_roles, _pg_m_team_roles, views=True),
+    Migration("023_data_egress_decision", _m_data_egress_decision, _pg_m_data_egress_decision, views=True),
 ]
 
 

@@ -32,6 +32,7 @@ _HELP = """\
                             without --tools: the built-in session tools and the kernel's (kernel__*, kernel__run
                             asks first), not your own tools; --tools '*' gives every tool
                             --data schema|sample|full, --data-rows N: what the kernel's tools send of your data
+                            --egress ask|allow|deny, --egress-host HOST: whether it may leave (ask: a card)
 %%chaz agent NAME           the same fields as a TOML body (model = "...", tools = ["a", "b"], ...)
 %chaz agents                the agents here: where each comes from, the tools they name not defined yet
 %chaz agent NAME --forget   remove NAME from this kernel and the store (agents are kept with the sessions)
@@ -111,6 +112,12 @@ def agent_parser() -> CommandParser:
                    help="what the kernel's tools send of the notebook's values (default sample)")
     p.add_argument("--data-rows", type=int, dest="data_rows", metavar="N",
                    help="rows the sample policy sends of a frame or query result (default 10)")
+    p.add_argument("--egress", choices=("ask", "allow", "deny"),
+                   help="whether the notebook's data may leave for the model's host: "
+                        "ask (a card, default), allow, deny")
+    p.add_argument("--egress-host", dest="egress_hosts", action="append", metavar="HOST",
+                   help="a host always sent to (repeat it); naming hosts replaces the default "
+                        "127.0.0.1, localhost, ::1")
     p.add_argument("--code-timeout", type=float, dest="code_timeout", metavar="S",
                    help="seconds kernel__run code may run before it is interrupted (default 60)")
     p.add_argument("--script", metavar="JSON", help="JSON list of steps for the chaz/script model")
