@@ -76,6 +76,8 @@ class Agent:
     data_rows: int = DEFAULT_DATA_ROWS
     #: seconds ``kernel__run`` code may run before it is interrupted (KeyboardInterrupt)
     code_timeout: float = DEFAULT_CODE_TIMEOUT
+    #: its approved ``kernel__run`` code becomes notebook cells (``%chaz agent NAME --no-cells``)
+    cells: bool = True
 
     def __repr__(self) -> str:
         # model_options can hold a key given literally (api_key=..., a credential header): a

@@ -22,6 +22,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ...core.codemask import code_sha256
 from ...engine.tools import Tool, ToolRegistry, ToolReply, function_tool
 from ...errors import ToolError
 from ..agents import DEFAULT_CODE_TIMEOUT
@@ -31,7 +32,7 @@ from .describe import DataToolError, Egress, describe, lookup, safe_repr, variab
 from .interrupts import Interrupter
 from .namespace import changes, snapshot, user_items
 from .policy import REDACTED, DataPolicy, Secrets, clip, names_in
-from .run import CellOutput, CodeHost, PlainHost, reply_text
+from .run import CellOutput, CodeHost, PlainHost, nb_outputs, reply_text
 
 __all__ = ["KERNEL_READ_ONLY", "KERNEL_TOOLS", "CodeHost", "KernelTools", "PlainHost", "egress_target"]
 
@@ -75,6 +76,9 @@ class KernelTools:
         self._lock = asyncio.Lock()
         self._guard: Interrupter | None = None
         self._guard_lock = threading.Lock()
+        #: told what each piece of code produced: (session, the code's sha256, nbformat
+        #: outputs); the approved ones become cells (server/cells.py)
+        self.produced: Callable[[int, str, list[dict[str, Any]]], None] | None = None
         self.tools: list[Tool] = self._build()
 
     @property
@@ -236,6 +240,8 @@ class KernelTools:
         found = changes(before, after)
         self.host.show(out)
         secrets = Secrets.of(self.host.namespace, self.host.hidden)
+        if self.produced is not None and ctx is not None:
+            self.produced(ctx.session_id, code_sha256(code), nb_outputs(out, secrets))
         text = reply_text(out, found, policy, secrets)
         # what the reply may carry: the variables the code names, and those it changed
         named = names_in([code]) | {c["name"] for c in found}
