@@ -24,6 +24,11 @@ answered by labchat.py. A decide is answered with
 why nothing was), each then with a fresh state; a page with ``{"type": "page", "request_id",
 "ok", "session_id", "entries", "first_seq", "earlier"}`` (or ``ok`` false and a ``message``).
 
+A comm a notebook opens with ``{"role": "cells"}`` (the extension's cells plugin) gets no state:
+only ``{"type": "cell", "session_id", "cell_id", "source", "outputs", "metadata"}`` when a
+person's approved ``kernel__run`` ran (``server.subscribe_cells``, server/cells.py), which the
+extension inserts below the cell ``cell_id`` (None: the sidebar chat, at the notebook's end).
+
 The chat's ``chat_open``, ``chat_close`` and ``page`` may come over the kernel's control
 channel instead (a ``chaz_comm_msg`` naming the comm, chat_control.py: read while a cell
 waits), handed to ``handle_msg`` here.
@@ -34,7 +39,8 @@ Only this server interface is used: ``server.store.subscribe(cb) -> unsubscribe`
 ``server.decide(request_id, decision, reason=None, decided_by="user")`` and
 ``server.request_stop(session_id, by="user")``; optionally ``server.subscribe_stream`` and
 ``server.subscribe_run_end(cb)`` (a run's end: idle with no write, so the state is sent again)
-and ``server.subscribe_agents(cb)`` (an agent defined or forgotten: the state's ``agents``).
+and ``server.subscribe_agents(cb)`` (an agent defined or forgotten: the state's ``agents``)
+and ``server.subscribe_cells(cb)`` (approved code that ran: a ``cell`` message).
 
 Nothing here prints: sends from background callbacks go over the comm only, and
 failures are logged to the ``chaz_nb.labcomm`` logger (which has a NullHandler,
