@@ -6,6 +6,7 @@ PostgreSQL); the kernel's switch and an agent's own turn it off."""
 from __future__ import annotations
 
 import hashlib
+import json
 
 import pytest
 
@@ -117,3 +118,41 @@ def test_an_unknown_session_is_the_stores_error(store):
     server, _ = make(store)
     with pytest.raises(StoreError):
         server.approved_code(999)
+
+
+async def test_a_secret_stays_masked_in_the_cell_and_its_outputs(store, monkeypatch):
+    """The cell holds the code as the card showed it (a kernel-held key's literal masked) and its
+    outputs masked: the key reaches neither."""
+    secret = "sk-test-abcdefghijklmnopqrstuvwx0123"
+    monkeypatch.setenv("SHOP_API_KEY", secret)
+    code = f'key = "{secret}"\nprint("using", key)\nlen(key)'
+    agent = Agent("coder", model="chaz/script", tools=list(SAFE_DEFAULT_TOOLS),
+                  script=[{"tool": "kernel__run", "args": {"code": code}}, "done"])
+    server = Server(store, [agent])
+    ns: dict = {}
+    server.add_kernel(ns)
+    told = []
+    server.subscribe_cells(told.append)
+    handle = await server.send(server.current_session("coder"), "go")
+    await approve_next(server)
+    await handle.wait()
+    await until(lambda: told, server.store.subscribe, what="the cell")
+    [cell] = told
+    assert ns["key"] == secret  # the code that ran had the key
+    assert secret not in json.dumps(cell.to_json()) and "«REDACTED»" in cell.code
+    assert cell.metadata()["code_sha256"] == sha(code)  # the hash of what ran, as the log's
+    assert any("[REDACTED]" in o.get("text", "") for o in cell.outputs)
+
+
+async def test_a_sidebar_chat_run_names_no_cell(store):
+    """A Message from the sidebar chat (origin cell_id None): the cell goes at the notebook's end."""
+    server, _ = make(store)
+    told = []
+    server.subscribe_cells(told.append)
+    handle = await server.send(server.current_session("coder"), "go",
+                               payload={"origin": {"cell_id": None, "via": "sidebar"}})
+    await approve_next(server)
+    await approve_next(server)
+    await handle.wait()
+    await until(lambda: len(told) == 2, server.store.subscribe, what="two cells")
+    assert [c.to_json()["cell_id"] for c in told] == [None, None]
