@@ -126,3 +126,34 @@ def test_approved_code_becomes_marked_cells_that_run_all_reproduces(lab):
     assert [c["chaz"]["code_sha256"] for c in reopened] == [first["chaz"]["code_sha256"], second["chaz"]["code_sha256"]]
     # (Notebook 7.6 itself logs a settings error at start, from notebook_core)
     assert [e for e in lab.page_errors if lab.server.flavor == "lab" or "chaz" in e.lower()] == []
+
+
+def test_a_sidebar_chat_run_lands_at_the_end_of_the_notebook(lab):
+    """Asked from the sidebar chat (no cell asked): the approved code goes at the notebook's end."""
+    page = lab.page
+    lab.write_notebook("chat-cells.ipynb", [_code("%load_ext chaz_nb"), _code(AGENT), _code("%chaz new @coder"),
+                                            _code(SHOW)])
+    lab.open("chat-cells.ipynb")
+    lab.run_all(timeout=180)
+    _open_sidebar(lab)
+    session = lab.sidebar.locator(".chaz-session", has=page.locator(".chaz-agent", has_text="coder"))
+    session.wait_for(timeout=30_000)
+    session.click()
+    chat = lab.sidebar.locator(".chaz-chat")
+    box = chat.locator(".chaz-chat-input")
+    box.click()
+    box.type("build top")
+    box.press("Enter")
+    card = chat.locator(".chaz-chat-approvals .chaz-card")
+    _wait(lambda: card.count() == 1, what="the first kernel__run card in the chat")
+    card.locator(".chaz-approve").click()
+    _wait(lambda: len([c for c in _cells(lab) if c["chaz"]]) == 1, what="the first cell")
+    _wait(lambda: card.count() == 1, what="the second kernel__run card in the chat")
+    card.locator(".chaz-approve").click()
+    _wait(lambda: len([c for c in _cells(lab) if c["chaz"]]) == 2, what="the second cell")
+    cells = _cells(lab)
+    assert [c["id"] for c in cells[:4]] == ["cell-0", "cell-1", "cell-2", "cell-3"]  # after every cell
+    assert [c["chaz"]["edited"] for c in cells[4:]] == [False, False]
+    assert cells[4]["source"].endswith(FIRST) and cells[5]["source"].endswith(SECOND)
+    lab.shot("agent-cells-chat")
+    assert lab.page_errors == []
