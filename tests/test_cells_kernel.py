@@ -145,3 +145,27 @@ def run_all(nb, cwd) -> str:
             fresh.close()
     NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}).execute()
     return "".join(o.get("text", "") for o in nb.cells[-1].outputs).strip()
+
+
+def test_the_switches_keep_approved_code_out_of_the_notebook(kernel):
+    comm_id = open_cells_comm(kernel)
+    r = kernel.run("%chaz cells off")
+    assert "no longer" in r.stdout
+    sid, seen = build(kernel)
+    assert cell_messages(seen + kernel.background + kernel.drain(0.5), comm_id) == []
+    kernel.background.clear()
+    # the log keeps it: one session's code, as cells
+    r = kernel.run(f"%chaz cells {sid}")
+    assert r.stdout.count("# chaz: written by") == 2
+    # the kernel's switch on, the agent's own off
+    kernel.run("%chaz cells on")
+    sid, seen = build(kernel, "quiet", "--no-cells ")
+    assert cell_messages(seen + kernel.background + kernel.drain(0.5), comm_id) == []
+    # --cells / --no-cells alone change only that switch, and it is kept with the agent
+    kept = "from chaz_nb.server.agent_book import AgentBook; a = AgentBook(s.store).load()['quiet']; "
+    r = kernel.run("%chaz agent quiet --cells")
+    assert "chaz/script" in r.stdout and "does not become cells" not in r.stdout, r.stderr
+    assert kernel.run(kept + "print(a.cells, bool(a.script))").stdout.strip() == "True True"
+    r = kernel.run("%chaz agent quiet --no-cells")
+    assert "its approved code does not become cells" in r.stdout, r.stderr
+    assert kernel.run(kept + "print(a.cells, bool(a.script))").stdout.strip() == "False True"
