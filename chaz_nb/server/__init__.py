@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..core.sqlquery import DEFAULT_MAX_ROWS, run_query
     from ..core.store import SessionInfo, SessionStore
     from .agents import DEFAULT_DATA_ROWS, LOCAL_HOSTS, KERNEL_DEFAULT_TOOLS, SAFE_DEFAULT_TOOLS, SESSION_TOOLS, Agent
+    from .cells import ApprovedCode
     from .compare import Comparison, RunSummary, Side
     from .facade import RunHandle, Server
     from .fork import forked_label
@@ -32,7 +33,7 @@ _HOMES = {
     "Server": ".facade", "RunHandle": ".facade",
     "Agent": ".agents", "SAFE_DEFAULT_TOOLS": ".agents", "KERNEL_DEFAULT_TOOLS": ".agents",
     "SESSION_TOOLS": ".agents", "DEFAULT_DATA_ROWS": ".agents", "LOCAL_HOSTS": ".agents",
-    "Comparison": ".compare", "RunSummary": ".compare", "Side": ".compare",
+    "ApprovedCode": ".cells", "Comparison": ".compare", "RunSummary": ".compare", "Side": ".compare",
     "forked_label": ".fork", "McpServer": ".mcp", "Room": ".rooms",
     "RemoteRun": ".remote", "REMOTE_POLL_INTERVAL": ".remote",
     "safe_repr": ".kernel.describe",
@@ -47,7 +48,7 @@ _HOMES = {
 
 __all__ = [
     "Server", "RunHandle", "Agent", "SAFE_DEFAULT_TOOLS", "KERNEL_DEFAULT_TOOLS", "SESSION_TOOLS",
-    "DEFAULT_DATA_ROWS", "LOCAL_HOSTS", "Comparison", "RunSummary", "Side", "forked_label", "McpServer", "Room",
+    "DEFAULT_DATA_ROWS", "LOCAL_HOSTS", "ApprovedCode", "Comparison", "RunSummary", "Side", "forked_label", "McpServer", "Room",
     "RemoteRun", "REMOTE_POLL_INTERVAL", "safe_repr", "CellOutput", "record_exception", "run_source",
     "SessionStore", "SessionInfo", "run_query", "DEFAULT_MAX_ROWS", "UndoOutcome", "undo_of",
     "sharing",

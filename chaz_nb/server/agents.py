@@ -86,6 +86,8 @@ class Agent:
     egress: str = "ask"
     #: hosts (or providers, for a model on its provider's own endpoint) always sent to
     egress_hosts: list[str] = field(default_factory=lambda: list(LOCAL_HOSTS))
+    #: its approved ``kernel__run`` code becomes notebook cells (``%chaz agent NAME --no-cells``)
+    cells: bool = True
 
     def __repr__(self) -> str:
         # model_options can hold a key given literally (api_key=..., a credential header): a

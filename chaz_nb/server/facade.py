@@ -25,6 +25,7 @@ from . import spawn as spawn_tools
 from .agent_book import AgentBook, Roster
 from .agents import Agent
 from .approvals import DEFAULT_TIMEOUT, ApprovalBook
+from .cells import AgentCells, ApprovedCode, approved_code, session_record
 from .compaction import Compaction
 from .egress_gate import EgressGate
 from .compare import Comparison
@@ -110,6 +111,8 @@ class Server:
         self.add_part(MissingTools(self._engine, self.mcp.names_tool))
         # a model that cannot take tools (litellm's model info) says so once in its session
         self.add_part(ToolSupport(self._engine))
+        # approved kernel__run code, told to the notebook as cells (cells.py)
+        self.cells = self.add_part(AgentCells(self._engine))
         # last: asked first for a run's messages (a branch's context, fork.py)
         # a fork's variant (analyst@gpt-4o) is defined for its branch, not kept
         self.forks = self.add_part(Forks(self._engine, self.compaction, self.recorded,
@@ -367,6 +370,30 @@ class Server:
         now; no entry is written then). Returns the function that unsubscribes."""
         return self._engine.streams.subscribe_ended(callback)
 
+    def subscribe_cells(self, callback: Callable[[ApprovedCode], None]) -> Callable[[], None]:
+        """Call ``callback(cell)`` when approved ``kernel__run`` code ran (cells.py), unless the
+        kernel's switch (``cells_enabled``) or the agent's (``Agent.cells``) is off.
+        Returns the function that unsubscribes."""
+        return self.cells.subscribe(callback)
+
+    @property
+    def cells_enabled(self) -> bool:
+        """Approved code becomes notebook cells (``%chaz cells off|on``)."""
+        return self.cells.enabled
+
+    @cells_enabled.setter
+    def cells_enabled(self, on: bool) -> None:
+        self.cells.enabled = bool(on)
+
+    def approved_code(self, session_id: int) -> list[ApprovedCode]:
+        """The session's approved ``kernel__run`` code that ran, in log order; an unknown
+        session is a StoreError."""
+        return approved_code(self.store, session_id)
+
+    def session_record(self, session_id: int) -> list[Entry | ApprovedCode]:
+        """The session's Messages and approved code, in log order (``%chaz export``)."""
+        return session_record(self.store, session_id)
+
     def current_stream(self, session_id: int) -> StreamEvent | None:
         """The reply being written in ``session_id`` now, if a run is streaming one."""
         return self._engine.streams.current(session_id)
@@ -449,6 +476,7 @@ class Server:
             self.kernel.uninstall(self.tools)
             self.kernel.undo_book.release()
         self.kernel = KernelTools(host)
+        self.kernel.produced = self.cells.produced
         self.kernel.install(self.tools)
         if self._undo is None:  # with the first kernel: only kernel__run reads the call's id
             from .kernel.undo_book import UndoCalls

@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 
 from .approvals import APPROVE_USAGE, DENY_USAGE, PENDING_USAGE
+from .cells import CELLS_USAGE, EXPORT_USAGE
 from .args import CommandParser, usage_of
 from ..views.session import DEFAULT_PAGE as DEFAULT_LOG_LIMIT
 from .fork import COMPARE_USAGE, FORK_USAGE, REPLAY_USAGE
@@ -50,6 +51,10 @@ _HELP = """\
 %chaz share SESSION @ROLE|@GROUP [--read|--write|--approve]
                             a team's store: let another person read / also post and stop / also decide approvals
 %chaz unshare SESSION @ROLE take a share back
+%chaz cells [SESSION]       the session's approved kernel__run code as cells (one: a new cell below; more: printed)
+%chaz cells off|on          approved agent code as a cell below the cell that asked (lab extension), for this kernel
+%chaz export [SESSION] --notebook PATH [--force]
+                            a new notebook: the session's messages as markdown, its approved code as cells
 %chaz pending               tool calls waiting for your approval
 %chaz approve ID|last|all   approve (--all-calls: every call to that tool in the session)
 %chaz approve ID --args JSON   approve with edited arguments (checked against the tool's schema)
@@ -129,6 +134,10 @@ def agent_parser() -> CommandParser:
                    help="retries of a rate-limited, failed or dropped model call (default 2)")
     p.add_argument("--no-stream", dest="stream", action="store_const", const=False, default=None,
                    help="ask the model for whole replies (default: stream, the view shows the reply as it is written)")
+    p.add_argument("--no-cells", dest="cells", action="store_const", const=False, default=None,
+                   help="its approved kernel__run code does not become notebook cells (alone: changes only that)")
+    p.add_argument("--cells", dest="cells", action="store_const", const=True,
+                   help="its approved kernel__run code becomes a cell below the cell that asked (the default)")
     p.add_argument("--forget", action="store_true",
                    help="remove NAME from this kernel and the store (its sessions stay)")
     p.add_argument("--accept", action="store_true",
@@ -144,6 +153,15 @@ def log_parser() -> CommandParser:
     p.add_argument("--before", metavar="SEQ", help="show the entries before seq SEQ")
     p.add_argument("--all", action="store_true", help="the whole log")
     p.usage = "%chaz " + usage_of(p)
+    return p
+
+
+def export_parser() -> CommandParser:
+    p = CommandParser(prog="export")
+    p.add_argument("session", nargs="?", default="", metavar="SESSION")
+    p.add_argument("--notebook", metavar="PATH", help="the .ipynb file to write (a new one)")
+    p.add_argument("--force", action="store_true", help="replace PATH if it exists")
+    p.usage = EXPORT_USAGE
     return p
 
 
@@ -169,6 +187,8 @@ USAGE = "usage: %chaz " + " | ".join(
         "whoami",
         _forms(SHARE_USAGE),
         _forms(UNSHARE_USAGE),
+        _forms(CELLS_USAGE),
+        _forms(EXPORT_USAGE),
         _forms(PENDING_USAGE),
         _forms(APPROVE_USAGE),
         _forms(DENY_USAGE),

@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ...core.codemask import code_sha256
 from ...engine.tools import Tool, ToolRegistry, ToolReply, function_tool
 from ...errors import ToolError
 from ..agents import DEFAULT_CODE_TIMEOUT
@@ -34,7 +35,7 @@ from .effects import Effects
 from .interrupts import Interrupter
 from .namespace import changes, snapshot, user_items
 from .policy import REDACTED, DataPolicy, Secrets, clip, names_in
-from .run import CellOutput, CodeHost, PlainHost, reply_text
+from .run import CellOutput, CodeHost, PlainHost, nb_outputs, reply_text
 from .undo_book import UndoBook, current_call, make_record
 
 __all__ = ["KERNEL_READ_ONLY", "KERNEL_TOOLS", "CodeHost", "KernelTools", "PlainHost", "egress_target"]
@@ -81,6 +82,9 @@ class KernelTools:
         self._guard_lock = threading.Lock()
         #: what ``%chaz undo`` needs of the recent ``kernel__run`` calls (undo_book.py)
         self.undo_book = UndoBook()
+        #: told what each piece of code produced: (session, the code's sha256, nbformat
+        #: outputs); the approved ones become cells (server/cells.py)
+        self.produced: Callable[[int, str, list[dict[str, Any]]], None] | None = None
         self.tools: list[Tool] = self._build()
 
     @property
@@ -252,6 +256,8 @@ class KernelTools:
         found = changes(before, after)
         self.host.show(out)
         secrets = Secrets.of(self.host.namespace, self.host.hidden)
+        if self.produced is not None and ctx is not None:
+            self.produced(ctx.session_id, code_sha256(code), nb_outputs(out, secrets))
         text = reply_text(out, found, policy, secrets)
         # what the reply may carry: the variables the code names, and those it changed
         named = names_in([code]) | {c["name"] for c in found}
