@@ -48,7 +48,8 @@ _HOMES = {
 
 __all__ = [
     "Server", "RunHandle", "Agent", "SAFE_DEFAULT_TOOLS", "KERNEL_DEFAULT_TOOLS", "SESSION_TOOLS",
-    "DEFAULT_DATA_ROWS", "LOCAL_HOSTS", "ApprovedCode", "Comparison", "RunSummary", "Side", "forked_label", "McpServer", "Room",
+    "DEFAULT_DATA_ROWS", "LOCAL_HOSTS", "ApprovedCode", "Comparison", "RunSummary", "Side", "forked_label",
+    "McpServer", "Room",
     "RemoteRun", "REMOTE_POLL_INTERVAL", "safe_repr", "CellOutput", "record_exception", "run_source",
     "SessionStore", "SessionInfo", "run_query", "DEFAULT_MAX_ROWS", "UndoOutcome", "undo_of",
     "sharing",
