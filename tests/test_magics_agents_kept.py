@@ -231,3 +231,16 @@ def test_an_agents_egress_rule_and_hosts_are_parsed_said_and_kept(kept, capsys):
 
     with pytest.raises(UsageError, match="egress must be one of deny, ask, allow, not 'sometimes'"):
         ip.run_cell_magic("chaz", "agent odd", 'model = "chaz/echo"\negress = "sometimes"\n')
+
+
+def test_an_egress_rule_given_alone_changes_only_the_rule(kept, capsys):
+    """``%chaz agent NAME --egress deny`` on a defined agent keeps its model, script and tools."""
+    ip.run_line_magic("chaz", "agent analyst --model chaz/script --tools kernel__query --data-rows 3 "
+                              "--script '[\"done\"]'")
+    ip.run_line_magic("chaz", "agent analyst --egress deny --egress-host llm.lan")
+    assert "chaz/script" in capsys.readouterr().out.splitlines()[-1]
+    agent = kept().agents["analyst"]
+    assert (agent.model, agent.tools, agent.data_rows, agent.egress, agent.egress_hosts) == (
+        "chaz/script", ["kernel__query"], 3, "deny", ["llm.lan"])
+    assert agent.script is not None
+

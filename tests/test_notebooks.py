@@ -50,7 +50,7 @@ def test_nbval_skips_the_executed_copies_run_notebook_writes(tmp_path):
     assert "example.out.ipynb" not in out.stdout
 
 
-@pytest.mark.parametrize("name", ["01_quickstart", "02_approvals"])
+@pytest.mark.parametrize("name", ["01_quickstart", "02_approvals", "08_notebook_record"])
 def test_notebook_flows_on_postgresql(name, pg_url, tmp_path):
     """The quickstart and approvals notebooks give their saved outputs on a PostgreSQL store.
 

@@ -83,7 +83,8 @@ class CellsCommands(MagicsHost):
         with open(tmp, "w", encoding="utf-8") as f:
             nbformat.write(nb, f)
         os.replace(tmp, path)  # a notebook there is replaced whole or not at all
-        print(f"session {sid}: {messages} messages and {code_cells} approved cells written to {args.notebook}")
+        print(f"session {sid}: {_count(messages, 'message')} and {_count(code_cells, 'approved cell')} written to "
+              f"{args.notebook}")
 
 
 def session_notebook(server: Any, sid: int) -> tuple[Any, int, int]:
@@ -114,3 +115,7 @@ def message_markdown(sender: str, content: str) -> str:
     lines = [html.escape(shown_controls(line)) for line in (content or "").splitlines()] or [""]
     body = "\n".join(f"> {line}" if line else ">" for line in lines)
     return f"**{html.escape(shown_controls(sender))}**:\n\n{body}"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

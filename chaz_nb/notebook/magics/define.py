@@ -197,11 +197,14 @@ class DefineCommands(AgentCommands):
             else:
                 self._accept_agent(args.name, others)
             return
-        options = [k for k, v in vars(args).items() if k not in ("name", "cells") and v not in (None, False)]
+        given = {k: v for k, v in vars(args).items() if k != "name" and v not in (None, False)}
+        if args.cells is False:
+            given["cells"] = False
         existing = state.server.agents.get(args.name)
-        if body is None and args.cells is not None and not options and existing is not None:
-            # --cells / --no-cells alone: the agent as it is, only that switch changed
-            agent = define_agent(state, args.name, agent_spec(existing, cells=args.cells), where)
+        if body is None and given and set(given) <= _SWITCHES and existing is not None:
+            # switches alone (--cells, --egress, --egress-host): the agent as it is, only those
+            # changed (a redefinition would drop its model and script for a rule's sake)
+            agent = define_agent(state, args.name, agent_spec(existing, **given), where)
             print(describe_agent(agent, state.server))
             return
         spec: dict[str, Any] = {} if body is None else parse_toml(body, where)
@@ -219,6 +222,10 @@ class DefineCommands(AgentCommands):
             spec["script"] = parse_script(args.script, where)
         agent = define_agent(state, args.name, spec, where)
         print(describe_agent(agent, state.server))
+
+
+#: options that, given alone to an existing agent, change only themselves
+_SWITCHES = frozenset({"cells", "egress", "egress_hosts"})
 
 
 def agent_spec(agent: Agent, **changes: Any) -> dict[str, Any]:
