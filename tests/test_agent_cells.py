@@ -85,6 +85,37 @@ async def test_an_approved_and_an_edited_run_are_told_as_cells_and_read_back_fro
     assert fresh["total"] == ns["total"]
 
 
+async def test_an_undone_call_marks_or_removes_its_cell_and_run_all_does_not_redo_it(store):
+    server, ns = make(store)
+    told = []
+    server.subscribe_cells(told.append)
+    handle = await server.send(server.current_session("coder"), "go")
+    await approve_next(server)
+    await approve_next(server)
+    await handle.wait()
+    await until(lambda: len(told) == 2, server.store.subscribe, what="two cells")
+    first, second = told
+
+    server.undo(handle.session_id, second.tool_call)  # the default: the cell stays, marked
+    await until(lambda: len(told) == 3, server.store.subscribe, what="the undone cell")
+    marked = told[2]
+    assert (marked.tool_call, marked.undone, marked.metadata()["undone"]) == (second.tool_call, "mark", True)
+    assert marked.to_json()["undone"] == "mark"
+    lines = marked.source().splitlines()
+    assert lines[1].startswith("# chaz: undone (%chaz undo)") and lines[2:] == [f"# {SECOND}"]
+    assert ns["total"] == 10
+    fresh: dict = {}
+    for cell in server.approved_code(handle.session_id):  # Run All of the record: the undone step is not redone
+        exec(cell.source(), fresh)  # noqa: S102 - the test runs what a person would
+    assert fresh["total"] == ns["total"] == 10
+
+    server.undo(handle.session_id, first.tool_call, cell="remove")
+    await until(lambda: len(told) == 4, server.store.subscribe, what="the removed cell")
+    assert (told[3].tool_call, told[3].undone) == (first.tool_call, "remove")
+    assert [c.tool_call for c in server.approved_code(handle.session_id)] == [second.tool_call]
+    assert "total" not in ns
+
+
 async def test_denied_failed_and_switched_off_runs_are_no_cells(store):
     server, ns = make(store)
     told = []

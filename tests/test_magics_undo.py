@@ -58,5 +58,5 @@ def test_bad_undo_lines_are_one_line(chaz, capsys):
 
 
 def test_undo_is_in_the_usage_and_the_help():
-    assert "undo [TOOL_CALL] [--session SESSION] [--partial] [--force] [--release]" in USAGE
+    assert "undo [TOOL_CALL] [--session SESSION] [--partial] [--force] [--remove-cell] [--release]" in USAGE
     assert "%chaz undo [TOOL_CALL]" in HELP

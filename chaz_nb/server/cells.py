@@ -11,6 +11,10 @@ asked (``cell_id``; None for the sidebar chat: at the end of the notebook).
 cells``, ``%chaz export``: no outputs there, the log keeps what the agent read, not the cell's
 outputs); ``session_record`` adds the session's messages, in log order.
 
+An undone call (``%chaz undo``: an Ack with ``undo_of``) is told again, with ``undone`` set
+(``mark``: the source keeps its code as comments, so Run All does not redo it; ``remove``):
+the notebook changes the cell it made for that call and never inserts one.
+
 What becomes a cell: a ``kernel__run`` ToolResult with ``approval: approved`` and a
 ``code_sha256`` (the code ran: a refused approve has none) that is not an error and was not
 stopped. Code that failed stays in the log only: a cell that raises would stop Run All.
@@ -31,6 +35,7 @@ from typing import Any
 from ..core.codemask import code_argument
 from ..core.entries import Entry, EntryType
 from ..core.store import Store
+from .kernel.undo import undo_of
 from .ports import Part, ServerPort
 
 log = logging.getLogger(__name__)
@@ -61,12 +66,14 @@ class ApprovedCode:
     cell_id: str | None = None
     #: nbformat outputs (stream, execute_result, display_data), as the code produced them
     outputs: list[dict[str, Any]] = field(default_factory=list)
+    #: ``%chaz undo`` took the call back: ``mark`` (code kept as comments) or ``remove``
+    undone: str | None = None
 
     def metadata(self) -> dict[str, Any]:
         """The cell's ``chaz`` metadata."""
         return {"session": self.session_id, "tool_call": self.tool_call, "agent": self.agent,
                 "model": self.model, "approved_by": self.approved_by, "edited": self.edited,
-                "code_sha256": self.code_sha256}
+                "code_sha256": self.code_sha256, **({"undone": True} if self.undone else {})}
 
     def header(self) -> str:
         """The first comment line a person reads."""
@@ -78,12 +85,16 @@ class ApprovedCode:
 
     def source(self) -> str:
         """The cell's source: the header line, then the code."""
-        return f"{_one_line(self.header())}\n{self.code.rstrip()}"
+        if not self.undone:
+            return f"{_one_line(self.header())}\n{self.code.rstrip()}"
+        kept = "\n".join(f"# {line}" if line else "#" for line in self.code.rstrip().splitlines())
+        return (f"{_one_line(self.header())}\n# chaz: undone (%chaz undo): its changes were put back; the code "
+                f"stays as comments, so Run All does not redo it\n{kept}")
 
     def to_json(self) -> dict[str, Any]:
         """What the lab comm's ``cell`` message carries (the extension builds the cell from it)."""
         return {"session_id": self.session_id, "cell_id": self.cell_id, "source": self.source(),
-                "outputs": self.outputs, "metadata": {"chaz": self.metadata()}}
+                "outputs": self.outputs, "metadata": {"chaz": self.metadata()}, "undone": self.undone}
 
 
 def _one_line(text: str) -> str:
@@ -122,8 +133,9 @@ def _cell_from(result: Entry, calls: dict[str, Entry], runs: dict[int, Entry],
         cell_id=cell_id if isinstance(cell_id, str) and cell_id else None)
 
 
-def session_record(store: Store, session_id: int) -> list[Entry | ApprovedCode]:
-    """The session's Messages and its approved code, in log order (``%chaz export``).
+def session_record(store: Store, session_id: int, removed: bool = False) -> list[Entry | ApprovedCode]:
+    """The session's Messages and its approved code, in log order (``%chaz export``); an undone
+    call's code as comments, and none for one undone with ``--remove-cell`` unless ``removed``.
 
     An unknown session is the store's StoreError."""
     store.session(session_id)
@@ -131,6 +143,7 @@ def session_record(store: Store, session_id: int) -> list[Entry | ApprovedCode]:
                                                 EntryType.TOOL_RESULT])
     calls = {e.tool_call_id: e for e in entries if e.entry_type is EntryType.TOOL_CALL and e.tool_call_id}
     runs = {e.id: e for e in entries if e.entry_type is EntryType.ACK}
+    undone = {cid: str(e.payload.get("cell") or "mark") for e in runs.values() if (cid := undo_of(e)) is not None}
     triggers = {e.id: e for e in entries if e.entry_type is EntryType.MESSAGE}
     out: list[Entry | ApprovedCode] = []
     for e in entries:
@@ -138,14 +151,16 @@ def session_record(store: Store, session_id: int) -> list[Entry | ApprovedCode]:
             out.append(e)
         elif is_approved_run(e):
             cell = _cell_from(e, calls, runs, triggers)
-            if cell is not None:
+            if cell is not None and cell.tool_call in undone:
+                cell = dataclasses.replace(cell, undone=undone[cell.tool_call])
+            if cell is not None and (removed or cell.undone != "remove"):
                 out.append(cell)
     return out
 
 
-def approved_code(store: Store, session_id: int) -> list[ApprovedCode]:
-    """The session's approved code, in log order (``%chaz cells``)."""
-    return [item for item in session_record(store, session_id) if isinstance(item, ApprovedCode)]
+def approved_code(store: Store, session_id: int, removed: bool = False) -> list[ApprovedCode]:
+    """The session's approved code, in log order (``%chaz cells``; ``removed``: see session_record)."""
+    return [item for item in session_record(store, session_id, removed) if isinstance(item, ApprovedCode)]
 
 
 CellListener = Callable[[ApprovedCode], None]
@@ -182,6 +197,13 @@ class AgentCells(Part):
             self._outputs.popitem(last=False)
 
     def on_write(self, entry: Entry) -> None:
+        if entry.entry_type is EntryType.ACK and undo_of(entry) is not None and self._listeners:
+            # a cell made for the call is marked or removed, whatever the switches say now
+            with contextlib.suppress(RuntimeError):
+                asyncio.get_running_loop().call_soon(self._announce_undo, entry)
+                return
+            self._announce_undo(entry)
+            return
         if entry.entry_type is not EntryType.TOOL_RESULT or entry.tool_name != CODE_TOOL:
             return
         sha = entry.payload.get("code_sha256")
@@ -211,8 +233,26 @@ class AgentCells(Part):
             except Exception:  # noqa: BLE001 - one listener's failure must not keep the others
                 log.warning("a cell listener failed", exc_info=True)
 
+    def _announce_undo(self, entry: Entry) -> None:
+        call = undo_of(entry)
+        try:
+            results = self.port.store.entries(entry.session_id, types=[EntryType.TOOL_RESULT])
+            result = next((e for e in results if e.tool_call_id == call and is_approved_run(e)), None)
+            cell = self._cell_of(result) if result is not None else None
+        except Exception:  # noqa: BLE001 - a cell is a convenience: the undo and its log stand
+            log.warning("could not read the undone call %s", call, exc_info=True)
+            return
+        if cell is None:
+            return
+        cell = dataclasses.replace(cell, undone=str(entry.payload.get("cell") or "mark"))
+        for listener in list(self._listeners):
+            try:
+                listener(cell)
+            except Exception:  # noqa: BLE001 - one listener's failure must not keep the others
+                log.warning("a cell listener failed", exc_info=True)
+
     def _cell_of(self, entry: Entry) -> ApprovedCode | None:
-        for item in reversed(approved_code(self.port.store, entry.session_id)):
+        for item in reversed(approved_code(self.port.store, entry.session_id, removed=True)):
             if item.tool_call == entry.tool_call_id:
                 return item
         return None

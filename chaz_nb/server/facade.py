@@ -486,17 +486,19 @@ class Server:
         return self.kernel
 
     def undo(self, session_id: int | None, tool_call_id: str | None = None, *, partial: bool = False,
-             force: bool = False, by: str = "user") -> UndoOutcome:
+             force: bool = False, by: str = "user", cell: str = "mark") -> UndoOutcome:
         """Undo a ``kernel__run`` call (None: the session's last one that ran): put back the
         variables it created, rebound or deleted, and write the undo into the session (an Ack
         the ``variable_changes`` view reads). ``UndoRefused`` (one line, nothing changed) says
         why not; ``partial`` goes on past what cannot be undone, ``force`` puts back variables
-        changed since. Runs on the kernel's thread (a magic), as the code it undoes did."""
+        changed since; ``cell`` (``mark`` or ``remove``) says what becomes of the notebook cell made
+        for the call. Runs on the kernel's thread (a magic), as the code it undoes did."""
         from .kernel.undo import undo_call
 
         if self.kernel is None:
             raise UndoRefused("no kernel tools here: nothing kernel__run changed can be undone")
-        return undo_call(self.kernel, self.store, session_id, tool_call_id, partial=partial, force=force, by=by)
+        return undo_call(self.kernel, self.store, session_id, tool_call_id, partial=partial, force=force, by=by,
+                         cell=cell)
 
     def release_undo(self, session_id: int | None = None) -> int:
         """Free the before-state undo keeps for a session's calls (None: every session's);

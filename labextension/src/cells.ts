@@ -7,6 +7,10 @@
  * whose id is `cell_id` (none, or a cell no longer there: at the end of the notebook), with the
  * outputs as the code produced them and the `chaz` metadata; it is not run.
  *
+ * A `cell` message with `undone` set (`%chaz undo` took the call back) changes the cell already
+ * there for that call, never inserts one: `mark` gives it the kernel's new source (the code kept
+ * as comments, so Run All does not redo it) and `undone` metadata; `remove` deletes it.
+ *
  * The comm opens when the notebook's kernel is there; while chaz_nb is not loaded in it (the
  * kernel closes the comm at once) it tries again after a cell finishes, and after a restart.
  */
@@ -27,6 +31,8 @@ export interface IChazCellMeta {
   approved_by: string;
   edited: boolean;
   code_sha256: string;
+  /** set once `%chaz undo` took the call back */
+  undone?: boolean;
 }
 
 /** A `cell` message, checked. */
@@ -37,6 +43,8 @@ export interface IAgentCell {
   source: string;
   outputs: any[];
   chaz: IChazCellMeta;
+  /** `%chaz undo` took the call back: change the cell there (`mark`) or delete it (`remove`) */
+  undone: 'mark' | 'remove' | null;
 }
 
 const OUTPUT_TYPES = ['stream', 'display_data', 'execute_result', 'error'];
@@ -89,15 +97,55 @@ export function agentCell(data: any): IAgentCell | null {
       model: typeof chaz.model === 'string' ? chaz.model : null,
       approved_by: typeof chaz.approved_by === 'string' ? chaz.approved_by : 'user',
       edited: chaz.edited === true,
-      code_sha256: chaz.code_sha256
-    }
+      code_sha256: chaz.code_sha256,
+      ...(data.undone === 'mark' || data.undone === 'remove' ? { undone: true } : {})
+    },
+    undone: data.undone === 'mark' || data.undone === 'remove' ? data.undone : null
   };
 }
 
 /** What inserting needs of a notebook's shared model (a subset of YNotebook). */
 export interface ICellsNotebook {
-  cells: ReadonlyArray<{ id: string; getMetadata?: (key: string) => any }>;
+  cells: ReadonlyArray<{
+    id: string;
+    getMetadata?: (key: string) => any;
+    setMetadata?: (key: string, value: any) => void;
+    setSource?: (value: string) => void;
+  }>;
   insertCell(index: number, cell: any): unknown;
+  deleteCell?(index: number): void;
+}
+
+/** The index of the cell made for `cell`'s ToolCall, or -1. */
+function findAgentCell(notebook: ICellsNotebook, cell: IAgentCell): number {
+  const cells = notebook.cells;
+  for (let i = 0; i < cells.length; i++) {
+    const meta = cells[i].getMetadata ? cells[i].getMetadata!('chaz') : undefined;
+    if (meta && meta.tool_call === cell.chaz.tool_call && meta.session === cell.chaz.session) {
+      return i;
+    }
+  }
+  return -1;
+}
+
+/**
+ * An undone call's cell: marked (the kernel's source, the code as comments, `undone` in its
+ * metadata) or deleted; the index it had, or -1 when the notebook has no cell for that call
+ * (nothing is inserted for an undone call).
+ */
+export function applyUndone(notebook: ICellsNotebook, cell: IAgentCell): number {
+  const index = findAgentCell(notebook, cell);
+  if (index < 0) {
+    return -1;
+  }
+  if (cell.undone === 'remove' && notebook.deleteCell) {
+    notebook.deleteCell(index);
+    return index;
+  }
+  const target = notebook.cells[index];
+  target.setSource?.(cell.source);
+  target.setMetadata?.('chaz', { ...cell.chaz, undone: true });
+  return index;
 }
 
 /**
@@ -106,11 +154,9 @@ export interface ICellsNotebook {
  */
 export function insertAgentCell(notebook: ICellsNotebook, cell: IAgentCell): number {
   const cells = notebook.cells;
-  for (let i = 0; i < cells.length; i++) {
-    const meta = cells[i].getMetadata ? cells[i].getMetadata!('chaz') : undefined;
-    if (meta && meta.tool_call === cell.chaz.tool_call && meta.session === cell.chaz.session) {
-      return i;
-    }
+  const there = findAgentCell(notebook, cell);
+  if (there >= 0) {
+    return there;
   }
   let index = cells.length;
   if (cell.cellId !== null) {
@@ -182,7 +228,11 @@ export class CellsLink {
       const cell = agentCell(msg.content.data);
       const notebook = this._notebook();
       if (cell && notebook) {
-        insertAgentCell(notebook, cell);
+        if (cell.undone !== null) {
+          applyUndone(notebook, cell);
+        } else {
+          insertAgentCell(notebook, cell);
+        }
       }
     };
     comm.onClose = () => {

@@ -2,7 +2,7 @@
  * Unit tests of approved agent code as cells: the `cell` message is checked, and the cell goes
  * below the cell that asked (after the agent's earlier cells for it), else at the end, once.
  */
-import { agentCell, insertAgentCell, ICellsNotebook } from '../src/cells';
+import { agentCell, applyUndone, insertAgentCell, ICellsNotebook } from '../src/cells';
 
 function message(toolCall: string, cellId: string | null, extra: any = {}): any {
   return {
@@ -71,5 +71,37 @@ describe('insertAgentCell', () => {
     expect(insertAgentCell(nb, agentCell(message('c2', 'gone'))!)).toBe(3);
     expect(insertAgentCell(nb, agentCell(message('c1', null))!)).toBe(2);
     expect(nb.inserted.length).toBe(2);
+  });
+});
+
+describe('applyUndone', () => {
+  function withCell(nb: any): any {
+    insertAgentCell(nb, agentCell(message('c1', 'a'))!);
+    const cell = nb.cells[1];
+    let meta: any = nb.inserted[0].cell.metadata.chaz;
+    cell.getMetadata = (k: string) => (k === 'chaz' ? meta : undefined);
+    cell.setMetadata = (k: string, v: any) => (meta = v);
+    cell.setSource = (v: string) => (cell.source = v);
+    nb.deleteCell = (i: number) => nb.cells.splice(i, 1);
+    return cell;
+  }
+
+  it('marks the call\'s cell with the kernel\'s source and undone metadata', () => {
+    const nb = notebook(['a']);
+    const cell = withCell(nb);
+    const undone = agentCell(message('c1', 'a', { undone: 'mark', source: '# chaz: undone\n# top = 1' }))!;
+    expect(applyUndone(nb, undone)).toBe(1);
+    expect(cell.source).toBe('# chaz: undone\n# top = 1');
+    expect(cell.getMetadata('chaz').undone).toBe(true);
+    expect(nb.cells.length).toBe(2);
+  });
+
+  it('deletes it when the person asked for that, and never inserts one for an undone call', () => {
+    const nb = notebook(['a']);
+    withCell(nb);
+    expect(applyUndone(nb, agentCell(message('c1', 'a', { undone: 'remove' }))!)).toBe(1);
+    expect(nb.cells.map((c: any) => c.id)).toEqual(['a']);
+    expect(applyUndone(nb, agentCell(message('c9', 'a', { undone: 'mark' }))!)).toBe(-1);
+    expect(nb.cells.length).toBe(1);
   });
 });

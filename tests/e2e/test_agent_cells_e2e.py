@@ -156,4 +156,17 @@ def test_a_sidebar_chat_run_lands_at_the_end_of_the_notebook(lab):
     assert [c["chaz"]["edited"] for c in cells[4:]] == [False, False]
     assert cells[4]["source"].endswith(FIRST) and cells[5]["source"].endswith(SECOND)
     lab.shot("agent-cells-chat")
+
+    # the person takes the last step back from a new cell: its cell stays, its code as comments
+    page.locator(".jp-Cell").last.click()
+    page.keyboard.press("Escape")
+    page.keyboard.press("b")
+    page.keyboard.press("Enter")
+    page.keyboard.type("%chaz undo")
+    page.keyboard.press("Shift+Enter")
+    _wait(lambda: (_cells(lab)[5]["chaz"] or {}).get("undone") is True, what="the undone step's cell marked")
+    marked = _cells(lab)[5]
+    assert "# chaz: undone (%chaz undo)" in marked["source"] and marked["source"].endswith("# " + SECOND)
+    assert _cells(lab)[4]["source"].endswith(FIRST)  # the step before is as it was
+    lab.shot("agent-cells-chat-undone")
     assert lab.page_errors == []

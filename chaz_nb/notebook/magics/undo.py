@@ -28,6 +28,8 @@ def _undo_parser() -> CommandParser:
                    help="put back what can be; leave what cannot (changed in place, files, network, imports)")
     p.add_argument("--force", action="store_true",
                    help="put back variables changed since the call too (their later values are dropped)")
+    p.add_argument("--remove-cell", action="store_true",
+                   help="delete the notebook cell made for the call (default: keep it, its code as comments)")
     p.add_argument("--release", action="store_true",
                    help="free the before-state kept for the session's calls (they can no longer be undone)")
     p.usage = "%chaz " + usage_of(p)
@@ -49,7 +51,7 @@ class UndoCommands(MagicsHost):
         except HelpShown:
             return
         if args.release:
-            if args.tool_call or args.partial or args.force:
+            if args.tool_call or args.partial or args.force or args.remove_cell:
                 raise UsageError(f"%chaz undo --release takes only --session; {UNDO_USAGE}")
             released = parse_session(server, args.session, state.last_session, "undo")
             freed = server.release_undo(released)
@@ -61,7 +63,8 @@ class UndoCommands(MagicsHost):
         elif state.last_session is not None:
             session = state.last_session  # preferred when the call id is in several sessions
         try:
-            outcome = server.undo(session, args.tool_call, partial=args.partial, force=args.force, by="user")
+            outcome = server.undo(session, args.tool_call, partial=args.partial, force=args.force, by="user",
+                                  cell="remove" if args.remove_cell else "mark")
         except (StoreError, ServerError) as exc:  # UndoRefused: one line, nothing was changed
             raise UsageError(f"%chaz undo: {exc}") from None
         print(outcome.describe())

@@ -74,11 +74,12 @@ _HELP = """\
 %chaz replay SESSION --model M [--agent NAME] [--system TEXT] [--api-base URL]
                             every trigger of SESSION again in a new branch; tools from the recording
 %chaz compare A B           two branches side by side from their fork point
-%chaz undo [TOOL_CALL] [--session SESSION] [--partial] [--force]
+%chaz undo [TOOL_CALL] [--session SESSION] [--partial] [--force] [--remove-cell]
                             put back the variables an agent's kernel__run call (default: the session's last)
                             created, rebound or deleted; what it cannot undo (changed in place, a file written,
                             a network call, an import) is named first and stops it unless --partial;
-                            --release frees the before-state kept for the session's last calls
+                            --release frees the before-state kept for the session's last calls; the call's
+                            notebook cell keeps its code as comments (--remove-cell: deleted)
 %chaz compact [SESSION]     summarize the conversation into a Summary: later runs start from it
 %chaz mcp add NAME -- COMMAND ARGS...   start an MCP tool server (or --url URL); its tools are NAME__TOOL
                             options: --env K=V --risk R --approval MODE --timeout S --start-timeout S --wait

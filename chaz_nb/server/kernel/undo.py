@@ -56,6 +56,10 @@ class UndoOutcome:
         return line
 
 
+#: what an undo does to the notebook cell made for the call
+CELL_CHOICES = ("mark", "remove")
+
+
 def undo_of(entry: Entry) -> str | None:
     """The tool call an entry undid (None: the entry is no undo)."""
     if entry.entry_type is not EntryType.ACK:
@@ -229,8 +233,12 @@ def apply(todo: list[tuple[Change, str, dict[str, Any]]], ns: MutableMapping[str
 
 
 def undo_call(kernel: KernelTools, store: Store, session_id: int | None, tool_call_id: str | None, *,
-              partial: bool = False, force: bool = False, by: str = "user") -> UndoOutcome:
-    """Undo a call of ``kernel``'s ``kernel__run`` (see the module docstring)."""
+              partial: bool = False, force: bool = False, by: str = "user", cell: str = "mark") -> UndoOutcome:
+    """Undo a call of ``kernel``'s ``kernel__run`` (see the module docstring). ``cell``: what
+    becomes of the notebook cell made for the call (``mark``: its code kept as comments;
+    ``remove``), carried in the undo's payload for the notebook (server/cells.py)."""
+    if cell not in CELL_CHOICES:
+        raise UndoRefused(f"cell must be one of {', '.join(CELL_CHOICES)}, not {cell!r}")
     book = kernel.undo_book
     sid, cid, result = find_call(store, book, session_id, tool_call_id)
     record = record_of(store, book, sid, cid, result)
@@ -249,7 +257,7 @@ def undo_call(kernel: KernelTools, store: Store, session_id: int | None, tool_ca
     skipped += p.cannot if partial else []
     payload: dict[str, Any] = {
         "undo_of": cid, "undone_run_id": record.run_id, "agent": record.agent, "namespace_changes": changes,
-        "skipped": skipped, "partial": partial, "forced": force,
+        "skipped": skipped, "partial": partial, "forced": force, "cell": cell,
     }
     text = f"undid {record.agent}'s kernel__run {cid}: " + ("; ".join(done) or "nothing put back")
     # the log first: a store that cannot write leaves the namespace as it was
