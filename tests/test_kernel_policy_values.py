@@ -4,6 +4,7 @@ depth, in any tool's text; and every value of a secret-named column, not only it
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import importlib
 import os
@@ -17,6 +18,7 @@ import pytest
 from chaz_nb.server.agents import Agent
 from chaz_nb.server.kernel import KernelTools, PlainHost
 from chaz_nb.server.kernel.policy import REDACTED, Secrets
+from waiting import poll
 
 query_mod = importlib.import_module("chaz_nb.server.kernel.query")
 
@@ -237,6 +239,36 @@ async def test_a_query_killed_at_its_deadline_is_reaped_and_the_next_one_runs(mo
     reply = await call(kernel, "kernel__query", sql="SELECT sum(hash(range)) FROM range(100000000000)")
     assert reply.is_error and reply.text == "the query ran over 0.5 s and was stopped"
     assert zombies() == []
+    assert (await call(kernel, "kernel__query", sql="SELECT 2 AS y")).text == "y\n2"
+
+
+def live_children() -> list[int]:
+    """This process's children still running (not zombies)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z" and int(fields[1]) == os.getpid():
+                found.append(int(entry))
+    return found
+
+
+async def test_a_stopped_run_ends_its_query_process_at_once():
+    """Stop cancels the run; the query's process is killed then, not at its 60 s deadline."""
+    kernel = KernelTools(PlainHost({}))
+    before = set(live_children())
+    task = asyncio.ensure_future(call(kernel, "kernel__query", sql="SELECT sum(hash(range)) FROM range(100000000000)"))
+    # (a process has no event to wait on: its appearance is polled, off the loop's thread)
+    await asyncio.to_thread(poll, lambda: set(live_children()) - before, 30, "the query's process")
+    task.cancel()
+    stopped = time.monotonic()
+    await asyncio.to_thread(poll, lambda: not (set(live_children()) - before), 30, "the query's process to end")
+    assert time.monotonic() - stopped < 10  # (its deadline is 60 s)
+    await asyncio.to_thread(poll, lambda: zombies() == [], 10, "the child reaped")
     assert (await call(kernel, "kernel__query", sql="SELECT 2 AS y")).text == "y\n2"
 
 

@@ -21,12 +21,14 @@ unnoticed: widgets, comms, schedules and every other run share it):
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import enum
 import fnmatch
 import inspect
 import json
 import logging
 import re
+import threading
 import time
 import types
 import typing
@@ -43,6 +45,12 @@ RISK_LEVELS = ("low", "medium", "high")
 LOOP_HOLD_WARNING = 0.5
 
 log = logging.getLogger(__name__)
+
+#: set, in the thread a sync tool runs on, once the run that called it is cancelled (Stop): the
+#: thread itself cannot be stopped, so a tool that waits on something it can end (a process, a
+#: query) checks it (``server/kernel/forked.py`` kills its child)
+tool_cancelled: contextvars.ContextVar[threading.Event | None] = contextvars.ContextVar(
+    "chaz_tool_cancelled", default=None)
 
 
 @dataclass
@@ -138,7 +146,15 @@ class Tool:
             if not self.timed_steps:
                 return await self.fn(**kwargs)
             return await self._on_loop(self.fn(**kwargs), hold_limit)
-        result = await asyncio.to_thread(self.fn, **kwargs)
+        cancelled = threading.Event()
+        token = tool_cancelled.set(cancelled)  # (to_thread runs the function in a copy of this context)
+        try:
+            result = await asyncio.to_thread(self.fn, **kwargs)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        finally:
+            tool_cancelled.reset(token)
         if inspect.iscoroutine(result):  # a sync function that returned a coroutine
             return await self._on_loop(result, hold_limit)
         if inspect.isawaitable(result):

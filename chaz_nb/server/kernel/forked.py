@@ -32,6 +32,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from ...engine.tools import tool_cancelled
+
 T = TypeVar("T")
 
 #: whether queries can run in a child process (Linux and macOS)
@@ -101,17 +103,23 @@ def run_forked(fn: Callable[[], T], *, memory_mb: int, deadline: float) -> T:
     return result
 
 
+#: seconds between two looks at whether the run that waits was stopped
+CANCEL_CHECK = 0.1
+
+
 def _read_until(fd: int, pid: int, end: float) -> tuple[list[bytes], bool]:
-    """What the child writes until it closes the pipe; SIGKILL at ``end`` (then True)."""
+    """What the child writes until it closes the pipe; SIGKILL at ``end``, or as soon as the
+    run whose tool waits is stopped (``engine.tools.tool_cancelled``): then True."""
     chunks: list[bytes] = []
+    cancelled = tool_cancelled.get()
     with selectors.DefaultSelector() as sel:  # not select(): the kernel's fds may pass 1024
         sel.register(fd, selectors.EVENT_READ)
         while True:
             left = end - time.monotonic()
-            if left <= 0:
+            if left <= 0 or (cancelled is not None and cancelled.is_set()):
                 _kill(pid)
                 return chunks, True
-            if not sel.select(left):
+            if not sel.select(min(left, CANCEL_CHECK) if cancelled is not None else left):
                 continue
             data = os.read(fd, 1 << 16)
             if not data:
