@@ -390,7 +390,7 @@ async def test_a_server_whose_template_leaves_out_the_tools_is_noted_once(make, 
     [note] = [e for e in store.entries(s) if e.entry_type is T.ERROR]
     assert note.payload["note"] is True and "\n" not in note.content
     assert f"127.0.0.1:{model_server.port}" in note.content and "takes no tools" in note.content
-    asked = [r for r in model_server.requests if r.path == "/props"]
+    asked = model_server.props_requests
     assert len(asked) == 1 and "authorization" not in asked[0].headers  # once per server, no key sent
     assert [e.entry_type.value for e in store.entries(s)].count("Message") == 4  # the runs went on
 

@@ -146,6 +146,9 @@ class FakeModelServer:
         self.unscripted: list[Recorded] = []
         #: what ``GET /props`` answers, as llama.cpp's server does (None: 404, as other servers)
         self.props: dict[str, Any] | None = None
+        #: the ``GET /props`` asked (chaz_nb's template check, server/template_caps.py): kept
+        #: apart from ``requests``, which counts what a model was asked
+        self.props_requests: list[Recorded] = []
         self._arrived = threading.Condition(self._lock)
         self._closing = threading.Event()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
@@ -339,11 +342,17 @@ def _handler_for(server: FakeModelServer) -> type[BaseHTTPRequestHandler]:
             pass
 
         def do_GET(self) -> None:
+            if self.path == "/props":
+                server.props_requests.append(Recorded(self.command, self.path,
+                                                      {k.lower(): v for k, v in self.headers.items()}, None, b""))
+                if server.props is not None:
+                    self._json(200, server.props)
+                else:
+                    self._json(404, {"error": {"message": "no route /props", "type": "not_found"}})
+                return
             self._record(b"")
             if self.path.rstrip("/").endswith("/models"):
                 self._json(200, {"object": "list", "data": []})
-            elif self.path == "/props" and server.props is not None:
-                self._json(200, server.props)
             else:
                 self._json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
 
