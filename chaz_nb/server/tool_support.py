@@ -16,7 +16,6 @@ import asyncio
 from typing import Any
 
 from ..core.entries import EntryType
-from ..engine.backends import LiteLLMBackend, litellm_ready, refuses_tools
 from ..engine.runtime import ToolExecutor, ToolOutcome
 from .ports import Part, RunContext, ServerPort
 
@@ -39,14 +38,16 @@ class ToolSupport(Part):
         self.told: set[tuple[int, str]] = set()
 
     def wrap_executor(self, ctx: RunContext, executor: ToolExecutor) -> ToolExecutor:
-        if not isinstance(self.port.backend, LiteLLMBackend) or (ctx.session_id, ctx.agent.model) in self.told:
+        # a backend that can tell (litellm's, in the kernel or in the model worker)
+        if getattr(self.port.backend, "refuses_tools", None) is None or (ctx.session_id, ctx.agent.model) in self.told:
             return executor
         return _Check(self, ctx, executor)
 
     async def check(self, ctx: RunContext) -> None:
-        litellm = await litellm_ready()  # (imported already, but for the first turn after %load_ext)
+        # (litellm is imported already, but for the first turn after %load_ext)
+        refuses = await self.port.backend.refuses_tools(ctx.agent.model)  # type: ignore[attr-defined]
         key = (ctx.session_id, ctx.agent.model)
-        if key in self.told or not refuses_tools(litellm, ctx.agent.model) or self.port.store.closed:
+        if key in self.told or not refuses or self.port.store.closed:
             return
         self.told.add(key)
         # (no run_id in the payload: a run's Error with its run_id closes it, serving.py)
