@@ -272,7 +272,9 @@ class WorkerBackend:
             write_frame(process.writer, message)
             return await call.future
         except asyncio.CancelledError:
-            if not call.future.done() and self._process is process and not process.writer.is_closing():
+            # (the awaited future is cancelled with the task: cancelled, not answered)
+            answered = call.future.done() and not call.future.cancelled()
+            if not answered and self._process is process and not process.writer.is_closing():
                 write_frame(process.writer, {"op": "cancel", "id": ident})
             raise
         finally:
