@@ -167,12 +167,16 @@ KERNEL_SETUP = """
 %load_ext chaz_nb
 import asyncio, os, time, chaz_nb
 from chaz_nb.notebook.kernel_loop import get_loop
-_stall = {"max": 0.0}
+_stall = {"max": 0.0, "cpu": 0.0}
 async def _beat():
+    # the worst beat's lateness, and how much of it the loop thread spent on the CPU (the rest:
+    # the thread was not running: the machine's other processes, or waiting for the GIL)
     while True:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         await asyncio.sleep(0.010)
-        _stall["max"] = max(_stall["max"], (time.perf_counter() - t - 0.010) * 1000)
+        late = (time.perf_counter() - t - 0.010) * 1000
+        if late > _stall["max"]:
+            _stall["max"], _stall["cpu"] = late, (time.thread_time() - c) * 1000
 _hb = get_loop().create_task(_beat())
 chaz_nb.current().define_agent(chaz_nb.Agent("w", model="openai/fake", api_base=__BASE__))
 """
@@ -180,7 +184,8 @@ chaz_nb.current().define_agent(chaz_nb.Agent("w", model="openai/fake", api_base=
 KERNEL_TURN = """
 _t = time.perf_counter()
 _r = await chaz_nb.ask(__TEXT__, display=False)
-print(json.dumps({"ms": (time.perf_counter() - _t) * 1000, "stall": _stall["max"], "reply": _r.content}))
+print(json.dumps({"ms": (time.perf_counter() - _t) * 1000, "stall": _stall["max"], "stall_cpu": _stall["cpu"],
+                  "reply": _r.content}))
 """.replace("json.dumps", "__import__('json').dumps")
 
 KERNEL_RSS = """
@@ -228,11 +233,13 @@ def kernel_part(runs: int) -> None:
     for worker, label in ((False, "litellm in the kernel"), (True, "model worker")):
         g = got[worker]
         rows[worker] = row = {
-            "stall": med(x["first"]["stall"] for x in g), "first": med(x["first"]["ms"] for x in g),
+            "stall": med(x["first"]["stall"] for x in g), "stall_cpu": med(x["first"]["stall_cpu"] for x in g),
+            "first": med(x["first"]["ms"] for x in g),
             "load_to_reply": med(x["first"]["load_to_reply_ms"] for x in g), "warm": med(x["warm"]["ms"] for x in g),
             "kernel": med(x["rss"]["kernel"] for x in g), "worker": med(x["rss"]["worker"] for x in g),
             "litellm": any(x["rss"]["litellm_in_kernel"] for x in g)}
-        print(f"  {label:<22} largest loop stall %load_ext->reply {row['stall']:7.1f} ms; first reply "
+        print(f"  {label:<22} largest loop stall %load_ext->reply {row['stall']:7.1f} ms (loop thread on the CPU "
+              f"{row['stall_cpu']:.1f} ms of it); first reply "
               f"{row['first']:6.0f} ms after it was sent ({row['load_to_reply']:.0f} ms after %load_ext was), "
               f"a warm turn {row['warm']:5.1f} ms ({row['first'] / row['warm']:.0f}x); RSS kernel "
               f"{row['kernel']:.0f} MB, worker {row['worker']:.0f} MB, total {row['kernel'] + row['worker']:.0f} MB; "
