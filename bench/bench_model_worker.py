@@ -48,10 +48,10 @@ SERVE = """
 import sys
 from fakes.openai_server import FakeModelServer, Reply
 server = FakeModelServer()
-server.script(*[Reply(%r)] * int(sys.argv[1]))
+server.script(*[Reply(REPLY)] * int(sys.argv[1]))
 print(server.port, flush=True)
 sys.stdin.read()
-""" % REPLY
+""".replace("REPLY", repr(REPLY))
 
 
 class FakeServerProcess:
@@ -137,7 +137,7 @@ async def load_part(sessions: int, turns: int, tmp: str) -> list[dict]:
             server = Server(store, [Agent("w", model="openai/fake", api_base=fake.base)], backend=backend,
                             max_concurrent_calls=sessions)
             await served_sessions(server, 1, 1)  # warm: the worker's import, litellm's caches
-            results.append(await measure(label, lambda: served_sessions(server, sessions, turns), n))
+            results.append(await measure(label, lambda s=server: served_sessions(s, sessions, turns), n))
             await server.stop()
             store.close()
         return results
