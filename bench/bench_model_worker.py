@@ -73,18 +73,22 @@ class Heartbeat:
     """A task that sleeps 10 ms and records how late it wakes: the loop's stalls."""
 
     def __init__(self) -> None:
-        self.worst = 0.0
+        self.worst = self.worst_cpu = 0.0
         self.task = asyncio.get_running_loop().create_task(self._beat())
 
     async def _beat(self) -> None:
+        # also how much of the worst beat the loop thread spent on the CPU (the rest: the
+        # thread was not running, the machine's other processes or the GIL held elsewhere)
         while True:
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.thread_time()
             await asyncio.sleep(0.01)
-            self.worst = max(self.worst, time.perf_counter() - t - 0.01)
+            late = time.perf_counter() - t - 0.01
+            if late > self.worst:
+                self.worst, self.worst_cpu = late, time.thread_time() - c
 
-    def stop(self) -> float:
+    def stop(self) -> tuple[float, float]:
         self.task.cancel()
-        return self.worst * 1000
+        return self.worst * 1000, self.worst_cpu * 1000
 
 
 async def bare_session(litellm, base: str, turns: int) -> None:
@@ -114,7 +118,24 @@ async def measure(label: str, body, n: int) -> dict:
     t0, cpu0 = time.perf_counter(), time.thread_time()
     await body()
     wall, cpu = time.perf_counter() - t0, time.thread_time() - cpu0
-    return {"label": label, "turns_s": n / wall, "stall_ms": beat.stop(), "loop_cpu_ms": cpu / n * 1000}
+    stall, stall_cpu = beat.stop()
+    return {"label": label, "turns_s": n / wall, "stall_ms": stall, "stall_cpu_ms": stall_cpu,
+            "loop_cpu_ms": cpu / n * 1000}
+
+
+class InstantBackend:
+    """No model: the reply's words handed to ``on_delta`` at once (the server's own floor)."""
+
+    streams = True
+
+    async def complete(self, model, messages, tools=None, *, script=None, options=None, on_delta=None):
+        from chaz_nb.engine.backends import ModelReply, Usage
+
+        if on_delta is not None:
+            for word in REPLY.split(" "):
+                on_delta(word + " ")
+        await asyncio.sleep(0)
+        return ModelReply(REPLY, usage=Usage(11, 12, None))
 
 
 async def load_part(sessions: int, turns: int, tmp: str) -> list[dict]:
@@ -132,8 +153,9 @@ async def load_part(sessions: int, turns: int, tmp: str) -> list[dict]:
         results.append(await measure("bare litellm, no server", lambda: asyncio.gather(
             *(bare_session(litellm, fake.base, turns) for _ in range(sessions))), n))
         for label, backend in (("server, litellm in the kernel", LiteLLMBackend()),
-                               ("server, model worker", worker)):
-            store = SessionStore(os.path.join(tmp, f"{label.split()[-1]}.duckdb"))
+                               ("server, model worker", worker),
+                               ("server, no model (its floor)", InstantBackend())):
+            store = SessionStore(os.path.join(tmp, f"{len(results)}.duckdb"))
             server = Server(store, [Agent("w", model="openai/fake", api_base=fake.base)], backend=backend,
                             max_concurrent_calls=sessions)
             await served_sessions(server, 1, 1)  # warm: the worker's import, litellm's caches
@@ -152,8 +174,11 @@ def print_load(results: list[dict], sessions: int, turns: int) -> None:
     bare = results[0]
     for r in results:
         print(f"  {r['label']:<32} {r['turns_s']:7.1f} turns/s ({r['turns_s'] / bare['turns_s']:.2f}x bare)  "
-              f"largest loop stall {r['stall_ms']:7.1f} ms  loop CPU {r['loop_cpu_ms']:5.2f} ms a turn")
-    inproc, worker = results[1], results[2]
+              f"largest loop stall {r['stall_ms']:7.1f} ms (on the CPU {r['stall_cpu_ms']:5.1f})  "
+              f"loop CPU {r['loop_cpu_ms']:5.2f} ms a turn")
+    inproc, worker, floor = results[1], results[2], results[3]
+    print(f"  the worker's client on the loop (worker - floor): {worker['loop_cpu_ms'] - floor['loop_cpu_ms']:.2f} ms "
+          f"a turn; litellm on the loop (in-kernel - floor): {inproc['loop_cpu_ms'] - floor['loop_cpu_ms']:.2f} ms")
     print(f"  worker against litellm in the kernel: stall {worker['stall_ms'] / inproc['stall_ms']:.2f}x, "
           f"loop CPU {worker['loop_cpu_ms'] / inproc['loop_cpu_ms']:.2f}x, "
           f"throughput {worker['turns_s'] / inproc['turns_s']:.2f}x")
