@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import contextvars
 import logging
 import os
 import signal
@@ -49,6 +50,9 @@ class _Call:
     model: str
     on_delta: DeltaCallback | None = None
     leaving: Any = None  # REQUEST_LEAVING's callback, called once as the request leaves
+    #: the caller's context: its callbacks run in it, not in the reader task's (in a kernel the
+    #: cell an output belongs to is a context variable: a view's update lands in its own cell)
+    context: contextvars.Context | None = None
 
 
 class _Process:
@@ -238,13 +242,13 @@ class WorkerBackend:
         if op == "delta":
             if call.on_delta is not None:
                 try:
-                    call.on_delta(message.get("text") or "")
+                    _run_in(call.context, call.on_delta, message.get("text") or "")
                 except Exception:  # a view's problem must not end the model call
                     log.exception("on_delta callback failed")
         elif op == "leaving":
             leaving, call.leaving = call.leaving, None
             if leaving is not None:
-                leaving()
+                _run_in(call.context, leaving)
         elif not call.future.done():
             if op == "reply":
                 call.future.set_result(decode_reply(message.get("reply") or {}))
@@ -301,7 +305,7 @@ class WorkerBackend:
         if raw != self._env_sent:
             message["env"] = dict(os.environ)
             self._env_sent = raw
-        call = _Call(loop.create_future(), model, on_delta, REQUEST_LEAVING.get())
+        call = _Call(loop.create_future(), model, on_delta, REQUEST_LEAVING.get(), contextvars.copy_context())
         reply = await self._request(message, call)
         assert isinstance(reply, ModelReply)
         return reply
@@ -311,6 +315,13 @@ class WorkerBackend:
         loop = asyncio.get_running_loop()
         call = _Call(loop.create_future(), model)
         return bool(await self._request({"op": "ask", "what": "refuses_tools", "model": model}, call))
+
+
+def _run_in(context: contextvars.Context | None, callback: Any, *args: Any) -> None:
+    if context is None:
+        callback(*args)
+    else:
+        context.run(callback, *args)
 
 
 def _environment() -> dict[Any, Any]:
