@@ -124,17 +124,22 @@ async def measure(label: str, body, n: int) -> dict:
 
 
 class InstantBackend:
-    """No model: the reply's words handed to ``on_delta`` at once (the server's own floor)."""
+    """No model: the server's own floor. Like a call over the wire it says when its request
+    leaves (so the Ack commits apart from the reply, as it does with a real request), waits
+    20 ms off the loop, and hands the reply's words to ``on_delta``; no HTTP, no litellm."""
 
     streams = True
 
     async def complete(self, model, messages, tools=None, *, script=None, options=None, on_delta=None):
-        from chaz_nb.engine.backends import ModelReply, Usage
+        from chaz_nb.engine.backends import REQUEST_LEAVING, ModelReply, Usage
 
+        leaving = REQUEST_LEAVING.get()
+        if leaving is not None:
+            leaving()
+        await asyncio.sleep(0.02)
         if on_delta is not None:
             for word in REPLY.split(" "):
                 on_delta(word + " ")
-        await asyncio.sleep(0)
         return ModelReply(REPLY, usage=Usage(11, 12, None))
 
 
