@@ -148,7 +148,7 @@ async def load_part(sessions: int, turns: int, tmp: str) -> list[dict]:
     from chaz_nb.engine.worker import WorkerBackend
 
     n = sessions * turns
-    fake = FakeServerProcess(3 * n + 20)
+    fake = FakeServerProcess(3 * n + 300)
     worker = WorkerBackend()
     worker.start()
     try:
@@ -167,6 +167,18 @@ async def load_part(sessions: int, turns: int, tmp: str) -> list[dict]:
             results.append(await measure(label, lambda s=server: served_sessions(s, sessions, turns), n))
             await server.stop()
             store.close()
+        # the client alone: calls one at a time straight to the backend (no server, no store),
+        # the loop thread's CPU a call (the worker's and the provider's are other processes)
+        messages = [{"role": "user", "content": "turn 0"}]
+        for label, backend in (("client alone, litellm in the kernel", LiteLLMBackend()),
+                               ("client alone, model worker", worker)):
+            calls = 100
+            t0, cpu0 = time.perf_counter(), time.thread_time()
+            for _ in range(calls):
+                await backend.complete("openai/fake", messages, options={"api_base": fake.base},
+                                       on_delta=lambda text: None)
+            results.append({"label": label, "turns_s": calls / (time.perf_counter() - t0), "stall_ms": 0.0,
+                            "stall_cpu_ms": 0.0, "loop_cpu_ms": (time.thread_time() - cpu0) / calls * 1000})
         return results
     finally:
         worker.close()
@@ -177,11 +189,14 @@ def print_load(results: list[dict], sessions: int, turns: int) -> None:
     print(f"-- {sessions} sessions x {turns} turns, streamed, one loop, local OpenAI-compatible server "
           "(its own process)")
     bare = results[0]
-    for r in results:
+    for r in results[:4]:
         print(f"  {r['label']:<32} {r['turns_s']:7.1f} turns/s ({r['turns_s'] / bare['turns_s']:.2f}x bare)  "
               f"largest loop stall {r['stall_ms']:7.1f} ms (on the CPU {r['stall_cpu_ms']:5.1f})  "
               f"loop CPU {r['loop_cpu_ms']:5.2f} ms a turn")
     inproc, worker, floor = results[1], results[2], results[3]
+    for r in results[4:]:
+        print(f"  {r['label']:<36} streamed calls one at a time: loop CPU {r['loop_cpu_ms']:5.2f} ms a call "
+              f"({r['turns_s']:.0f} calls/s)")
     print(f"  the worker's client on the loop (worker - floor): {worker['loop_cpu_ms'] - floor['loop_cpu_ms']:.2f} ms "
           f"a turn; litellm on the loop (in-kernel - floor): {inproc['loop_cpu_ms'] - floor['loop_cpu_ms']:.2f} ms")
     print(f"  worker against litellm in the kernel: stall {worker['stall_ms'] / inproc['stall_ms']:.2f}x, "
