@@ -132,3 +132,17 @@ def test_a_worker_killed_mid_call_in_a_kernel(kernel, model_server):
     assert first[0] == "Error" and "\n" not in first[1]
     assert "the model worker process was killed (SIGKILL) during the call" in first[1]
     assert second == ["back again", True, ["Message", "Ack", "Error", "Message", "Ack", "Message"]]
+
+
+async def test_a_worker_that_cannot_start_fails_the_call_in_one_line_and_does_not_respawn_in_a_loop():
+    from chaz_nb.errors import ProviderError
+
+    backend = WorkerBackend(python="/bin/false")  # exits at once, before it could say it is ready
+    try:
+        with pytest.raises(ProviderError) as caught:
+            await asyncio.wait_for(backend.complete("chaz/echo", [{"role": "user", "content": "hi"}]), 30)
+        assert str(caught.value) == ("chaz/echo: the model worker process exited with status 1 during the call; "
+                                     "a new worker starts with the next message: send the message again")
+        assert backend.pid is None and backend.restarts == 1  # none spawned after it
+    finally:
+        backend.close()

@@ -226,10 +226,16 @@ class WorkerBackend:
                 if self._process is process:
                     self._process = None
             process.stop()
-            self._fail_all(f"the model worker process {process.exit_description()} during the call", process)
+            # at once when it had been working (its litellm import overlaps the user's next
+            # message); one that died before it was ready (it cannot start here) waits for the
+            # next call, which then says why, rather than restarting in a loop
+            again = process.ready and self._loop is not None and not self._loop.is_closed()
+            self._fail_all(f"the model worker process {process.exit_description()} during the call", process,
+                           restarted=again)
             self.restarts += 1
-            if self._loop is not None and not self._loop.is_closed():
-                self._connect_soon(self._loop)  # at once: its litellm import overlaps the user's next message
+            if again:
+                assert self._loop is not None
+                self._connect_soon(self._loop)
 
     def _dispatch(self, process: _Process, message: dict[str, Any]) -> None:
         op = message.get("op")
@@ -257,12 +263,13 @@ class WorkerBackend:
             elif op == "error":
                 call.future.set_exception(decode_error(message.get("error") or {}))
 
-    def _fail_all(self, what: str, process: _Process | None) -> None:
+    def _fail_all(self, what: str, process: _Process | None, restarted: bool = True) -> None:
+        then = ("a new worker has been started: send the message again" if restarted
+                else "a new worker starts with the next message: send the message again")
         for ident, call in list(self._calls.items()):
             if call.future.done():
                 continue
-            message = (f"{call.model}: {what}; a new worker has been started: send the message again"
-                       if process is not None else f"{call.model}: {what}")
+            message = f"{call.model}: {what}; {then}" if process is not None else f"{call.model}: {what}"
             call.future.set_exception(ProviderError(message, model=call.model, provider="chaz_nb", kind="worker_exit"))
             self._calls.pop(ident, None)
 
