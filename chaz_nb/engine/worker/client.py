@@ -66,7 +66,10 @@ class _Process:
         try:
             self.popen = subprocess.Popen(
                 [python, "-m", "chaz_nb.engine.worker", str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL, close_fds=True)
+                # no stdout: a kernel shows what reaches its file descriptors in the running cell
+                # (stderr stays: the worker's log records, redacted as the kernel's are)
+                pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                close_fds=True)
         except BaseException:
             mine.close()
             raise
