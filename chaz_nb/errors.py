@@ -118,6 +118,11 @@ class ServerError(ChazError):
     """A server request that cannot be served; the message says what to do."""
 
 
+class UndoRefused(ServerError):
+    """``%chaz undo`` that changed nothing: the call is unknown, already undone, its
+    before-state is gone, or it did what no undo takes back (the message says which flag goes on)."""
+
+
 class AgentError(ChazError, ValueError):
     """An agent definition that cannot be used; the message says what to change."""
 

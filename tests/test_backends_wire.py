@@ -376,3 +376,51 @@ async def test_a_model_litellm_does_not_know_gets_no_note(make, store, model_ser
     s = server.current_session("w")
     await (await server.send(s, "hi")).wait()
     assert [e.entry_type.value for e in store.entries(s)] == ["Message", "Ack", "Message"]
+
+
+async def test_a_server_whose_template_leaves_out_the_tools_is_noted_once(make, store, model_server):
+    """llama.cpp takes the tools with a template that drops them; its /props says so: noted once."""
+    model_server.props = {"chat_template_caps": {"supports_tools": False, "supports_tool_calls": False}}
+    model_server.script(Reply("the total is 42"), Reply("and 7"), Reply("hello"))
+    server = make(wire_agent("w", model_server.openai_base, tools=["add"]))
+    s = server.current_session("w")
+    assert (await (await server.send(s, "total of sales?")).wait()).content == "the total is 42"
+    await until(lambda: any(e.entry_type is T.ERROR for e in store.entries(s)), store.subscribe, what="the note")
+    assert (await (await server.send(s, "and returns?")).wait()).content == "and 7"
+    other = server.new_session("w")
+    assert (await (await server.send(other, "hi")).wait()).content == "hello"
+    await until(lambda: any(e.entry_type is T.ERROR for e in store.entries(other)), store.subscribe,
+                what="the other session's note")
+    [note] = [e for e in store.entries(s) if e.entry_type is T.ERROR]
+    assert note.payload["note"] is True and "\n" not in note.content
+    assert f"127.0.0.1:{model_server.port}" in note.content and "takes no tools" in note.content
+    asked = [r for r in model_server.requests if r.path == "/props"]
+    assert len(asked) == 1 and "authorization" not in asked[0].headers  # once per server, no key sent
+    assert [e.entry_type.value for e in store.entries(s)].count("Message") == 4  # the runs went on
+
+
+@pytest.mark.parametrize("props, says", [
+    ({"chat_template_caps": {"supports_tools": False}}, False),
+    ({"chat_template_caps": {"supports_tools": True}}, True),
+    (None, None),  # a 404: another kind of server
+    ({"chat_template_caps": {"supports_tools": "no"}}, None),
+    ({"build_info": "b1"}, None),
+])
+def test_what_a_servers_props_say_of_its_template(model_server, props, says):
+    from chaz_nb.server.template_caps import template_takes_tools
+
+    model_server.props = props
+    assert template_takes_tools(model_server.openai_base) is says
+
+
+def test_a_server_that_does_not_answer_says_nothing_of_its_template():
+    import socket
+
+    from chaz_nb.server.template_caps import template_takes_tools
+
+    with socket.socket() as listening:  # accepts (the backlog) and never answers
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(1)
+        port = listening.getsockname()[1]
+        assert template_takes_tools(f"http://user:pw@127.0.0.1:{port}/v1", timeout=0.2) is None
+    assert template_takes_tools("ftp://127.0.0.1/v1") is None

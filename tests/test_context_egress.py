@@ -146,3 +146,75 @@ async def test_a_recorded_replay_on_another_model_leaves_nothing_unrecorded(back
         "SELECT via, model FROM data_egress WHERE session_id = ? AND copied_from IS NULL", [branch])]
     assert rows == [("kernel__query", "openai/other")]
     await server.stop()
+
+
+async def test_a_compaction_whose_model_call_fails_still_leaves_its_row(backend_store, model_server):
+    from fakes.openai_server import ServerError
+
+    from chaz_nb.errors import CompactionError
+
+    server = sales_server(backend_store, analyst("a", "second reply"))
+    h = await server.send(server.current_session("a"), "look at sales")
+    await h.wait()
+    await (await server.send(h.session_id, "thanks")).wait()
+    model_server.script(ServerError(400, "no such model"))
+    branch = server.fork(h.session_id, model="openai/other", api_base=model_server.openai_base)
+    with pytest.raises(CompactionError):
+        await server.compact(branch)
+    assert sent_value(model_server) == [True]  # the data left: the ledger says so
+    rows = ledger(backend_store, "compaction")
+    assert [(r[0], r[2], r[3]) for r in rows] == [(branch, "openai/other", "127.0.0.1")]
+    await server.stop()
+
+
+async def test_a_compactions_row_is_in_the_store_before_its_request_is_made(backend_store, model_server):
+    from fakes.openai_server import Reply
+
+    server = sales_server(backend_store, analyst("a", "second reply"))
+    h = await server.send(server.current_session("a"), "look at sales")
+    await h.wait()
+    await (await server.send(h.session_id, "thanks")).wait()
+    model_server.script(Reply("summary: sales has names"))
+    branch = server.fork(h.session_id, model="openai/other", api_base=model_server.openai_base)
+    seen_at_call: list[list[tuple]] = []
+    complete = server.backend.complete
+
+    async def checking(model, messages, *args, **kwargs):
+        if VALUE in json.dumps(messages):  # the request that carries the data: the row is there already
+            seen_at_call.append(ledger(backend_store, "compaction"))
+        return await complete(model, messages, *args, **kwargs)
+
+    server.backend.complete = checking  # type: ignore[method-assign]
+    summary = await server.compact(branch)
+    assert [[(r[0], r[2]) for r in rows] for rows in seen_at_call] == [[(branch, "openai/other")]]
+    # one row per send (the Summary written after the reply adds none), and the Summary names
+    # the model that read the data, so a later run on that model sends it nowhere new
+    assert len(ledger(backend_store, "compaction")) == 1
+    assert summary.payload["summarized_by"] == {"model": "openai/other", "host": "127.0.0.1"}
+    await server.stop()
+
+
+async def test_a_narrower_policy_run_reads_what_its_context_carries_once(backend_store, model_server, monkeypatch):
+    """The run's Ack (what it sends) and its context (what it withholds) come from one read."""
+    from fakes.openai_server import Reply
+
+    from chaz_nb.server import egress
+
+    model_server.script(Reply("noted"))
+    bob = Agent("bob", model="openai/other", api_base=model_server.openai_base, tools=[], data="schema")
+    server = sales_server(backend_store, analyst("alice"), bob)
+    room = server.create_room("lab", ["alice", "bob"])
+    await (await server.send(room, "@alice look at sales")).wait()
+    reads: list[int] = []
+    read = egress.context_data
+
+    def counted(store, session_id):
+        reads.append(session_id)
+        return read(store, session_id)
+
+    monkeypatch.setattr(egress, "context_data", counted)
+    monkeypatch.setattr("chaz_nb.server.run.context_data", counted, raising=False)
+    await (await server.send(room, "@bob what did alice find?")).wait()
+    assert "withheld" in json.dumps(model_server.chat_requests()[0].body)
+    assert reads == [room]
+    await server.stop()

@@ -5,6 +5,9 @@ depth, in any tool's text; and every value of a secret-named column, not only it
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import os
+import signal
 import time
 from collections import namedtuple
 
@@ -14,6 +17,8 @@ import pytest
 from chaz_nb.server.agents import Agent
 from chaz_nb.server.kernel import KernelTools, PlainHost
 from chaz_nb.server.kernel.policy import REDACTED, Secrets
+
+query_mod = importlib.import_module("chaz_nb.server.kernel.query")
 
 Conn = namedtuple("Conn", "host token")
 
@@ -133,6 +138,106 @@ async def test_a_query_that_builds_a_huge_value_fails_at_the_memory_limit_with_o
     settings = await call(kernel, "kernel__query", sql="SELECT current_setting('threads') AS t, "
                                                        "current_setting('max_temp_directory_size') AS m")
     assert settings.text.splitlines()[1].split(" | ")[0] == "2", settings.text
+
+
+def peak_rss_reset() -> None:
+    """Start this process's peak resident memory (VmHWM) from what it holds now."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def peak_rss_mb() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) // 1024 for line in f if line.startswith("VmHWM:"))
+
+
+def zombies() -> list[int]:
+    """This process's children that ended and were never reaped."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] == "Z" and int(fields[1]) == os.getpid():
+                found.append(int(entry))
+    return found
+
+
+#: one value built by one function, outside DuckDB's memory_limit: each took the kernel's
+#: memory (repeat of 3e9: 5.8 GB; range of 3e8 as one list: 14.7 GB), a larger one ended it
+BIG_VALUES = [
+    "SELECT repeat('x', 3000000000) AS s",
+    "SELECT length(repeat('x', 3000000000)) AS n",
+    "SELECT repeat(repeat('x', 100000), 30000) AS s",
+    "SELECT printf('%*d', 2000000000, 1) AS s",
+    "SELECT format('{:>2000000000}', 1) AS s",
+    "SELECT range(300000000) AS l",
+    "SELECT generate_series(0, 300000000) AS l",
+    "SELECT list_resize([1], 300000000) AS l",
+    "SELECT repeat([1, 2, 3], 100000000) AS l",
+    "SELECT string_agg(repeat('y', 1000), '') AS s FROM range(3000000)",
+    "SELECT bar(1, 0, 2, 2000000000) AS b",
+]
+#: lpad and rpad build their value a character at a time (a minute for 2e9): the deadline
+#: ends them, and with them what they built
+SLOW_BIG_VALUES = ["SELECT lpad('a', 2000000000, 'b') AS s", "SELECT rpad('a', 2000000000, 'b') AS s"]
+
+
+@pytest.mark.skipif(not query_mod.FORKS, reason="the query runs in process where the kernel cannot fork")
+@pytest.mark.parametrize("sql", BIG_VALUES + SLOW_BIG_VALUES)
+async def test_one_huge_value_ends_in_one_line_and_the_kernel_does_not_grow(sql, monkeypatch):
+    """Under a 1-row policy the result is a few characters, but the value was built in full in
+    the kernel's own memory before it was cut: now the query's own process holds it, bounded."""
+    if sql in SLOW_BIG_VALUES:
+        monkeypatch.setattr(query_mod, "QUERY_DEADLINE", 2.0)
+    kernel = KernelTools(PlainHost({"sales": pd.DataFrame({"region": ["north"], "amount": [1.0]})}))
+    peak_rss_reset()
+    before = peak_rss_mb()
+    reply = await call(kernel, "kernel__query", sql=sql)
+    grew = peak_rss_mb() - before
+    assert reply.is_error and "\n" not in reply.text, reply.text
+    budget = f"{query_mod.QUERY_PROCESS_MEMORY_MB} MB in all"
+    assert ("Out of Memory" in reply.text and budget in reply.text or "ran over 2 s" in reply.text
+            or "Max bar width" in reply.text), reply.text
+    assert grew < 200, f"the kernel grew by {grew} MB"
+    after = await call(kernel, "kernel__query", sql="SELECT region, amount FROM sales")
+    assert after.text.splitlines() == ["region | amount", "north | 1.0"]
+    assert zombies() == []
+
+
+@pytest.mark.skipif(not query_mod.FORKS, reason="the query runs in process where the kernel cannot fork")
+@pytest.mark.parametrize("ending", [signal.SIGKILL, signal.SIGSEGV, "MemoryError"])
+async def test_a_query_whose_process_dies_says_what_it_needed_in_one_line(ending, monkeypatch):
+    """The query's process ends without a result (killed by the system, a signal, Python's
+    own MemoryError past the bound): one line, and the next query runs."""
+    def dies(sql, tables, policy):
+        if ending == "MemoryError":
+            return bytearray(8 << 30)  # past the bound: this process may grow by 2048 MB
+        os.kill(os.getpid(), ending)
+        return None
+
+    monkeypatch.setattr(query_mod, "_execute", lambda con, sql, tables, policy: dies(sql, tables, policy))
+    kernel = KernelTools(PlainHost({}))
+    reply = await call(kernel, "kernel__query", sql="SELECT 1 AS x")
+    assert reply.is_error and reply.text == (
+        "the query needed more than 2048 MB (kernel__query may hold 2048 MB): filter or aggregate before "
+        "building large values, or add LIMIT"), reply.text
+    monkeypatch.undo()
+    assert (await call(kernel, "kernel__query", sql="SELECT 1 AS x")).text == "x\n1"
+    assert zombies() == []
+
+
+@pytest.mark.skipif(not query_mod.FORKS, reason="the query runs in process where the kernel cannot fork")
+async def test_a_query_killed_at_its_deadline_is_reaped_and_the_next_one_runs(monkeypatch):
+    monkeypatch.setattr(query_mod, "QUERY_DEADLINE", 0.5)
+    kernel = KernelTools(PlainHost({}))
+    reply = await call(kernel, "kernel__query", sql="SELECT sum(hash(range)) FROM range(100000000000)")
+    assert reply.is_error and reply.text == "the query ran over 0.5 s and was stopped"
+    assert zombies() == []
+    assert (await call(kernel, "kernel__query", sql="SELECT 2 AS y")).text == "y\n2"
 
 
 @pytest.mark.parametrize("sql", [

@@ -202,6 +202,16 @@ async def test_run_reports_output_value_and_namespace_changes(kernel, ns):
     assert "big" in ns and "arr" not in ns
 
 
+async def test_run_reports_no_change_of_a_dict_or_list_it_did_not_touch(kernel, ns):
+    ns["cfg"] = {"region": "EU", "limits": {"rows": 10}, "tags": ["a", "b"]}
+    ns["pairs"] = [("a", 1), ("b", 2)]
+    reply = await call(kernel, "kernel__run", code="n = len(cfg)")
+    assert [c["name"] for c in reply.payload["namespace_changes"]] == ["n"]
+    reply = await call(kernel, "kernel__run", code="cfg['region'] = 'US'\npairs.append(('c', 3))")
+    assert {c["name"]: c["change"] for c in reply.payload["namespace_changes"]} == {"cfg": "changed",
+                                                                                    "pairs": "changed"}
+
+
 async def test_run_with_a_syntax_error_or_an_exception_is_a_tool_error_with_its_traceback(kernel, ns):
     reply = await call(kernel, "kernel__run", code="def f(:\n  pass")
     assert reply.is_error and "SyntaxError" in reply.text

@@ -110,3 +110,38 @@ def test_an_agents_code_never_runs_inside_a_users_cell(kernel):
     assert sorted(log) == sorted(["agent-start", "agent-end", "user-start", "user-end"])
     user = log.index("user-start")
     assert log[user + 1] == "user-end", log  # nothing of the agent's between the user's two lines
+
+
+def test_a_query_that_builds_a_huge_value_ends_in_one_line_and_the_kernel_neither_grows_nor_ends(kernel):
+    """repeat('x', 3e9) grew the kernel by 5.8 GB (a larger one ended it): the query's own
+    process holds what it builds now, and dies with it; the kernel goes on at its size."""
+    for name, first in (("warm", "SELECT 1 AS x"), ("builder", "SELECT repeat('x', 3000000000) AS s")):
+        lines = ['model = "chaz/script"', 'tools = ["kernel__query"]',
+                 f"script = [{{tool = \"kernel__query\", args = {{sql = \"{first}\"}}}}, "
+                 "{tool = \"kernel__query\", args = {sql = \"SELECT region, amount FROM sales\"}}, \"done: {result}\"]"]
+        assert kernel.run(f"%%chaz agent {name}\n" + "\n".join(lines) + "\n").status == "ok"
+    r = kernel.run(
+        "import pandas as pd\n"
+        "sales = pd.DataFrame({'region': ['north'], 'amount': [1.0]})\n"
+        "def peak_mb():\n"
+        "    return next(int(l.split()[1]) // 1024 for l in open('/proc/self/status') if l.startswith('VmHWM:'))\n"
+        "with open('/proc/self/clear_refs', 'w') as f:\n"
+        "    f.write('5')\n"
+        "base = peak_mb()"
+    )
+    assert r.status == "ok", r.outputs
+    # a first run of an agent that queries: the modules and the store's pages it loads are not the query's
+    assert "done: region | amount" in "\n".join(kernel.run("%chaz @warm go", timeout=120).texts())
+    kernel.run("with open('/proc/self/clear_refs', 'w') as f:\n    f.write('5')\nbase = peak_mb()")
+    r = kernel.run("%chaz @builder go", timeout=120)
+    assert r.status == "ok" and r.error is None
+    assert "done: region | amount\nnorth | 1.0" in "\n".join(r.texts()), r.texts()
+    r = kernel.run("import chaz_nb\n"
+                   "[e] = [e for e in chaz_nb.current().store.entries(chaz_nb.current().current_session('builder'))"
+                   " if e.tool_name == 'kernel__query' and e.payload.get('is_error')]\n"
+                   "print(e.payload['output'])\n"
+                   "print(peak_mb() - base)")
+    assert r.status == "ok", r.outputs
+    error, grew = r.stdout.rstrip("\n").split("\n")
+    assert error.startswith("Out of Memory Error") and "2048 MB in all" in error, error
+    assert int(grew) < 200, f"the kernel grew by {grew} MB"

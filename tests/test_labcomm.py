@@ -158,6 +158,7 @@ def test_state_message_shape():
             "risk_level": "high",
             "arguments_display": {"path": "/tmp/x", "token": "***"},
             "created_at": "2026-12-02T15:00:01",
+            "kind": "tool",  # (egress: the gate's card, Allow once / for this session / Deny)
         }
     ]
     json.dumps(state)
@@ -262,7 +263,7 @@ def test_decide_failures_are_reported(env):
     comm.receive({"type": "decide", "request_id": "nope", "decision": "approve", "reason": None})
     assert comm.sent[0] == {"type": "decided", "request_id": "nope", "ok": False, "message": "no pending request nope"}
     comm.sent.clear()
-    comm.receive({"type": "decide", "request_id": "req-1", "decision": "approve_all"})
+    comm.receive({"type": "decide", "request_id": "req-1", "decision": "approve_everything"})
     assert comm.sent[0]["ok"] is False and "unknown decision" in comm.sent[0]["message"]
     assert env.server.decisions == [("nope", "approve", None, "user")]
 

@@ -53,6 +53,7 @@ def backend(wire_backend):
 
 def agent(name: str, base: str, model: str = "openai/smollm2", **kw) -> Agent:
     kw.setdefault("model_options", SHORT)
+    kw.setdefault("tools", [])  # offered tools bring the template's note (a test of its own)
     return Agent(name, model=model, api_base=base, system="Be brief.", **kw)
 
 
@@ -213,6 +214,24 @@ async def test_a_tool_offered_to_a_model_that_may_not_call_it_ends_the_run_clean
     calls = [e for e in entries if e.entry_type is T.TOOL_CALL]
     results = [e for e in entries if e.entry_type is T.TOOL_RESULT]
     assert len(calls) == len(results)  # a call it did make was answered
-    assert all(e.entry_type is not T.ERROR for e in entries)
-    assert run_row(store, entries[1].id)[0] == "ok"
+    assert all(e.entry_type is not T.ERROR or e.payload.get("note") for e in entries)  # (the template's note)
+    ack = next(e for e in entries if e.entry_type is T.ACK)
+    assert run_row(store, ack.id)[0] == "ok"
+    await server.stop()
+
+
+async def test_a_template_that_drops_the_tools_is_said_once_in_the_session(store, llama_log):
+    # SmolLM2-135M's chat template has no tool section: llama-server takes the request's tools
+    # and leaves them out of the prompt; its /props says supports_tools false, and so does the session
+    server = serve(store, agent("calc", llama_log.base, tools=["add"]))
+    s = server.current_session("calc")
+
+    await send(server, s, "Add 2 and 3.")
+    note = await until(lambda: next((e for e in store.entries(s) if e.entry_type is T.ERROR), None),
+                       store.subscribe, what="the note")
+    await send(server, s, "Add 4 and 5.")
+
+    assert note.payload["note"] is True and "\n" not in note.content
+    assert "chat template takes no tools" in note.content and llama_log.base.removesuffix("/v1") in note.content
+    assert [e.entry_type for e in store.entries(s)].count(T.ERROR) == 1
     await server.stop()

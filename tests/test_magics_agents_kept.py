@@ -213,3 +213,21 @@ def test_a_kept_agent_whose_tool_is_not_defined_after_a_restart_says_so_when_it_
     ip.run_line_magic("chaz", "@calc and once more")
     notes = [e for e in server.store.entries(sid, types=[EntryType.ERROR]) if e.payload.get("note")]
     assert notes == [note]
+
+
+def test_an_agents_egress_rule_and_hosts_are_parsed_said_and_kept(kept, capsys):
+    """``--egress ask|allow|deny`` and ``--egress-host HOST`` (issue 44 §2): the confirmation
+    line says them, and the kept agent has them after a restart; a bad rule is one line."""
+    ip.run_line_magic("chaz", "agent scout --model chaz/echo --egress deny --egress-host llm.lan "
+                              "--egress-host 127.0.0.1")
+    assert "egress deny (always to llm.lan, 127.0.0.1)" in capsys.readouterr().out
+    ip.run_cell_magic("chaz", "agent plain", 'model = "chaz/echo"\n')
+    assert "egress" not in capsys.readouterr().out  # the default says nothing
+    server = kept()
+    assert (server.agents["scout"].egress, server.agents["scout"].egress_hosts) == ("deny", ["llm.lan", "127.0.0.1"])
+    assert server.agents["plain"].egress == "ask" and server.agents["plain"].egress_hosts == [
+        "127.0.0.1", "localhost", "::1"]
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError, match="egress must be one of deny, ask, allow, not 'sometimes'"):
+        ip.run_cell_magic("chaz", "agent odd", 'model = "chaz/echo"\negress = "sometimes"\n')

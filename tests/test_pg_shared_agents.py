@@ -256,3 +256,17 @@ async def test_another_kernel_cannot_move_this_kernels_data_to_another_provider(
     finally:
         mine.close()
         theirs.close()
+
+
+@pytest.mark.parametrize("change", [{"egress": "allow"}, {"egress_hosts": ["127.0.0.1", "models.example.org"]}])
+async def test_another_kernel_cannot_widen_where_this_kernels_data_may_go(two, change):
+    """The egress rule (issue 44 §2): B setting ``allow`` or adding a host to A's kept agent is
+    held to A's rule and hosts, with the one line."""
+    a, b = two
+    a.define_agent(scripted("gpt", "first", egress="ask", egress_hosts=["127.0.0.1"]))
+    b.define_agent(scripted("gpt", "second", **change))
+    a.refresh_agents("gpt")
+    held = a.held_agents()
+    assert "egress rule" in held["gpt"]
+    runs = a.agents["gpt"]
+    assert (runs.egress, runs.egress_hosts) == ("ask", ["127.0.0.1"])

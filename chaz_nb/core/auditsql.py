@@ -20,6 +20,13 @@ from collections.abc import Sequence
 VIEWS = ("approvals", "tool_calls", "runs", "messages", "branches", "data_egress", "variable_changes")
 
 
+def author_column(dialect: Dialect, table: str, authors: bool, name: str = "author") -> str:
+    """``, t.author``: the PostgreSQL role that wrote the row's entry (who ran a run, decided an
+    approval, sent data), the last column of a view; NULL on DuckDB (one person's file, no
+    roles). None before the column existed on PostgreSQL (``authors=False``)."""
+    return f", {dialect.author(table)} AS {name}" if authors else ""
+
+
 def copied_column(table: str, forks: bool) -> str:
     """``, t.copied_from``: the last column of a view whose row a fork may have copied (the
     source's entry it copies; NULL for the session's own activity). None before the fork
@@ -33,6 +40,11 @@ class Dialect:
     name = "duckdb"
     #: the floating-point type's name
     double = "DOUBLE"
+
+    def author(self, table: str) -> str:
+        """Who wrote ``table``'s entry: no roles on DuckDB."""
+        del table
+        return "CAST(NULL AS VARCHAR)"
 
     def text(self, obj: str, key: str) -> str:
         """A JSON field as text (NULL when absent)."""
@@ -70,18 +82,20 @@ class Dialect:
         return f"{alias}[{list(keys).index(key) + 1}]"
 
     # ------------------------------------------------------------- the views
-    def views(self, forks: bool = True) -> list[tuple[str, str]]:
+    def views(self, forks: bool = True, authors: bool = True) -> list[tuple[str, str]]:
         """``(name, CREATE OR REPLACE VIEW ...)`` of every audit view, in creation order.
 
         ``forks=False``: the forms before the fork columns existed (the migrations before
-        ``fork_branches`` create the views too, on a schema that has no such column yet)."""
-        views = [("approvals", self.approvals(forks)), ("tool_calls", self.tool_calls(forks)),
-                 ("runs", self.runs(forks)), ("messages", messages_view(forks))]
+        ``fork_branches`` create the views too, on a schema that has no such column yet);
+        ``authors=False``: the forms before ``entries.author`` (PostgreSQL's ``team_roles``)."""
+        views = [("approvals", self.approvals(forks, authors)), ("tool_calls", self.tool_calls(forks)),
+                 ("runs", self.runs(forks, authors)), ("messages", messages_view(forks, self, authors))]
         if forks:
             views.append(("branches", self.branches()))
-        return views + [("data_egress", self.data_egress(forks)), ("variable_changes", self.variable_changes(forks))]
+        return views + [("data_egress", self.data_egress(forks, authors)),
+                        ("variable_changes", self.variable_changes(forks))]
 
-    def data_egress(self, forks: bool = True) -> str:
+    def data_egress(self, forks: bool = True, authors: bool = False) -> str:
         """One row per tool result or Message attachment that sent the notebook's data to a
         model (the kernel's tools write an ``egress`` payload: server/kernel/), and per
         branch's first run that sent its copied context to another model (server/egress.py); a
@@ -95,7 +109,10 @@ class Dialect:
         return f"""
 CREATE OR REPLACE VIEW data_egress AS
 SELECT e.id AS entry_id,
-       CASE WHEN e.entry_type = 'Message' THEN coalesce(e.run_id, {answering_run}) ELSE e.run_id END AS run_id,
+       CASE WHEN e.entry_type = 'Message' THEN coalesce(e.run_id, {answering_run})
+            -- the record of a send a person was asked about, written once the run's Ack had landed
+            WHEN e.entry_type = 'Ack' THEN coalesce(e.run_id, {cast(t('e.payload', 'egress', 'run_id'), 'BIGINT')})
+            ELSE e.run_id END AS run_id,
        e.session_id,
        coalesce({t('e.payload', 'egress', 'agent')}, s.agent) AS agent,
        {t('e.payload', 'egress', 'model')} AS model,
@@ -112,15 +129,23 @@ SELECT e.id AS entry_id,
        {cast(t('e.payload', 'egress', 'columns'), 'BIGINT')} AS columns_sent,
        {cast(t('e.payload', 'egress', 'chars'), 'BIGINT')} AS chars_sent,
        {t('e.payload', 'egress', 'policy')} AS policy,
-       e.created_at{copied_column('e', forks)}
+       -- the egress gate's decision (server/egress_gate.py): allow (the agent's rule or hosts),
+       -- allow_once, allow_session, deny, timed_out; NULL before the gate
+       {t('e.payload', 'egress', 'decision')} AS decision,
+       e.created_at{copied_column('e', forks)}{author_column(self, 'e', authors)}
 FROM entries e JOIN sessions s ON s.id = e.session_id
 WHERE e.entry_type IN ('ToolResult', 'Message', 'Ack', 'Summary') AND {self.json_at('e.payload', 'egress')} IS NOT NULL
 """
 
     def variable_changes(self, forks: bool = True) -> str:
         """One row per namespace change a ``kernel__run`` call made (its ToolResult's payload;
-        ``copied_from``: a fork's copy of the source's)."""
+        ``copied_from``: a fork's copy of the source's), and per change an undo of one made
+        (``%chaz undo``: an Ack whose ``undo_of`` names the call, server/kernel/undo.py; its
+        ``agent`` is who undid it, ``tool_call_id`` the call undone)."""
         t = self.text
+        undo_column = f", {t('e.payload', 'undo_of')} AS undo_of"
+        undo_rows = (f"\n   OR (e.entry_type = 'Ack' AND e.tool_name = 'kernel__run'"
+                     f" AND {t('e.payload', 'undo_of')} IS NOT NULL)")
         return f"""
 CREATE OR REPLACE VIEW variable_changes AS
 SELECT e.session_id, e.sender AS agent, e.run_id, e.tool_call_id,
@@ -129,12 +154,12 @@ SELECT e.session_id, e.sender AS agent, e.run_id, e.tool_call_id,
        {t('c.value', 'type')} AS type,
        {t('c.value', 'shape')} AS shape,
        {t('c.value', 'fingerprint')} AS fingerprint,
-       e.created_at, e.id AS result_entry_id{copied_column('e', forks)}
+       e.created_at, e.id AS result_entry_id{copied_column('e', forks)}{undo_column}
 FROM entries e, {self.each(self.json('e.payload', 'namespace_changes'), 'c')}
-WHERE e.entry_type = 'ToolResult' AND e.tool_name = 'kernel__run'
+WHERE (e.entry_type = 'ToolResult' AND e.tool_name = 'kernel__run'){undo_rows}
 """
 
-    def approvals(self, forks: bool = True) -> str:
+    def approvals(self, forks: bool = True, authors: bool = False) -> str:
         t, j, cast = self.text, self.json, self.try_cast
         # Decisions that the approval book ignored (an agent's, or a second one) carry an
         # Error entry pointing at them; the view leaves them out.
@@ -164,7 +189,7 @@ decisions AS (
            {t('d.payload', 'reason')} AS reason,
            d.created_at AS decided_at,
            {cast(t('d.payload', 'edited'), 'BOOLEAN')} AS edited,
-           {j('d.payload', 'arguments')} AS edited_arguments
+           {j('d.payload', 'arguments')} AS edited_arguments{author_column(self, 'd', authors)}
     FROM entries d
     WHERE d.entry_type = 'ApprovalDecision'
       AND d.id NOT IN (SELECT id FROM ({ignored}) i WHERE id IS NOT NULL)
@@ -184,7 +209,8 @@ SELECT r.request_id, r.session_id, r.agent, r.run_id, r.tool_call_id, r.tool_nam
             ELSE {self.ms_between('r.requested_at', 'd.decided_at')} END AS wait_ms,
        r.entry_id,
        -- approved with edits: the tool ran with edited_arguments (arguments_display: as asked)
-       coalesce(d.edited, false) AS edited, d.edited_arguments{copied_column('r', forks)}
+       coalesce(d.edited, false) AS edited, d.edited_arguments{copied_column('r', forks)}{
+           ", d.author AS decided_as" if authors else ""}
 FROM requests r LEFT JOIN effective d ON d.request_id = r.request_id
 """
 
@@ -234,7 +260,7 @@ LEFT JOIN results r
   ON r.session_id = c.session_id AND r.run_id IS NOT DISTINCT FROM c.run_id AND r.tool_call_id = c.tool_call_id
 """
 
-    def runs(self, forks: bool = True) -> str:
+    def runs(self, forks: bool = True, authors: bool = False) -> str:
         cast = self.try_cast
         ack = ("trigger_id", "trigger_type", "schedule_id", "model", "parent_run", "answers_count")
         end = ("steps", "prompt_tokens", "completion_tokens", "cost_usd", "interrupted", "status")
@@ -255,12 +281,13 @@ LEFT JOIN results r
 CREATE OR REPLACE VIEW runs AS
 WITH acks AS (
     -- a run's opening Ack is the run (its id is the run id); one JSON parse for its fields
-    SELECT run_id, session_id, agent, started_at{copy_column.replace('a.', '')},
+    SELECT run_id, session_id, agent, started_at{copy_column.replace('a.', '')}{", author" if authors else ""},
            {cast(a('trigger_id'), 'BIGINT')} AS trigger_entry_id, {a('trigger_type')} AS trigger_kind,
            {a('schedule_id')} AS schedule_id, {a('model')} AS model,
            {cast(a('parent_run'), 'BIGINT')} AS parent_run, {cast(a('answers_count'), 'INTEGER')} AS answers
     FROM (
-        SELECT a.id AS run_id, a.session_id, a.sender AS agent, a.created_at AS started_at{copy_column},
+        SELECT a.id AS run_id, a.session_id, a.sender AS agent, a.created_at AS started_at{copy_column}{
+               author_column(self, 'a', authors)},
                {self.fields('a.payload', ack, 'f')}
         FROM entries a
         WHERE a.entry_type = 'Ack' AND a.run_id = a.id) opening
@@ -313,7 +340,8 @@ SELECT a.session_id, a.agent, a.run_id,
        a.model, a.parent_run,
        -- Messages/Directives the run answers together (a burst coalesced into one run);
        -- runs recorded before the Ack had the field answered their one trigger
-       coalesce(a.answers, CASE WHEN a.trigger_entry_id IS NULL THEN 0 ELSE 1 END) AS answers{fork_column}
+       coalesce(a.answers, CASE WHEN a.trigger_entry_id IS NULL THEN 0 ELSE 1 END) AS answers{fork_column}{
+           ", a.author" if authors else ""}
 FROM acks a{fork_join}
 LEFT JOIN ends e ON e.run_id = a.run_id
 LEFT JOIN steps_seen s ON s.run_id = a.run_id
@@ -408,12 +436,17 @@ class PostgresDialect(Dialect):
     def fields(self, obj: str, keys: Sequence[str], alias: str) -> str:
         return f"{obj} AS {alias}"
 
+    def author(self, table: str) -> str:
+        return f"{table}.author"  # the role that wrote it (its column's default: session_user)
+
     def field(self, alias: str, keys: Sequence[str], key: str) -> str:
         return f"({alias}->>'{key}')"
 
 
-def messages_view(forks: bool = True) -> str:
+def messages_view(forks: bool = True, dialect: Dialect | None = None, authors: bool = False) -> str:
     fork_column = ", s.forked_from, e.copied_from" if forks else ""
+    if dialect is not None:
+        fork_column += author_column(dialect, "e", authors)
     return f"""
 CREATE OR REPLACE VIEW messages AS
 SELECT e.session_id, s.agent AS session_agent, s.kind AS session_kind, e.seq, e.entry_type,

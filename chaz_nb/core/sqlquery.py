@@ -50,7 +50,8 @@ import duckdb
 
 from .entries import JsonObject, JSONValue
 from .store import LOCKED_DOWN, SessionStore, Store, read_only_transaction
-from ..errors import SQLFailed, SQLRefused
+from .store.journal import journal_path, missing_rows, read_rows
+from ..errors import SQLFailed, SQLRefused, StoreError
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
@@ -253,7 +254,7 @@ def open_read_only(path: str) -> duckdb.DuckDBPyConnection:
     if not os.path.exists(path):
         raise SQLFailed(f"no database file {path}")
     try:
-        return duckdb.connect(path, read_only=True, config=dict(LOCKED_DOWN))
+        con = duckdb.connect(path, read_only=True, config=dict(LOCKED_DOWN))
     except duckdb.IOException as exc:
         if "lock" in str(exc).lower():
             raise SQLFailed(
@@ -263,6 +264,27 @@ def open_read_only(path: str) -> duckdb.DuckDBPyConnection:
         raise SQLFailed(one_line(exc)) from None
     except duckdb.Error as exc:
         raise SQLFailed(one_line(exc)) from None
+    unreplayed = _unreplayed(con, path)
+    if unreplayed:
+        con.close()
+        raise SQLFailed(unreplayed)
+    return con
+
+
+def _unreplayed(con: duckdb.DuckDBPyConnection, path: str) -> str:
+    """Why ``path`` cannot be read yet, or "": its journal holds entries DuckDB lacks (the
+    kernel that wrote them stopped before their DuckDB commit; opening it read-write replays
+    them), and a read of the file alone would miss them."""
+    try:
+        missing = missing_rows(con, read_rows(journal_path(path)), path)
+    except (StoreError, duckdb.Error) as exc:
+        return one_line(exc)
+    if not missing:
+        return ""
+    count = sum(len(rows) for _, rows in missing)
+    return (f"{journal_path(path)} holds {count} entries not yet in {path} (its kernel stopped before "
+            "committing them there): open it read-write once (%load_ext chaz_nb with CHAZ_DB set to "
+            "it) to replay them, then query it")
 
 
 def _fetch_all(con: duckdb.DuckDBPyConnection, query: str) -> list[tuple[object, ...]]:

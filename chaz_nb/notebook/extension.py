@@ -97,6 +97,10 @@ def _describe(store: Any, server: Any, note: str = "") -> str:
     where = store.path
     kept = [n for n in getattr(server, "agents_loaded", []) if n != DEFAULT_AGENT]
     back = f" · agents kept here: {', '.join('@' + n for n in kept)} (%chaz agents)" if kept else ""
+    from ..server import sharing
+
+    role = sharing.role_of(store)
+    back += f" · acting as {role} (%chaz whoami)" if role is not None else ""
     if note:
         return f"chaz_nb: {note} · agent {DEFAULT_AGENT} uses {model}{back}"
     return f"chaz_nb: sessions in {where} · agent {DEFAULT_AGENT} uses {model}{back}"

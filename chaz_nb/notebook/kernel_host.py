@@ -90,7 +90,7 @@ class NotebookHost:
                 value, has_value = run_source(source, self.namespace)
                 if has_value and value is not None:
                     out.result = safe_repr(value)
-                    self._display_rich(value)
+                    out.result_displayed = self._display_rich(value)
             except BaseException as exc:  # noqa: BLE001 - the code's failure is the agent's to read
                 record_exception(out, exc)
             finally:
@@ -99,18 +99,22 @@ class NotebookHost:
         self._captured = list(captured.outputs)
         out.rich = [{"mime": sorted(o.data), "bytes": sum(_size(v) for v in o.data.values())}
                     for o in self._captured]
+        out.displays = [{"data": dict(o.data), "metadata": dict(o.metadata or {})} for o in self._captured]
         return out
 
-    def _display_rich(self, value: Any) -> None:
-        """A last value with a rich repr (HTML, an image) is displayed, as a cell shows it."""
+    def _display_rich(self, value: Any) -> bool:
+        """A last value with a rich repr (HTML, an image) is displayed, as a cell shows it;
+        whether it was."""
         try:
             data, _metadata = self.shell.display_formatter.format(value)
         except Exception:  # noqa: BLE001 - the value's own _repr_*_ may raise
-            return
+            return False
         if set(data) - {"text/plain"}:
             from IPython.display import display
 
             display(value)
+            return True
+        return False
 
     def show(self, output: CellOutput) -> None:
         """Display the captured outputs in the cell running now; made between cells, at the

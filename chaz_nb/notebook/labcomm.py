@@ -11,7 +11,7 @@ same throttled broadcast as writes, so the sidebar shows the reply as it is writ
 ~4 times a second; the key is gone once the reply's entry is written.
 
 The frontend sends ``{"type": "refresh"}``,
-``{"type": "decide", "request_id", "decision": "approve"|"deny", "reason"}`` (an approve may carry
+``{"type": "decide", "request_id", "decision": "approve"|"deny"|"approve_all", "reason"}`` (an approve may carry
 ``"arguments"``: the edited arguments, an object or its JSON text, checked against the tool's
 schema; a bad edit is answered ``ok`` false and the request stays open),
 ``{"type": "stop", "session_id"}`` (the sidebar's Stop button: what ``%chaz stop SESSION``
@@ -24,6 +24,11 @@ answered by labchat.py. A decide is answered with
 why nothing was), each then with a fresh state; a page with ``{"type": "page", "request_id",
 "ok", "session_id", "entries", "first_seq", "earlier"}`` (or ``ok`` false and a ``message``).
 
+A comm a notebook opens with ``{"role": "cells"}`` (the extension's cells plugin) gets no state:
+only ``{"type": "cell", "session_id", "cell_id", "source", "outputs", "metadata"}`` when a
+person's approved ``kernel__run`` ran (``server.subscribe_cells``, server/cells.py), which the
+extension inserts below the cell ``cell_id`` (None: the sidebar chat, at the notebook's end).
+
 The chat's ``chat_open``, ``chat_close`` and ``page`` may come over the kernel's control
 channel instead (a ``chaz_comm_msg`` naming the comm, chat_control.py: read while a cell
 waits), handed to ``handle_msg`` here.
@@ -34,7 +39,8 @@ Only this server interface is used: ``server.store.subscribe(cb) -> unsubscribe`
 ``server.decide(request_id, decision, reason=None, decided_by="user")`` and
 ``server.request_stop(session_id, by="user")``; optionally ``server.subscribe_stream`` and
 ``server.subscribe_run_end(cb)`` (a run's end: idle with no write, so the state is sent again)
-and ``server.subscribe_agents(cb)`` (an agent defined or forgotten: the state's ``agents``).
+and ``server.subscribe_agents(cb)`` (an agent defined or forgotten: the state's ``agents``)
+and ``server.subscribe_cells(cb)`` (approved code that ran: a ``cell`` message).
 
 Nothing here prints: sends from background callbacks go over the comm only, and
 failures are logged to the ``chaz_nb.labcomm`` logger (which has a NullHandler,
@@ -189,6 +195,7 @@ def build_state(server: Any) -> dict:
                 "risk_level": str(_value(p.get("risk_level", "")) or ""),
                 "arguments_display": _jsonable(p.get("arguments_display", {})),
                 "created_at": _jsonable(p.get("created_at")),
+                "kind": str(p.get("kind") or "tool"),  # egress: Allow once / for this session / Deny
                 **_code_check(p.get("code_check")),
             }
         )
@@ -215,6 +222,8 @@ class LabBridge:
         self.server = server
         self.min_interval = float(min_interval)
         self.comms: dict[str, Any] = {}
+        #: comms a notebook opened with ``{"role": "cells"}``: they get ``cell`` messages only
+        self.cell_comms: dict[str, Any] = {}
         self._clock = clock
         self._call_later = call_later or self._loop_call_later
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -252,6 +261,13 @@ class LabBridge:
                 self._unsubscribe_end = subscribe_run_end(self._on_run_end)
             except Exception:  # noqa: BLE001 - optional: a status then changes at the next write
                 log.warning("could not subscribe to run ends", exc_info=True)
+        self._unsubscribe_cells: Callable[[], Any] | None = None
+        subscribe_cells = getattr(server, "subscribe_cells", None)
+        if subscribe_cells is not None:
+            try:  # approved agent code, inserted as a cell by the notebook's extension
+                self._unsubscribe_cells = subscribe_cells(self._on_cell)
+            except Exception:  # noqa: BLE001 - optional: the code stays in the log (%chaz cells)
+                log.warning("could not subscribe to approved code", exc_info=True)
         self._unsubscribe_agents: Callable[[], Any] | None = None
         subscribe_agents = getattr(server, "subscribe_agents", None)
         if subscribe_agents is not None:
@@ -307,6 +323,22 @@ class LabBridge:
             self.schedule_broadcast()
         except Exception:  # noqa: BLE001 - called from define_agent: it must never fail a definition
             log.debug("scheduling a broadcast failed", exc_info=True)
+
+    def _on_cell(self, cell: Any) -> None:
+        """Approved code ran: ``{"type": "cell", session_id, cell_id, source, outputs,
+        metadata}`` to each notebook's cells comm (``cell_id`` None: the sidebar chat asked, at
+        the notebook's end). Never raises."""
+        try:
+            msg = {"type": "cell", **_jsonable(cell.to_json())}
+        except Exception:  # noqa: BLE001 - a server callback: it must never raise into the run
+            log.debug("building a cell message failed", exc_info=True)
+            return
+        for key, comm in list(self.cell_comms.items()):
+            try:
+                comm.send(msg)
+            except Exception:  # noqa: BLE001 - a comm gone with its notebook: dropped
+                log.debug("cell comm send failed; dropping comm", exc_info=True)
+                self.cell_comms.pop(key, None)
 
     def schedule_broadcast(self) -> None:
         """Broadcast the state soon, at most once per interval."""
@@ -379,6 +411,10 @@ class LabBridge:
             comm.close()
             return
         key = _key(comm)
+        if _role(open_msg) == "cells":  # a notebook's: approved code as cells, no state
+            self.cell_comms[key] = comm
+            comm.on_close(lambda msg: self.cell_comms.pop(key, None))
+            return
         self.comms[key] = comm
 
         def on_msg(msg: Any) -> None:
@@ -450,7 +486,7 @@ class LabBridge:
         decision = data.get("decision")
         reason = data.get("reason")
         reason = str(reason) if reason not in (None, "") else None  # stored as text, whatever was sent
-        if decision not in ("approve", "deny"):
+        if decision not in ("approve", "deny", "approve_all"):  # approve_all: an egress card's
             self._decided(comm, request_id, False, f"unknown decision {decision!r}")
             return
         if not request_id:
@@ -521,18 +557,29 @@ class LabBridge:
             with contextlib.suppress(Exception):
                 handle.cancel()
         for unsubscribe in (self._unsubscribe, self._unsubscribe_stream, self._unsubscribe_end,
-                            self._unsubscribe_agents):
+                            self._unsubscribe_agents, self._unsubscribe_cells):
             try:  # store writes, reply streams, run ends, agent definitions
                 if unsubscribe is not None:
                     unsubscribe()
             except Exception:  # noqa: BLE001 - teardown: one failed unsubscribe must not keep the other
                 log.debug("unsubscribe failed", exc_info=True)
         self._unsubscribe = self._unsubscribe_stream = self._unsubscribe_end = self._unsubscribe_agents = None
-        for comm in list(self.comms.values()):
+        self._unsubscribe_cells = None
+        for comm in [*self.comms.values(), *self.cell_comms.values()]:
             # a comm whose kernel side is gone may raise on close; the others still close
             with contextlib.suppress(Exception):
                 comm.close()
         self.comms.clear()
+        self.cell_comms.clear()
+
+
+def _role(open_msg: Any) -> str | None:
+    """The ``role`` a comm_open's data names (``cells``), or None."""
+    try:
+        role = open_msg["content"]["data"].get("role")
+    except (KeyError, TypeError, AttributeError):
+        return None
+    return role if isinstance(role, str) else None
 
 
 def _comm_manager(ipython: Any) -> Any:

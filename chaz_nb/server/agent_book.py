@@ -34,7 +34,7 @@ from typing import Any
 
 from ..core.credentials import credential_in, is_credential_key, mask_text, without_userinfo
 from ..core.redaction import redact_data
-from ..core.store import SharedSessions, Store, int_value, str_value, utcnow
+from ..core.store import SharedSessions, Store, TeamAccess, int_value, str_value, utcnow
 from ..errors import AgentError, StoreError
 from .agent_trust import Held, hold
 from .agents import Agent
@@ -168,6 +168,14 @@ class AgentBook:
         self.available = store.has_column("agent_definitions", "definition")  # a read-only older file
         if isinstance(store, SharedSessions) and self.available:
             self._unsubscribe = store.on_notice(NOTICE_CHANNEL, self._heard)
+        # a PostgreSQL store with roles (migration 021, core/store/pgteam.py): each role keeps its
+        # own agents under its own names, and a kernel loads only its role's, so another person's
+        # definition (its api_base) never runs with this person's keys
+        own = isinstance(store, TeamAccess) and store.team_tables and self.available
+        self._own = " AND owner = session_user" if own else ""
+        self._own_session = " WHERE a.owner = session_user" if own else ""
+        self._definition_key = "owner, name" if own else "name"
+        self._session_key = "owner, agent" if own else "agent"
 
     # ------------------------------------------------------------- reading
     def load(self) -> dict[str, Agent]:
@@ -175,7 +183,8 @@ class AgentBook:
         if not self.available:
             return {}
         out: dict[str, Agent] = {}
-        for name_value, text in self.store.execute("SELECT name, definition FROM agent_definitions ORDER BY name"):
+        query = f"SELECT name, definition FROM agent_definitions WHERE true{self._own} ORDER BY name"
+        for name_value, text in self.store.execute(query):
             name = str_value(name_value, "agent_definitions.name")
             agent = self._parse(name, text)
             if agent is not None:
@@ -186,7 +195,7 @@ class AgentBook:
         """The stored definition of ``name`` now (None: none, or unreadable)."""
         if not self.available:
             return None
-        rows = self.store.execute("SELECT definition FROM agent_definitions WHERE name = ?", [name])
+        rows = self.store.execute(f"SELECT definition FROM agent_definitions WHERE name = ?{self._own}", [name])
         return self._parse(name, rows[0][0]) if rows else None
 
     def _parse(self, name: str, text: object) -> Agent | None:
@@ -208,7 +217,7 @@ class AgentBook:
             return {}
         rows = self.store.execute(
             "SELECT a.agent, a.session_id FROM agent_sessions a JOIN sessions s "
-            "ON s.id = a.session_id AND s.agent = a.agent"
+            f"ON s.id = a.session_id AND s.agent = a.agent{self._own_session}"
         )
         return {str_value(agent, "agent_sessions.agent"): int_value(sid, "agent_sessions.session_id")
                 for agent, sid in rows}
@@ -221,7 +230,8 @@ class AgentBook:
         now = utcnow()
         self.store.execute(
             "INSERT INTO agent_definitions (name, definition, created_at, updated_at) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT (name) DO UPDATE SET definition = excluded.definition, updated_at = excluded.updated_at",
+            f"ON CONFLICT ({self._definition_key}) DO UPDATE SET definition = excluded.definition,"
+            " updated_at = excluded.updated_at",
             [agent.name, json.dumps(definition), now, now],
         )
         self.unreadable.pop(agent.name, None)
@@ -231,9 +241,9 @@ class AgentBook:
     def forget(self, name: str) -> bool:
         """Remove the agent's definition and current session; whether a definition was stored."""
         self._check()
-        found = bool(self.store.execute("SELECT 1 FROM agent_definitions WHERE name = ?", [name]))
-        self.store.execute("DELETE FROM agent_definitions WHERE name = ?", [name])
-        self.store.execute("DELETE FROM agent_sessions WHERE agent = ?", [name])
+        found = bool(self.store.execute(f"SELECT 1 FROM agent_definitions WHERE name = ?{self._own}", [name]))
+        self.store.execute(f"DELETE FROM agent_definitions WHERE name = ?{self._own}", [name])
+        self.store.execute(f"DELETE FROM agent_sessions WHERE agent = ?{self._own}", [name])
         self.unreadable.pop(name, None)
         self._tell(name)
         return found
@@ -244,7 +254,8 @@ class AgentBook:
             return
         self.store.execute(
             "INSERT INTO agent_sessions (agent, session_id, updated_at) VALUES (?, ?, ?) "
-            "ON CONFLICT (agent) DO UPDATE SET session_id = excluded.session_id, updated_at = excluded.updated_at",
+            f"ON CONFLICT ({self._session_key}) DO UPDATE SET session_id = excluded.session_id,"
+            " updated_at = excluded.updated_at",
             [agent, int(session_id), utcnow()],
         )
 

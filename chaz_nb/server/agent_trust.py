@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from ..core.credentials import credential_in, is_credential_key, without_userinfo
 from ..engine.runtime import DEFAULT_MAX_TOOL_OUTPUT
-from .agents import DATA_POLICIES, Agent
+from .agents import DATA_POLICIES, EGRESS_RULES, LOCAL_HOSTS, Agent
 from .ceiling import Ceiling
 
 #: model options that name where requests go (besides ``api_base``)
@@ -79,7 +79,8 @@ def hold(stored: Agent, confirmed: Agent | None) -> tuple[Agent, Held | None]:
     """What runs here of ``stored`` (heard from another kernel) and the cap on it; ``None``
     when it widens nothing of ``confirmed`` (then ``stored`` runs as it is)."""
     base = confirmed if confirmed is not None else dataclasses.replace(
-        stored, tools=[], auto_approve=[], api_base=None, model_options={}, data=DATA_POLICIES[0], data_rows=0)
+        stored, tools=[], auto_approve=[], api_base=None, model_options={}, data=DATA_POLICIES[0], data_rows=0,
+        egress="ask", egress_hosts=list(LOCAL_HOSTS))
     widened: list[str] = []
     if not _within(stored.tools, base.tools):
         widened.append("tools")
@@ -89,6 +90,13 @@ def hold(stored: Agent, confirmed: Agent | None) -> tuple[Agent, Held | None]:
         widened.append("api_base")
     if DATA_POLICIES.index(stored.data) > DATA_POLICIES.index(base.data) or stored.data_rows > base.data_rows:
         widened.append("data policy")
+    # where the data may go without a person asked (egress_gate.py): the narrower rule, the
+    # hosts both name
+    if (EGRESS_RULES.index(stored.egress) > EGRESS_RULES.index(base.egress)
+            or not set(stored.egress_hosts) <= set(base.egress_hosts)):
+        widened.append("egress rule")
+    egress = min(stored.egress, base.egress, key=EGRESS_RULES.index)
+    egress_hosts = [h for h in stored.egress_hosts if h in base.egress_hosts]
     # where the request goes: another provider is another company's server (a local model's
     # data and this kernel's key sent to a cloud one); a model of the same provider is not
     same_provider = provider(stored.model) == provider(base.model)
@@ -106,6 +114,7 @@ def hold(stored: Agent, confirmed: Agent | None) -> tuple[Agent, Held | None]:
               else base.max_tool_output)
     runs = dataclasses.replace(stored, api_base=base.api_base, model_options=options, data=narrower,
                                data_rows=min(stored.data_rows, base.data_rows), max_tool_output=output,
+                               egress=egress, egress_hosts=egress_hosts,
                                model=stored.model if same_provider else base.model)
     if not widened:
         return runs, None

@@ -18,6 +18,12 @@ DATA_POLICIES = ("schema", "sample", "full")
 DEFAULT_DATA_ROWS = 10
 #: seconds an agent's ``kernel__run`` code may run before it is interrupted
 DEFAULT_CODE_TIMEOUT = 60.0
+#: where the notebook's data may go (egress_gate.py): ``ask`` a person (a card) for a host not
+#: in the agent's ``egress_hosts``, ``allow`` every host, ``deny`` every host not in them
+EGRESS_RULES = ("deny", "ask", "allow")
+#: the hosts an agent may always send the notebook's data to unless it names others: this
+#: machine's (a llama.cpp or Ollama server)
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 #: what a notebook agent defined without tools gets (issue 26, "safe defaults"): the built-in
 #: tools that act only within chaz_nb's sessions, and the kernel's tools (the read-only ones,
@@ -76,6 +82,12 @@ class Agent:
     data_rows: int = DEFAULT_DATA_ROWS
     #: seconds ``kernel__run`` code may run before it is interrupted (KeyboardInterrupt)
     code_timeout: float = DEFAULT_CODE_TIMEOUT
+    #: whether the notebook's data may leave for the model's host (``EGRESS_RULES``)
+    egress: str = "ask"
+    #: hosts (or providers, for a model on its provider's own endpoint) always sent to
+    egress_hosts: list[str] = field(default_factory=lambda: list(LOCAL_HOSTS))
+    #: its approved ``kernel__run`` code becomes notebook cells (``%chaz agent NAME --no-cells``)
+    cells: bool = True
 
     def __repr__(self) -> str:
         # model_options can hold a key given literally (api_key=..., a credential header): a
@@ -122,6 +134,13 @@ class Agent:
         if isinstance(self.code_timeout, bool) or not isinstance(self.code_timeout, (int, float)) \
                 or not self.code_timeout > 0:
             raise AgentError(f"agent {self.name}: code_timeout must be a number of seconds > 0")
+        if self.egress not in EGRESS_RULES:
+            raise AgentError(f"agent {self.name}: egress must be one of {', '.join(EGRESS_RULES)}, not {self.egress!r}")
+        if isinstance(self.egress_hosts, str):
+            self.egress_hosts = [h.strip() for h in self.egress_hosts.split(",") if h.strip()]
+        if not isinstance(self.egress_hosts, (list, tuple)) or not all(isinstance(h, str) for h in self.egress_hosts):
+            raise AgentError(f"agent {self.name}: egress_hosts must be a list of host names, e.g. [\"127.0.0.1\"]")
+        self.egress_hosts = [h.strip().lower() for h in self.egress_hosts if h.strip()]
         if self.tools is not None:
             if isinstance(self.tools, str):
                 self.tools = [t.strip() for t in self.tools.split(",") if t.strip()]

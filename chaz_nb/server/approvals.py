@@ -74,6 +74,7 @@ class PendingRequest:
         p = self.entry.payload
         return {
             "request_id": p["request_id"],
+            "kind": p.get("kind", "tool"),  # ``egress``: may the notebook's data leave (egress_gate.py)
             "entry_id": self.entry.id,
             "session_id": self.entry.session_id,
             "agent": p.get("agent", self.entry.sender),
@@ -195,6 +196,9 @@ class ApprovalBook(Part):
         request = pending.entry if pending else self._find_request(request_id)
         if request is None:
             return False, f"no approval request {request_id!r}"
+        if arguments is not None and request.payload.get("kind") == "egress":
+            return False, (f"request {request_id} asks whether data may leave: allow or deny it, "
+                           "there is nothing to edit")
         payload = {"request_id": request_id, "decision": decision, "reason": reason,
                    "decided_by": decided_by, "run_id": request.payload.get("run_id")}
         if decision == "approve_all":
@@ -430,18 +434,34 @@ class ApprovalBook(Part):
         self._waiters[request_id] = future
         self._edit_basis[request_id] = (t, dict(arguments))
         try:
-            return await self._wait_decision(ctx, store, request_id, future, text, t, call_id, payload, timeout)
+            return await self._wait_decision(ctx, store, request_id, future, text, t.name, call_id, payload, timeout)
         finally:
             self._edit_basis.pop(request_id, None)
 
+    async def request_egress(self, ctx: RunContext, call_id: str | None, gate: str, shown: dict[str, Any],
+                             text: str) -> Entry:
+        """Ask a person whether the notebook's data may leave (egress_gate.py): an
+        ApprovalRequest of kind ``egress`` named ``gate`` (``egress:HOST``), so the cell card,
+        the sidebar and ``%chaz pending`` show it as any request. Approve = allow once,
+        approve_all = allow for this session (the agent's, to that host), no answer = deny."""
+        timeout = ctx.agent.approval_timeout if ctx.agent.approval_timeout is not None else self.default_timeout
+        request_id = uuid.uuid4().hex[:10]
+        payload = {"request_id": request_id, "kind": "egress", "tool_name": gate, "risk_level": "egress",
+                   "arguments_display": shown, "timeout_secs": timeout, "agent": ctx.agent.name,
+                   "run_id": ctx.run_id}
+        future: asyncio.Future[Entry] = asyncio.get_running_loop().create_future()
+        self._waiters[request_id] = future
+        return await self._wait_decision(ctx, self.port.store, request_id, future, text, gate, call_id, payload,
+                                         timeout)
+
     async def _wait_decision(
-        self, ctx: RunContext, store: Store, request_id: str, future: asyncio.Future[Entry], text: str, t: Tool,
-        call_id: str, payload: dict[str, Any], timeout: float,
+        self, ctx: RunContext, store: Store, request_id: str, future: asyncio.Future[Entry], text: str,
+        tool_name: str, call_id: str | None, payload: dict[str, Any], timeout: float,
     ) -> Entry:
         try:
             store.append(
                 ctx.session_id, EntryType.APPROVAL_REQUEST, ctx.agent.name, text,
-                tool_call_id=call_id, tool_name=t.name, payload=payload,
+                tool_call_id=call_id, tool_name=tool_name, payload=payload,
             )
         finally:
             self._waiters.pop(request_id, None)

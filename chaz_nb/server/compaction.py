@@ -25,11 +25,12 @@ from ..core.entries import (
     ChatMessage, Entry, EntryType, approx_tokens, build_context, context_slice, fit_to_budget,
 )
 from ..core.window import DEFAULT_CONTEXT_TOKENS, budget_for_window
-from .egress import as_allowed, context_egress
+from .egress import ContextData, as_allowed, context_data, context_egress, egress_target, withhold
+from .egress_gate import ALLOWED, EgressGate, denied_record
 from .invocation import Invocation
 from ..engine.runtime import one_line_reason
 from ..engine.tools import ToolError, ToolRegistry, tool
-from ..errors import CompactionError
+from ..errors import CompactionError, ServerError
 from .ports import Part, current_run
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -101,7 +102,9 @@ class Compaction(Part):
         """The messages a run of ``agent`` in ``session_id`` starts with."""
         budget = self.budget(agent)
         # what the agent's data policy keeps out (another member's rows for a schema agent)
-        entries = as_allowed(self.port.store, session_id, list(self._context_entries(session_id, budget)), agent)
+        ctx = current_run.get()  # the run's read of the data its context carries (run.py)
+        data = ctx.context_data if ctx is not None and ctx.session_id == session_id else None
+        entries = as_allowed(self.port.store, session_id, list(self._context_entries(session_id, budget)), agent, data)
         system, labels = self.rooms.context_for(session_id, agent)
         messages = build_context(entries, agent.name, system, labels, context_tokens=budget)
         if invocation is not None and invocation.input:
@@ -131,6 +134,21 @@ class Compaction(Part):
         return None
 
     # ------------------------------------------------------------ compact
+    def _gated(self, session_id: int, agent: Agent, egress: dict[str, Any], data: ContextData,
+               since: list[Entry]) -> tuple[dict[str, Any], list[Entry]]:
+        """The egress gate on a summary request (egress_gate.py): the agent's rule lets the
+        data go, or it is withheld from the request. A compaction is no run, so it has no card
+        to show: what the rule would ask a person about stays in the kernel."""
+        gate = _gate_of(self.port)
+        if gate is None:
+            return egress, since
+        verdict = gate.verdict(session_id, agent)
+        if verdict.decision in ALLOWED:
+            return {**egress, "decision": verdict.decision, "decided_by": verdict.why}, since
+        why = verdict.why or "no person to ask (a compaction is no run)"
+        data.denied.update(k for k in egress.get("entries") or [] if isinstance(k, int))
+        return denied_record(egress, {"decision": "deny", "decided_by": why}), withhold(since, data, agent)
+
     def _summarizer(self, session_id: int) -> Agent:
         session = self.port.store.session(session_id)
         candidates = [session.agent, *self.rooms.members(session_id)]
@@ -153,9 +171,18 @@ class Compaction(Part):
                 f"Summary; compaction needs at least {MIN_ENTRIES}"
             )
         agent = self._summarizer(session_id)
-        since = as_allowed(store, session_id, list(since), agent)
-        # the notebook's data the summary request sends where it never went: the Summary's row
-        egress = context_egress(store, session_id, agent, via="compaction", entries=since)
+        data = context_data(store, session_id)  # read once: what is withheld and what is sent
+        since = as_allowed(store, session_id, list(since), agent, data)
+        # the notebook's data the summary request sends where it never went: its row is written
+        # ahead of the request (an Ack of the compaction, not of a run), so a request that fails
+        # or a kernel that dies on the wire still leaves it in the ledger
+        egress = context_egress(store, session_id, agent, via="compaction", entries=since, data=data)
+        if egress is not None:
+            egress, since = self._gated(session_id, agent, egress, data, since)
+        if egress is not None:
+            store.append(session_id, EntryType.ACK, "system",
+                         f"compaction of session {session_id} sends its context to {agent.model}",
+                         payload={"compaction": True, "egress": egress})
         labels = frozenset(self.rooms.members(session_id)) - {agent.name}
         messages: list[ChatMessage] = [
             {"role": "system", "content": SUMMARIZE_PROMPT}, *build_context(since, agent.name, "", labels)]
@@ -186,9 +213,18 @@ class Compaction(Part):
                 "to_seq": new[-1].seq,
                 "entries": len(new),
                 **reply.usage.to_json(),
-                **({"egress": egress} if egress is not None else {}),
+                # the model that read what it summarizes (egress.py: where the Summary's content went)
+                "summarized_by": {"model": egress_target(agent)["model"], "host": egress_target(agent)["host"]},
             },
         )
+
+
+def _gate_of(port: ServerPort) -> EgressGate | None:
+    try:
+        part = port.part(EgressGate.name)
+    except ServerError:  # an engine without the gate (a test's)
+        return None
+    return part if isinstance(part, EgressGate) else None
 
 
 def _window_key(agent: Agent) -> tuple[str, str, str | None, int | None]:

@@ -33,6 +33,10 @@ def egress_target(agent: Any) -> dict[str, Any]:
 #: entry types whose content reaches a model's context (build_context) and may carry data
 _CARRY = (EntryType.TOOL_RESULT, EntryType.MESSAGE, EntryType.SUMMARY)
 _POLICY_RANK = {"schema": 0, "sample": 1, "full": 2}
+#: where a --with Message's attachments start (server/kernel: ``attach``)
+ATTACHED = "\n\n--- attached: "
+#: the egress gate's decisions that sent nothing (egress_gate.py)
+_KEPT = ("deny", "timed_out")
 
 
 def _key(entry: Entry) -> int:
@@ -55,11 +59,16 @@ class ContextData:
     carried: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     #: ``_key`` of an entry -> the (model, host) pairs it was sent to
     sent: dict[int, set[tuple[object, object]]] = field(default_factory=dict)
+    #: ``_key`` of the entries the egress gate kept from this run's request (egress_gate.py)
+    denied: set[int] = field(default_factory=set)
 
     def withheld(self, entry: Entry, agent: Any) -> bool:
         """Whether ``agent``'s data policy keeps ``entry`` out of its context: it carries data
         sent under a wider policy than ``agent``'s (another room member's rows for a
-        ``schema`` agent, or the agent's own from before it was redefined narrower)."""
+        ``schema`` agent, or the agent's own from before it was redefined narrower), or the
+        egress gate denied sending it."""
+        if entry.id in self.carried and _key(entry) in self.denied:
+            return True
         mine = _POLICY_RANK.get(str(getattr(agent, "data", "full")), 2)
         return any(_POLICY_RANK.get(str(e.get("policy")), -1) > mine for e in self.carried.get(entry.id, ()))
 
@@ -78,14 +87,20 @@ def context_data(store: Store, session_id: int) -> ContextData:
     for e in store.entries(session_id, types=_CARRY):
         egress = e.payload.get("egress")
         egress = egress if isinstance(egress, dict) else None
+        if egress is not None and egress.get("decision") in _KEPT:
+            egress = None  # the egress gate kept it in the kernel: the content carries none of it
         if e.entry_type is EntryType.TOOL_RESULT:
             if egress is not None and e.run_id is not None:
                 by_run.setdefault(e.run_id, []).append(egress)
             continue
+        pending = e.payload.get("egress_pending")  # a --with attachment the gate has not let go yet
+        pending_carried: list[dict[str, Any]] | None = None
         if e.entry_type is EntryType.SUMMARY:  # made from everything before it
             carried = list(so_far)
         elif egress is not None:  # a --with attachment
             carried = [egress]
+        elif isinstance(pending, dict) and e.entry_type is EntryType.MESSAGE:
+            carried = pending_carried = [pending]  # sent nowhere yet: the run that reads it records the send
         else:  # a reply: the model that wrote it had its run's tool results
             carried = list(by_run.get(e.run_id, [])) if e.run_id is not None else []
         if not carried:
@@ -94,9 +109,11 @@ def context_data(store: Store, session_id: int) -> ContextData:
         so_far += carried
         data.carried[e.id] = carried
         # the models that had this content: those of the data it carries, and the one that
-        # summarized it (a compaction's Summary records its own send)
-        origin = {_target_of(c) for c in carried} | ({_target_of(egress)} if egress is not None else set())
-        data.sent.setdefault(_key(e), set()).update(origin)
+        # summarized it (a Summary names it; an older Summary carried its own ``egress``)
+        by = e.payload.get("summarized_by") if e.entry_type is EntryType.SUMMARY else None
+        by = by if isinstance(by, dict) else egress
+        origin = {_target_of(c) for c in carried} | ({_target_of(by)} if by is not None else set())
+        data.sent.setdefault(_key(e), set()).update(origin if carried is not pending_carried else set())
     if first_seq is None:
         return data
     for e in store.entries(session_id, after_seq=first_seq - 1, types=(EntryType.ACK,)):
@@ -111,12 +128,14 @@ def context_data(store: Store, session_id: int) -> ContextData:
 
 
 def context_egress(store: Store, session_id: int, agent: Any, via: str = "context",
-                   entries: list[Entry] | None = None) -> dict[str, Any] | None:
+                   entries: list[Entry] | None = None, data: ContextData | None = None) -> dict[str, Any] | None:
     """The ``egress`` of a model request of ``agent`` built from ``session_id``'s context (its
     ``entries``; default: everything since the latest Summary): the notebook's data there that
     was never recorded as sent to ``agent``'s model and host, withheld entries left out; None
-    when there is none. Written before the request (the run's Ack, the compaction's Summary)."""
-    data = context_data(store, session_id)
+    when there is none. Written before the request (the run's Ack, the compaction's own Ack).
+    ``data``: the session's ``context_data`` when the caller has it already (read once a run)."""
+    if data is None:
+        data = context_data(store, session_id)
     if not data.carried:
         return None
     if entries is None:
@@ -124,7 +143,7 @@ def context_egress(store: Store, session_id: int, agent: Any, via: str = "contex
     target = egress_target(agent)
     variables: list[str] = []
     keys: list[int] = []
-    rows = chars = copied = 0
+    rows = chars = copied = pending = 0
     policies: list[str] = []
     for e in entries:
         carried = data.carried.get(e.id)
@@ -134,7 +153,9 @@ def context_egress(store: Store, session_id: int, agent: Any, via: str = "contex
             continue
         keys.append(_key(e))
         copied += e.payload.get("copied_from") is not None
-        own = e.payload.get("egress")  # an attachment says how much of it is data; a reply is all sent
+        # an attachment says how much of it is data; a reply is all sent
+        own = e.payload.get("egress") or e.payload.get("egress_pending")
+        pending += isinstance(e.payload.get("egress_pending"), dict)
         chars += _count(own.get("chars")) if isinstance(own, dict) else len(e.content)
         for c in carried:
             names = c.get("variables")
@@ -147,7 +168,8 @@ def context_egress(store: Store, session_id: int, agent: Any, via: str = "contex
     return {"variables": variables, "rows": rows, "columns": 0, "chars": chars,
             "policy": max(policies, key=lambda p: _POLICY_RANK.get(p, -1)) if policies else None,
             "entries": keys, "copied_entries": copied,
-            "via": "fork_context" if copied == len(keys) and via == "context" else via, **target}
+            "via": "fork_context" if copied == len(keys) and via == "context"
+            else "attachment" if pending == len(keys) and via == "context" else via, **target}
 
 
 def withhold(entries: list[Entry], data: ContextData, agent: Any) -> list[Entry]:
@@ -156,9 +178,17 @@ def withhold(entries: list[Entry], data: ContextData, agent: Any) -> list[Entry]
     for e in entries:
         if data.withheld(e, agent):
             names = sorted({str(v) for c in data.carried[e.id] for v in (c.get("variables") or [])})
-            note = (f"[withheld: this entry of {e.sender} carries the notebook's data"
-                    f"{' (' + ', '.join(names) + ')' if names else ''} sent under a wider data policy than "
-                    f"{getattr(agent, 'name', 'this agent')}'s ({getattr(agent, 'data', '?')})]")
+            what = (f"this entry of {e.sender} carries the notebook's data"
+                    f"{' (' + ', '.join(names) + ')' if names else ''}")
+            if _key(e) in data.denied:  # the egress gate's deny (egress_gate.py)
+                target = egress_target(agent)
+                note = (f"[withheld: {what}; sending it to {target['model']} at "
+                        f"{target['host'] or target['provider'] or target['model']} was denied (egress gate)]")
+                if e.payload.get("attachments"):  # a --with Message: the person's own words still go
+                    note = f"{e.content.split(ATTACHED, 1)[0].rstrip()}\n\n{note}"
+            else:
+                note = (f"[withheld: {what} sent under a wider data policy than "
+                        f"{getattr(agent, 'name', 'this agent')}'s ({getattr(agent, 'data', '?')})]")
             e = dataclasses.replace(e, content=note)
         out.append(e)
     return out
@@ -168,9 +198,11 @@ def _count(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def as_allowed(store: Store, session_id: int, entries: list[Entry], agent: Any) -> list[Entry]:
+def as_allowed(store: Store, session_id: int, entries: list[Entry], agent: Any,
+               data: ContextData | None = None) -> list[Entry]:
     """``entries`` as ``agent``'s data policy lets it read them (``withhold``); a ``full``
-    agent reads them all, so the session is not read again for it."""
-    if str(getattr(agent, "data", "full")) == "full":
+    agent reads them all, so the session is not read again for it. ``data``: the session's
+    ``context_data`` when the caller has it already (a run reads it once, for its Ack too)."""
+    if str(getattr(agent, "data", "full")) == "full" and (data is None or not data.denied):
         return entries
-    return withhold(entries, context_data(store, session_id), agent)
+    return withhold(entries, data if data is not None else context_data(store, session_id), agent)

@@ -11,7 +11,7 @@ outside the package adds its own the same way: ``server.add_part(MyPart(server.p
 from __future__ import annotations
 
 import asyncio
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from collections.abc import Callable, Iterable, Mapping
 
 from ..core.entries import Entry, EntryType
@@ -19,13 +19,15 @@ from ..core.paging import newest_first
 from ..core.store import SessionInfo, Store, served_elsewhere
 from ..engine.backends import LiteLLMBackend, ModelBackend
 from ..engine.tools import ToolsLike, as_registry
-from ..errors import ServerError
+from ..errors import ServerError, UndoRefused
 from . import remote
 from . import spawn as spawn_tools
 from .agent_book import AgentBook, Roster
 from .agents import Agent
 from .approvals import DEFAULT_TIMEOUT, ApprovalBook
+from .cells import AgentCells, ApprovedCode, approved_code, session_record
 from .compaction import Compaction
+from .egress_gate import EgressGate
 from .compare import Comparison
 from .compare import compare as compare_branches
 from .fork import ForkResult, Forks
@@ -41,6 +43,10 @@ from .streams import StreamEvent, StreamListener
 from .tool_notes import MissingTools
 from .tool_support import ToolSupport
 from .stopping import StoppedRun
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .kernel.undo import UndoOutcome
+    from .kernel.undo_book import UndoCalls
 
 __all__ = ["RunHandle", "Server", "ServerError", "StoppedRun"]
 
@@ -85,6 +91,7 @@ class Server:
         self.agents_loaded = self.roster.load()
         #: the kernel tool server (``add_kernel``); None until one is added
         self.kernel: Any = None
+        self._undo: UndoCalls | None = None
         # Parts, in hook order. Approvals first: a decision must be booked before anything
         # reacts to it.
         # (the parts' on_write hooks subscribe after recovery: what recover() writes is not
@@ -92,6 +99,8 @@ class Server:
         self._unsubscribers: list[Callable[[], None]] | None = None
         # A branch's recorded tools come first, outside the approval proxy: a call answered
         # from the recording runs nothing, so asks nobody (replay.py).
+        # first: the outermost wrapper of every run's tools, so what a replay sends again is gated too
+        self.egress_gate = self.add_part(EgressGate(self._engine))
         self.recorded = self.add_part(RecordedTools(self._engine))
         self.approvals = self.add_part(ApprovalBook(self._engine, approval_timeout))
         self.schedules = self.add_part(Schedules(self._engine))
@@ -102,6 +111,8 @@ class Server:
         self.add_part(MissingTools(self._engine, self.mcp.names_tool))
         # a model that cannot take tools (litellm's model info) says so once in its session
         self.add_part(ToolSupport(self._engine))
+        # approved kernel__run code, told to the notebook as cells (cells.py)
+        self.cells = self.add_part(AgentCells(self._engine))
         # last: asked first for a run's messages (a branch's context, fork.py)
         # a fork's variant (analyst@gpt-4o) is defined for its branch, not kept
         self.forks = self.add_part(Forks(self._engine, self.compaction, self.recorded,
@@ -358,6 +369,30 @@ class Server:
         now; no entry is written then). Returns the function that unsubscribes."""
         return self._engine.streams.subscribe_ended(callback)
 
+    def subscribe_cells(self, callback: Callable[[ApprovedCode], None]) -> Callable[[], None]:
+        """Call ``callback(cell)`` when approved ``kernel__run`` code ran (cells.py), unless the
+        kernel's switch (``cells_enabled``) or the agent's (``Agent.cells``) is off.
+        Returns the function that unsubscribes."""
+        return self.cells.subscribe(callback)
+
+    @property
+    def cells_enabled(self) -> bool:
+        """Approved code becomes notebook cells (``%chaz cells off|on``)."""
+        return self.cells.enabled
+
+    @cells_enabled.setter
+    def cells_enabled(self, on: bool) -> None:
+        self.cells.enabled = bool(on)
+
+    def approved_code(self, session_id: int) -> list[ApprovedCode]:
+        """The session's approved ``kernel__run`` code that ran, in log order; an unknown
+        session is a StoreError."""
+        return approved_code(self.store, session_id)
+
+    def session_record(self, session_id: int) -> list[Entry | ApprovedCode]:
+        """The session's Messages and approved code, in log order (``%chaz export``)."""
+        return session_record(self.store, session_id)
+
     def current_stream(self, session_id: int) -> StreamEvent | None:
         """The reply being written in ``session_id`` now, if a run is streaming one."""
         return self._engine.streams.current(session_id)
@@ -438,9 +473,41 @@ class Server:
         host = namespace if hasattr(namespace, "execute") and hasattr(namespace, "namespace") else PlainHost(namespace)
         if self.kernel is not None:
             self.kernel.uninstall(self.tools)
+            self.kernel.undo_book.release()
         self.kernel = KernelTools(host)
+        self.kernel.produced = self.cells.produced
         self.kernel.install(self.tools)
+        if self._undo is None:  # with the first kernel: only kernel__run reads the call's id
+            from .kernel.undo_book import UndoCalls
+
+            self._undo = self.add_part(UndoCalls())
+        self._undo.books.append(self.kernel.undo_book)
         return self.kernel
+
+    def undo(self, session_id: int | None, tool_call_id: str | None = None, *, partial: bool = False,
+             force: bool = False, by: str = "user") -> UndoOutcome:
+        """Undo a ``kernel__run`` call (None: the session's last one that ran): put back the
+        variables it created, rebound or deleted, and write the undo into the session (an Ack
+        the ``variable_changes`` view reads). ``UndoRefused`` (one line, nothing changed) says
+        why not; ``partial`` goes on past what cannot be undone, ``force`` puts back variables
+        changed since. Runs on the kernel's thread (a magic), as the code it undoes did."""
+        from .kernel.undo import undo_call
+
+        if self.kernel is None:
+            raise UndoRefused("no kernel tools here: nothing kernel__run changed can be undone")
+        return undo_call(self.kernel, self.store, session_id, tool_call_id, partial=partial, force=force, by=by)
+
+    def release_undo(self, session_id: int | None = None) -> int:
+        """Free the before-state undo keeps for a session's calls (None: every session's);
+        returns how many calls can no longer be undone."""
+        return self.kernel.undo_book.release(session_id) if self.kernel is not None else 0
+
+    def undone_calls(self, session_id: int) -> dict[str, Entry]:
+        """The session's undone ``kernel__run`` calls: tool call id -> the undo's Ack (the
+        entry the views and a notebook cell of that call read)."""
+        from .kernel.undo import undone_calls
+
+        return undone_calls(self.store, session_id)
 
     # ------------------------------------------------------ MCP servers (see mcp.py)
     def add_mcp_server(self, name: str, command: list[str] | None = None, url: str | None = None,

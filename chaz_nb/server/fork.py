@@ -37,7 +37,8 @@ from ..core.store import SessionInfo
 from ..errors import AgentError, CeilingError, ServerError
 from .agents import Agent
 from .handle import RunHandle
-from .ports import Part
+from .egress import as_allowed
+from .ports import Part, current_run
 from .replay import META_KEY, REPLAY_MODES, RecordedTools
 from .repost import answered_index, repost_payload
 from .rooms import ROOM_KIND
@@ -258,8 +259,13 @@ class Forks(Part):
         if not own:
             return None
         budget = self.compaction.budget(agent)
+        # what the agent's data policy and the egress gate keep out (egress.py), as in any run
+        ctx = current_run.get()
+        data = ctx.context_data if ctx is not None and ctx.session_id == session_id else None
+        window = as_allowed(self.port.store, session_id, list(self.port.store.context_window(session_id, budget)),
+                            agent, data)
         entries = [dataclasses.replace(e, sender=agent.name) if e.sender in own and e.entry_type is EntryType.MESSAGE
-                   else e for e in self.port.store.context_window(session_id, budget)]
+                   else e for e in window]
         messages = build_context(entries, agent.name, agent.system, context_tokens=budget)
         if invocation is not None and invocation.input:
             messages.append({"role": "user", "content": invocation.input})

@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..engine.runtime import IterationBudget
     from ..engine.tools import ScopedTools
     from ..engine.tree_budget import TreeBudget
+    from .egress import ContextData
     from .agents import Agent
     from .ceiling import Ceiling
     from .handle import RunHandle
@@ -218,6 +219,9 @@ class RunContext:
     ceiling: Ceiling | None = None
     #: its reply is a trigger (a room's members it mentions): it carries the run's authority
     reply_triggers: bool = False
+    #: the notebook's data the session's context carries (egress.py), read once for the run's
+    #: Ack and its context
+    context_data: ContextData | None = None
 
 
 current_run: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(

@@ -121,7 +121,9 @@ def replayed_egress(recorded: RecordedCall, agent: Any) -> dict[str, Any] | None
         return None
     from .egress import egress_target
 
-    return {**recorded.egress, "chars": len(recorded.output), **egress_target(agent),
+    # the source's egress-gate decision was about the source's model: this send is decided anew
+    source = {k: v for k, v in recorded.egress.items() if k not in ("decision", "decided_by", "request_id")}
+    return {**source, "chars": len(recorded.output), **egress_target(agent),
             "replayed_from": recorded.result_id}
 
 

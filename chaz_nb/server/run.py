@@ -43,7 +43,8 @@ from . import events as event_writer
 from .agents import Agent
 from .budgets import Budgets, StoredBudget
 from .agent_trust import Held
-from .egress import as_allowed, context_egress
+from .egress import ContextData, as_allowed, context_data, context_egress
+from .egress_gate import ALLOWED, EgressGate, denied_record
 from .ceiling import Authority, Ceiling
 from .invocation import Invocation
 from .ports import Part, RunContext, ServerPort, SpawnContext, current_run
@@ -153,7 +154,11 @@ class RunSteps:
         tree = self._budget_of(agent, trigger, origin, invocation)
         # the notebook's data this run's context sends where it was never recorded as sent
         # (another room member's replies, a model redefined, a fork's copies): the Ack says so
-        egress = _context_egress(self.store, session_id, agent)
+        data = context_data(self.store, session_id)
+        egress = _context_egress(self.store, session_id, agent, data)
+        # the egress gate (egress_gate.py): the agent's rule settles it now, or a person is
+        # asked once the Ack has landed (the request's record is then an entry of the gate's)
+        asked = self._gate_context(session_id, agent, egress, data)
         ack_write = asyncio.ensure_future(_only(self.store.write_behind([NewEntry(
             session_id,
             EntryType.ACK,
@@ -190,11 +195,14 @@ class RunSteps:
             tree=tree,
             ceiling=ceiling,
             reply_triggers=session.kind == "room",
+            context_data=data,
         )
         ack_write.add_done_callback(lambda f: self._ack_landed(session_id, ctx, f))
         token = current_run.set(ctx)
         try:
             try:
+                if asked is not None:
+                    await self._ask_context(ctx, asked, data, ack_write)
                 # room labels/notes, Summary boundary, token budget (compaction.py)
                 messages = await self._run_messages(session_id, agent, invocation)
                 if egress:  # write-ahead: the ledger has the send before the request leaves
@@ -208,6 +216,42 @@ class RunSteps:
             return outcome
         finally:
             current_run.reset(token)
+
+    def _gate_context(self, session_id: int, agent: Agent, egress: dict[str, Any],
+                      data: ContextData) -> dict[str, Any] | None:
+        """The gate's rule on what the run's context sends (``egress``, the Ack's, settled
+        in place: its decision, or a deny's withheld record, ``data.denied``); the send a person
+        must be asked about (taken out of the Ack), or None."""
+        sent = egress.get("egress")
+        gate = next((p for p in self.parts if isinstance(p, EgressGate)), None)
+        if sent is None or gate is None:
+            return None
+        verdict = gate.verdict(session_id, agent)
+        fields = {"decision": verdict.decision, "decided_by": verdict.why}
+        if verdict.decision == "ask":
+            return dict(egress.pop("egress"))
+        if verdict.decision in ALLOWED:
+            sent.update(fields)
+        else:
+            egress["egress"] = denied_record(sent, fields)
+            data.denied.update(k for k in sent.get("entries") or [] if isinstance(k, int))
+        return None
+
+    async def _ask_context(self, ctx: RunContext, egress: dict[str, Any], data: ContextData,
+                           ack_write: asyncio.Future[Entry]) -> None:
+        """Ask a person whether the context's data may go (the card names the run: its Ack
+        lands first), and record the decision before the request leaves."""
+        if not ack_write.done():
+            self.store.hurry()
+        ctx.run_id = (await asyncio.shield(ack_write)).id
+        gate = next(p for p in self.parts if isinstance(p, EgressGate))
+        preview = "\n\n".join(e.content for e in (self.store.entry(k) for k in egress.get("entries") or [])
+                               if e is not None)
+        what = "attached variables" if egress.get("via") == "attachment" else "the conversation so far"
+        fields = await gate.decide(ctx, egress, preview, None, what)
+        gate.record_asked(ctx, egress, fields)
+        if fields["decision"] not in ALLOWED:
+            data.denied.update(k for k in egress.get("entries") or [] if isinstance(k, int))
 
     def _held_back(self, session_id: int, name: str) -> Ceiling | None:
         """The cap of an agent another kernel changed (agent_trust.py), its one line written
@@ -275,7 +319,9 @@ class RunSteps:
         # has it, so there the budget is the agent's, else server.compaction.context_tokens).
         # The agent's own system prompt and budget, else the default one.
         budget = agent.context_tokens if agent.context_tokens is not None else DEFAULT_CONTEXT_TOKENS
-        entries = as_allowed(self.store, session_id, list(self.store.context_window(session_id, budget)), agent)
+        ctx = current_run.get()
+        data = ctx.context_data if ctx is not None and ctx.session_id == session_id else None
+        entries = as_allowed(self.store, session_id, list(self.store.context_window(session_id, budget)), agent, data)
         messages = build_context(entries, agent.name, agent.system, context_tokens=budget)
         if invocation is not None and invocation.input:
             messages.append({"role": "user", "content": invocation.input})
@@ -467,8 +513,8 @@ class RunSteps:
         return executor
 
 
-def _context_egress(store: Store, session_id: int, agent: Agent) -> dict[str, Any]:
+def _context_egress(store: Store, session_id: int, agent: Agent, data: ContextData) -> dict[str, Any]:
     """``{"egress": ...}`` for a run whose context sends the notebook's data to a model or host
     it was never recorded as sent to (egress.py); ``{}`` otherwise."""
-    egress = context_egress(store, session_id, agent)
+    egress = context_egress(store, session_id, agent, data=data)
     return {"egress": egress} if egress is not None else {}

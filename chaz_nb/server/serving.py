@@ -56,8 +56,9 @@ WHERE a.session_id = ? AND a.entry_type = 'Ack' AND a.run_id = a.id
 _UNANSWERED = """
 SELECT entry_type, sender FROM entries
 WHERE session_id = ? AND id <= ? AND entry_type IN ('Message', 'Directive')
-  AND id > coalesce((SELECT max(id) FROM entries WHERE session_id = ? AND id <= ? AND entry_type = 'Ack'), 0)
-  AND sender NOT IN (SELECT sender FROM entries WHERE session_id = ? AND entry_type = 'Ack')
+  AND id > coalesce((SELECT max(id) FROM entries WHERE session_id = ? AND id <= ? AND entry_type = 'Ack'
+                     AND run_id IS NOT NULL), 0)
+  AND sender NOT IN (SELECT sender FROM entries WHERE session_id = ? AND entry_type = 'Ack' AND run_id IS NOT NULL)
 """
 
 #: the newest opening Ack (not a fork's copy, whose answers name the parent's entries) up to an id
@@ -71,7 +72,7 @@ ORDER BY id DESC LIMIT 1
 _TRIGGERS_BETWEEN = """
 SELECT id, entry_type, sender FROM entries
 WHERE session_id = ? AND id > ? AND id < ? AND entry_type IN ('Message', 'Directive')
-  AND sender NOT IN (SELECT sender FROM entries WHERE session_id = ? AND entry_type = 'Ack')
+  AND sender NOT IN (SELECT sender FROM entries WHERE session_id = ? AND entry_type = 'Ack' AND run_id IS NOT NULL)
 """
 
 #: the payloads of the Acks in an id range (a stopped run's closing Ack lists what it dropped)

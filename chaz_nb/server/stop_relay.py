@@ -20,7 +20,9 @@ for a request nobody waits on (a Stop button's); the serving kernel acts on a re
 and answers a repeat with the answer it gave (``ANSWERS_KEPT`` of them are kept).
 
 Trust: any kernel on the store may already write to a session and decide its approval
-requests, so it may stop its runs too. ``by`` is the asking side's plain label (printable,
+requests, so it may stop its runs too; on a team's store (``core/store/pgteam.py``) only a role
+that may write to the session: the serving kernel asks the database which role sent the
+request (the notifying backend's login), whatever the payload says. ``by`` is the asking side's plain label (printable,
 cut to ``MAX_BY`` characters); nothing secret is sent. Any client of the database can NOTIFY
 on the channel, so a payload that is not one of the two shapes above is ignored, and nothing
 that arrives there can raise into the store's listener. A reply can be lost (a listener that
@@ -40,7 +42,7 @@ from dataclasses import asdict
 from typing import Any
 
 from ..core.redaction import redact_then_cut
-from ..core.store import SharedSessions
+from ..core.store import SharedSessions, TeamAccess
 from .stopping import StoppedRun
 
 log = logging.getLogger(__name__)
@@ -122,6 +124,7 @@ class StopRelay:
     def send(self, session_id: int, by: str) -> str:
         """Ask the kernel that serves ``session_id`` to stop its run, without waiting for it (it
         is sent again until answered, in the background); the request's id."""
+        self._check(session_id)
         request = uuid.uuid4().hex
         try:
             loop = asyncio.get_running_loop()
@@ -131,6 +134,12 @@ class StopRelay:
         self._keep(loop.create_task(self._ask(request, session_id, by, REMOTE_STOP_TIMEOUT),
                                     name=f"chaz-stop-ask-{session_id}"))
         return request
+
+    def _check(self, session_id: int) -> None:
+        """On a team's store, a role that may not write to the session is told so in one line
+        (the serving kernel would ignore its request: ``_asked``)."""
+        if isinstance(self.store, TeamAccess):
+            self.store.check_may(session_id, "write")
 
     def _request(self, request: str, session_id: int, by: str) -> None:
         label = plain_label(by) or "user"
@@ -142,6 +151,7 @@ class StopRelay:
         return await self._ask(uuid.uuid4().hex, session_id, by, timeout)
 
     async def _ask(self, request: str, session_id: int, by: str, timeout: float) -> list[StoppedRun] | None:
+        self._check(session_id)
         self.store.start_listener()  # the answer comes through it (running already in a kernel)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[StoppedRun]] = loop.create_future()
@@ -185,6 +195,10 @@ class StopRelay:
     def _asked(self, request: str, session_id: int | None, by: str | None) -> None:
         if session_id is None or by is None or not self._serves(session_id):
             return  # not a request, or not this kernel's session (each kernel hears them all)
+        if isinstance(self.store, TeamAccess) and not self.store.notice_sender_may(session_id, "write"):
+            # a team's store: the role PostgreSQL says sent it may not write to the session
+            log.warning("ignored a stop request for session %s from a role it is not shared with", session_id)
+            return
         if request in self._answers:  # a repeat: the asker missed the answer, or sent it again
             answer = self._answers[request]
             if answer is not None:

@@ -209,7 +209,7 @@ export class ChazClient {
 
   decide(
     requestId: string,
-    decision: 'approve' | 'deny',
+    decision: 'approve' | 'deny' | 'approve_all',
     reason: string | null = null,
     args?: { [key: string]: unknown } | string
   ): boolean {

@@ -11,6 +11,7 @@ import { ICommandPalette, Notification } from '@jupyterlab/apputils';
 import { INotebookTracker, NotebookActions, NotebookPanel } from '@jupyterlab/notebook';
 import { LabIcon } from '@jupyterlab/ui-components';
 
+import { CellsLink } from './cells';
 import { ChazClient } from './client';
 import { setCellInserter } from './code';
 import { setEarlierLoader } from './pager';
@@ -19,6 +20,7 @@ import { ChazPanel } from './sidebar';
 import { stopPlugin } from './stop-plugin';
 
 export { ChazClient } from './client';
+export { agentCell, CellsLink, insertAgentCell } from './cells';
 export { ChazPanel, editText, oldestPending } from './sidebar';
 export { ChatView, isSendKey, parseMessage, visible } from './chat';
 export * from './code';
@@ -148,4 +150,23 @@ const savePlugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default [plugin, savePlugin, stopPlugin];
+/**
+ * Approved agent code lands in the notebook as cells (./cells): each notebook opens a `cells`
+ * comm to its kernel; a person's approved `kernel__run` is inserted below the cell that asked.
+ */
+const cellsPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'chaz-nb:agent-cells',
+  description: "Inserts an agent's approved kernel__run code as a cell below the cell that asked, with its outputs.",
+  autoStart: true,
+  requires: [INotebookTracker],
+  activate: (_app: JupyterFrontEnd, tracker: INotebookTracker) => {
+    const hook = (panel: NotebookPanel) => {
+      const link = new CellsLink(panel.sessionContext, () => panel.content.model?.sharedModel ?? null);
+      panel.disposed.connect(() => link.dispose());
+    };
+    tracker.forEach(hook);
+    tracker.widgetAdded.connect((_, panel) => hook(panel));
+  }
+};
+
+export default [plugin, savePlugin, stopPlugin, cellsPlugin];

@@ -193,6 +193,15 @@ export class ChazPanel extends Widget {
       this._say('No pending approvals.', false);
       return false;
     }
+    // the card's own Approve is disabled for such code: the command may not go round it
+    if (codeNotes(oldest.code_check).refused) {
+      this._say(
+        `The oldest pending request (${visible(oldest.tool_name)}) cannot be approved as shown: ` +
+          'open its card, Edit the code, then Approve edited.',
+        true
+      );
+      return true;
+    }
     return this._decide(oldest, 'approve', null);
   }
 
@@ -283,7 +292,7 @@ export class ChazPanel extends Widget {
 
   private _decide(
     p: IPendingApproval,
-    decision: 'approve' | 'deny',
+    decision: 'approve' | 'deny' | 'approve_all',
     reason: string | null,
     args?: { [key: string]: unknown } | string
   ): boolean {
@@ -298,7 +307,8 @@ export class ChazPanel extends Widget {
       card.querySelectorAll('button').forEach(b => (b.disabled = true));
     }
     this._say(
-      `${decision === 'approve' ? (args === undefined ? 'Approving' : 'Approving (edited)') : 'Denying'} ${p.tool_name}…`,
+      `${decision === 'approve_all' ? 'Allowing for this session'
+        : decision === 'approve' ? (args === undefined ? 'Approving' : 'Approving (edited)') : 'Denying'} ${p.tool_name}…`,
       false
     );
     return true;
@@ -371,7 +381,7 @@ export class ChazPanel extends Widget {
     card.dataset.requestId = p.request_id;
     const head = el(doc, 'div', 'chaz-card-head');
     head.appendChild(el(doc, 'span', 'chaz-tool-name', p.tool_name));
-    const risk = String(p.risk_level ?? '');
+    const risk = p.kind === 'egress' ? '' : String(p.risk_level ?? '');
     if (risk) {
       head.appendChild(
         el(doc, 'span', `chaz-risk chaz-risk-${risk.replace(/[^a-z]/gi, '')}`, `${risk} risk`)
@@ -452,7 +462,20 @@ export class ChazPanel extends Widget {
     approveEdited.addEventListener('click', () => this.approveEdited(p.request_id));
     buttons.appendChild(approve);
     buttons.appendChild(deny);
-    buttons.appendChild(edit);
+    if (p.kind === 'egress') {
+      // may the notebook's data leave (server/egress_gate.py): nothing to edit
+      const to = String((p.arguments_display ?? {}).to ?? p.tool_name);
+      meta.textContent = `${p.agent} would send the notebook's data to ${to} · session ${p.session_id}`;
+      approve.textContent = 'Allow once';
+      approve.title = 'Send this data to the model once';
+      deny.title = 'Keep it in the kernel: the model reads one line saying it was withheld';
+      const session = el(doc, 'button', 'jp-Button jp-mod-styled chaz-allow-session', 'Allow for this session');
+      session.title = "Send it, and the agent's later data to this host in this session";
+      session.addEventListener('click', () => this._decide(p, 'approve_all', null));
+      buttons.appendChild(session);
+    } else {
+      buttons.appendChild(edit);
+    }
     card.appendChild(buttons);
     card.appendChild(editor);
     card.appendChild(approveEdited);

@@ -316,6 +316,9 @@ function renderPlainEntry(
   ended = false
 ): HTMLElement | null {
   const type = String(entry.type || 'Entry');
+  if (type === 'Ack' && (payloadOf(entry).ledger || payloadOf(entry).compaction)) {
+    return null; // a record of what a compaction or the egress gate sends (data_egress): no run
+  }
   if (type === 'Ack' && ended) {
     // a run that is over: its Ack no longer says "… is working"; kept only when it says more
     const p = payloadOf(entry);

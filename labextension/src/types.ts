@@ -115,6 +115,8 @@ export interface IPendingApproval {
   risk_level: string;
   arguments_display: any;
   created_at: string | null;
+  /** `egress`: may the notebook's data leave for a host (server/egress_gate.py); else a tool call */
+  kind?: string;
   /** a code call's check (as the cell's card): why Approve is refused, masked literals, sha256 */
   code_check?: { problem?: string; masked_literals?: number; sha256?: string };
 }
@@ -199,7 +201,7 @@ export type FrontendToKernel =
   | {
       type: 'decide';
       request_id: string;
-      decision: 'approve' | 'deny';
+      decision: 'approve' | 'deny' | 'approve_all';
       reason: string | null;
       /** approve with edits: the edited arguments (checked against the tool's schema) */
       arguments?: { [key: string]: unknown } | string;

@@ -467,6 +467,24 @@ describe('a code call whose code a mask could hide', () => {
     expect((card.querySelector('.chaz-deny') as HTMLButtonElement).disabled).toBe(false);
   });
 
+  it('keeps "approve oldest pending" from approving it, and says why', () => {
+    const { kernel, panel } = setup();
+    const comm = kernel.last;
+    comm.receive(
+      state([
+        {
+          ...pending[1],
+          tool_name: 'kernel__run',
+          arguments_display: { code: 'api_key = «REDACTED»' },
+          code_check: { problem: 'line 1: a literal you cannot see', masked_literals: 1, sha256: 'ab'.repeat(32) }
+        }
+      ])
+    );
+    expect(panel.approveOldest()).toBe(true); // (there is one: the palette says nothing of "none")
+    expect(comm.sent).toEqual([]);
+    expect(panel.node.querySelector('.chaz-panel-notice')?.textContent).toContain('cannot be approved as shown');
+  });
+
   it('says nothing of the kind for a call the check passed', () => {
     const { kernel, panel } = setup();
     kernel.last.receive(state([{ ...pending[1], tool_name: 'kernel__run', arguments_display: { code: 'x = 1' } }]));

@@ -145,6 +145,8 @@ class FakeModelServer:
         self._queues: dict[str | None, collections.deque[Item]] = collections.defaultdict(collections.deque)
         self.requests: list[Recorded] = []
         self.unscripted: list[Recorded] = []
+        #: what ``GET /props`` answers, as llama.cpp's server does (None: 404, as other servers)
+        self.props: dict[str, Any] | None = None
         self._arrived = threading.Condition(self._lock)
         self._closing = threading.Event()
         #: stalled streams whose client closed the connection (a stopped call: ``wait_disconnected``)
@@ -354,6 +356,8 @@ def _handler_for(server: FakeModelServer) -> type[BaseHTTPRequestHandler]:
             self._record(b"")
             if self.path.rstrip("/").endswith("/models"):
                 self._json(200, {"object": "list", "data": []})
+            elif self.path == "/props" and server.props is not None:
+                self._json(200, server.props)
             else:
                 self._json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
 

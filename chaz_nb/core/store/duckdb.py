@@ -13,8 +13,10 @@ About 600 lines, one class: the ``Store`` methods of DuckDB; what is not one of 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import suppress
@@ -26,9 +28,10 @@ from ..entries import Entry, EntryType
 from ..redaction import redact as redact_secrets
 from ..redaction import redact_json_text
 from ..window import ContextWindow, chunk_rows, fill_window, window_types
-from ..writer import NewEntry, Statement, payload_text, storable_fields
+from ..writer import NewEntry, Statement, payload_text, storable_fields, when_idle
 from .base import ForkCopy, Row, SessionInfo, Store
 from . import log_cache
+from .journal import Journal, JournalRows, journal_path, missing_rows, read_rows
 from .lockdown import connect, read_only_transaction
 from .log_cache import LogCache, LogWindow, row_bytes
 from .migrations import MIGRATIONS, Migration, apply_duckdb
@@ -38,6 +41,11 @@ from .rows import (ENTRY_COLUMNS, duckdb_entries_insert, entry_from_row, fork_me
 log = logging.getLogger(__name__)
 
 __all__ = ["SessionStore"]
+
+#: seconds journaled rows wait at most for their DuckDB commit when the loop is never idle
+APPLY_WINDOW = 0.05
+#: the journal is emptied once everything in it is in DuckDB and it is at least this large
+JOURNAL_RESET_BYTES = 1 << 20
 
 
 class SessionStore(Store):
@@ -68,11 +76,20 @@ class SessionStore(Store):
         read_only: bool = False,
         migrations: Sequence[Migration] = MIGRATIONS,
         redact: Callable[[str], str] | None = None,
+        journal: bool = True,
     ) -> None:
+        """``journal``: a file store's appends are durable once journaled (``journal.py``), their
+        DuckDB commit behind; False: each append is its DuckDB commit (a journal left by an
+        earlier process is replayed either way)."""
         self.path = str(path)
         self.read_only = read_only
-        self._con = connect(self.path, read_only)
+        self._db = connect(self.path, read_only)
         self._lock = threading.RLock()
+        # The journal (``journal.py``): the rows journaled and not yet committed in DuckDB, in
+        # order; every query of ``_con`` commits them first (``_settle``)
+        self._journal: Journal | None = None
+        self._unapplied: list[tuple[str, JournalRows]] = []
+        self._apply_scheduled = False
         self._init_writer()
         self._closed = False
         # Redaction runs on every string before it is written (secrets never reach the file).
@@ -83,7 +100,13 @@ class SessionStore(Store):
             try:
                 self.schema_version = apply_duckdb(self._con, migrations)
             except Exception:  # re-raised: only the connection is closed first
-                self._con.close()
+                self._db.close()
+                raise
+        if self.path != ":memory:":
+            try:
+                self._open_journal(journal)
+            except Exception:  # re-raised: only the connection is closed first
+                self._db.close()
                 raise
         self._next_entry_id = int_value(self._scalar("SELECT coalesce(max(id), 0) FROM entries")) + 1
         self._next_session_id = int_value(self._scalar("SELECT coalesce(max(id), 0) FROM sessions")) + 1
@@ -98,6 +121,101 @@ class SessionStore(Store):
             + ("ceiling" if self.has_column("sessions", "ceiling") else "NULL")
             + (", forked_from, forked_at_seq" if self.has_column("sessions", "forked_from") else ", NULL, NULL")
         )
+
+    # ---------------------------------------------------------------- journal
+    @property
+    def _con(self) -> duckdb.DuckDBPyConnection:
+        """The connection, once every journaled row is committed in DuckDB: each query of the
+        store goes through here, so it sees every entry appended before it."""
+        if self._unapplied:
+            self._settle()
+        return self._db
+
+    @_con.setter
+    def _con(self, connection: duckdb.DuckDBPyConnection) -> None:
+        self._db = connection  # (tests put a spy in its place)
+
+    def _open_journal(self, keep: bool) -> None:
+        """Replay the journal's rows that DuckDB lacks (a process killed before their DuckDB
+        commit), then empty it; read-only: refuse a file whose journal holds rows DuckDB lacks."""
+        path = journal_path(self.path)
+        records = read_rows(path)
+        missing = missing_rows(self._db, records, self.path)
+        if self.read_only:
+            if missing:
+                raise StoreError(
+                    f"{path} holds {sum(len(rows) for _, rows in missing)} entries not yet in {self.path} "
+                    "(its kernel stopped before committing them there): open it read-write once "
+                    "(%load_ext chaz_nb with CHAZ_DB set to it) to replay them, then read it")
+            return
+        for columns, rows in missing:
+            statement, values = duckdb_entries_insert(columns, rows)
+            self._db.execute(statement, values)  # (each record: one autocommitted transaction)
+        if missing:
+            log.info("replayed %d journaled entries into %s", sum(len(r) for _, r in missing), self.path)
+        if not keep and not os.path.exists(path):
+            return
+        opened = Journal(path)
+        if opened.size:
+            opened.reset()  # every row is in DuckDB now, durably (each INSERT committed)
+        if keep:
+            self._journal = opened
+        else:
+            opened.close()
+
+    def _journal_append(self, insert_columns: str, rows: JournalRows) -> None:
+        """Make ``rows`` durable in the journal; their DuckDB commit follows behind."""
+        assert self._journal is not None
+        self._journal.append(insert_columns, rows)
+        self._unapplied.append((insert_columns, rows))
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop to do it behind: now (a script's ``append``)
+            self._apply_behind(scheduled=False)
+            return
+        if self._apply_scheduled:
+            return
+        self._apply_scheduled = True
+        when_idle(self._apply_behind, loop)
+        loop.call_later(APPLY_WINDOW, self._apply_behind)
+
+    def _apply_behind(self, scheduled: bool = True) -> None:
+        """The DuckDB commit of what the journal holds, once the loop is idle (or at its window).
+
+        Never raises: the entries are durable already (their append returns them); when DuckDB
+        refuses, the rows stay journaled and the next read tries again (and says why)."""
+        if scheduled:
+            self._apply_scheduled = False
+        if self._unapplied and not self._closed:
+            try:
+                self._settle()
+            except StoreError:
+                log.exception("could not commit journaled entries to %s", self.path)
+
+    def _settle(self) -> None:
+        """Commit every journaled row in DuckDB, in one transaction (a StoreError when it cannot:
+        they stay journaled, and the next read tries again)."""
+        with self._lock:
+            if not self._unapplied:
+                return
+            records = self._unapplied
+            try:
+                if len({columns for columns, _ in records}) == 1:
+                    statement, values = duckdb_entries_insert(records[0][0], [r for _, rows in records for r in rows])
+                    self._db.execute(statement, values)
+                else:  # (a migration between two records: never within one process, but keep it right)
+                    self._db.execute("BEGIN TRANSACTION")
+                    for columns, rows in records:
+                        self._db.execute(*duckdb_entries_insert(columns, rows))
+                    self._db.execute("COMMIT")
+            except duckdb.Error as exc:
+                with suppress(duckdb.Error):
+                    self._db.execute("ROLLBACK")
+                raise StoreError(f"could not commit journaled entries to {self.path}: "
+                                 f"{str(exc).splitlines()[0]}") from exc
+            self._unapplied = []
+            if self._journal is not None and self._journal.size >= JOURNAL_RESET_BYTES:
+                self._journal.reset()
 
     # ----------------------------------------------------------------- basics
     def _scalar(self, query: str, params: Sequence[object] | None = None) -> Value:
@@ -125,13 +243,21 @@ class SessionStore(Store):
         self._flush_queued()  # entries queued for a group commit are written first
         with self._lock:
             if not self._closed:
+                try:
+                    self._settle()
+                    if self._journal is not None and self._journal.size:
+                        self._journal.reset()
+                except (StoreError, OSError):  # the journal keeps them: the next open replays them
+                    log.exception("closing %s with journaled entries not yet committed there", self.path)
                 self._closed = True
-                self._con.close()
+                if self._journal is not None:
+                    self._journal.close()
+                self._db.close()
 
     def reader(self) -> duckdb.DuckDBPyConnection:
         """A cursor for reading from another thread (DuckDB connections are not shared)."""
         self._check_open()
-        return self._con.cursor()
+        return self._con.cursor()  # (``_con``: what the journal holds is committed first)
 
     def read(self, query: str, params: Sequence[object] | None = None) -> list[Row]:
         """Fetch all rows of ``query`` where DuckDB refuses writes (a read-only transaction).
@@ -260,8 +386,18 @@ class SessionStore(Store):
         """
         entries: list[Entry] = []
         results: list[list[Row]] = []
+        if self._journal is not None and items and not statements:
+            # The journal is the durability point (``journal.py``): the line is fdatasync'd
+            # here, the DuckDB commit follows behind. A batch with statements (``join_commit``:
+            # their rows come back from DuckDB) is committed there as before, after what the
+            # journal holds (``_con``).
+            with self._lock:
+                entries, columns, rows, next_seq = self._prepare_rows(items, self._next_entry_id)
+                self._journal_append(columns, rows)
+                self._committed(entries, next_seq)
+            return entries, results
         with self._lock:
-            next_seq: dict[int, int] = {}
+            next_seq = {}
             if items:
                 entries, insert, values, next_seq = self._prepare(items, self._next_entry_id)
             try:
@@ -288,6 +424,19 @@ class SessionStore(Store):
     def _prepare(self, items: list[NewEntry], next_id: int) -> tuple[list[Entry], str, list[object], dict[int, int]]:
         """The entries ``items`` become from id ``next_id`` on, their INSERT, its values, and
         each session's next seq after them (an unknown session is a StoreError)."""
+        entries, columns, rows, next_seq = self._prepare_rows(items, next_id)
+        # One INSERT in autocommit is one transaction: ~1.4 ms for one row here
+        # (bench/bench_commit.py: parsing ~0.1 ms, WAL write + fdatasync ~0.35 ms, the
+        # rest DuckDB's transaction, ~35 us a column); BEGIN + INSERT + COMMIT costs 30 %
+        # more, and a reused cursor, PREPARE/EXECUTE or the Appender no less. Many rows
+        # bind one list a column (``duckdb_entries_insert``).
+        statement, values = duckdb_entries_insert(columns, rows)
+        return entries, statement, values, next_seq
+
+    def _prepare_rows(
+        self, items: list[NewEntry], next_id: int
+    ) -> tuple[list[Entry], str, JournalRows, dict[int, int]]:
+        """``_prepare``'s entries, the INSERT's columns and its rows (what the journal keeps)."""
         now = utcnow()
         next_seq: dict[int, int] = {}
         rows: list[list[object]] = []
@@ -330,14 +479,8 @@ class SessionStore(Store):
             entries.append(entry)
             next_id += 1
             next_seq[sid] += 1
-        # One INSERT in autocommit is one transaction: ~1.4 ms for one row here
-        # (bench/bench_commit.py: parsing ~0.1 ms, WAL write + fdatasync ~0.35 ms, the
-        # rest DuckDB's transaction, ~35 us a column); BEGIN + INSERT + COMMIT costs 30 %
-        # more, and a reused cursor, PREPARE/EXECUTE or the Appender no less. Many rows
-        # bind one list a column (``duckdb_entries_insert``).
         columns = ENTRY_COLUMNS + (", run_id" if self._has_run_id else "")
-        statement, values = duckdb_entries_insert(columns, rows)
-        return entries, statement, values, next_seq
+        return entries, columns, rows, next_seq
 
     def _committed(self, entries: list[Entry], next_seq: dict[int, int]) -> None:
         # Counters move only after the commit, so a failed write leaves no gap.

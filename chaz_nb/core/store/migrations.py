@@ -17,7 +17,8 @@ columns).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -384,6 +385,25 @@ def _pg_m_data_egress_context(cur: PgConnection) -> None:
     create_pg_audit_views(cur)  # data_egress via context / compaction
 
 
+def _m_variable_changes_undo(con: duckdb.DuckDBPyConnection) -> None:
+    # variable_changes: an undo's changes (%chaz undo: an Ack with undo_of, server/kernel/undo.py)
+    # and the undo_of column
+    del con  # the views: apply_duckdb (Migration.views)
+
+
+def _pg_m_variable_changes_undo(cur: PgConnection) -> None:
+    create_pg_audit_views(cur)  # variable_changes: undo rows, undo_of
+
+
+def _m_data_egress_decision(con: duckdb.DuckDBPyConnection) -> None:
+    # data_egress.decision: the egress gate's decision on each send (server/egress_gate.py)
+    del con  # the views: apply_duckdb (Migration.views)
+
+
+def _pg_m_data_egress_decision(cur: PgConnection) -> None:
+    create_pg_audit_views(cur)  # data_egress.decision
+
+
 def _pg_m015(cur: PgConnection) -> None:
     # Run-tree budgets (chaz_nb/server/budgets.py), charged by every kernel with a conditional
     # UPDATE; a schedule keeps the budget of the run tree that made it.
@@ -419,6 +439,27 @@ def _pg_m_fork_views(cur: PgConnection) -> None:
     create_pg_audit_views(cur)  # branches after a mid-run fork; copies marked (copied_from)
 
 
+def _m_team_roles(con: duckdb.DuckDBPyConnection) -> None:
+    # who wrote an entry (runs/approvals/data_egress/messages .author): PostgreSQL's roles
+    # (_pg_m_team_roles); a DuckDB file is one person's, its views say NULL
+    del con  # the views: apply_duckdb (Migration.views)
+
+
+def _pg_m_team_roles(cur: PgConnection) -> None:
+    # A team on one store (docs/guide/postgresql.md#a-team-on-one-store, core/store/pgteam.py).
+    from .pgteamsql import team_schema
+
+    row = cur.execute("SELECT current_schema()").fetchone()
+    cur.execute(team_schema(str(row[0]) if row and row[0] else "public"))
+    create_pg_audit_views(cur)  # runs/data_egress/messages .author, approvals .decided_as
+
+
+def _invoker_views(cur: PgConnection) -> bool:
+    """Whether the server has views that read as their caller (``security_invoker``: 15 on)."""
+    row = cur.execute("SELECT current_setting('server_version_num')::int >= 150000").fetchone()
+    return bool(row and row[0])
+
+
 def create_pg_audit_views(cur: PgConnection) -> None:
     """Create (or replace) the audit views. A changed view is dropped first: PostgreSQL's
     CREATE OR REPLACE VIEW cannot change a column's type or order. The views of the schema
@@ -427,12 +468,20 @@ def create_pg_audit_views(cur: PgConnection) -> None:
         "SELECT count(*) FROM information_schema.columns WHERE table_schema = current_schema()"
         " AND table_name = 'sessions' AND column_name = 'forked_from'").fetchone()
     forks = bool(row and row[0])
-    views = POSTGRES.views(forks)
+    row = cur.execute(
+        "SELECT count(*) FROM information_schema.columns WHERE table_schema = current_schema()"
+        " AND table_name = 'entries' AND column_name = 'author'").fetchone()
+    authors = bool(row and row[0])
+    views = POSTGRES.views(forks, authors)
     # newest first: branches reads runs, and a view another depends on cannot be dropped
     for name, _ddl in reversed(POSTGRES.views()):
         cur.execute(f"DROP VIEW IF EXISTS {name}")
-    for _name, ddl in views:
-        cur.execute(ddl)
+    for name, _ddl in views:
+        cur.execute(_ddl)
+        if authors and _invoker_views(cur):
+            # a team's views read the tables as the person querying (their rows only: the
+            # row-level security of team_roles), not as the views' owner, who sees every row
+            cur.execute(f"ALTER VIEW {name} SET (security_invoker = true)")
 
 
 MIGRATIONS: list[Migration] = [
@@ -456,6 +505,9 @@ MIGRATIONS: list[Migration] = [
     Migration("019_data_egress_attachment_run", _m_data_egress_attachment_run, _pg_m_data_egress_attachment_run,
               views=True),
     Migration("020_data_egress_context", _m_data_egress_context, _pg_m_data_egress_context, views=True),
+    Migration("021_variable_changes_undo", _m_variable_changes_undo, _pg_m_variable_changes_undo, views=True),
+    Migration("022_team_roles", _m_team_roles, _pg_m_team_roles, views=True),
+    Migration("023_data_egress_decision", _m_data_egress_decision, _pg_m_data_egress_decision, views=True),
 ]
 
 
@@ -498,6 +550,22 @@ def apply_duckdb(con: duckdb.DuckDBPyConnection, migrations: Sequence[Migration]
     return len(migrations)
 
 
+@contextmanager
+def _owner_only(con: PgConnection, name: str) -> Iterator[None]:
+    """A role that may not change the tables (a team's person) is told who may, in one line."""
+    import psycopg
+
+    try:
+        yield
+    except psycopg.errors.InsufficientPrivilege:
+        from ...errors import StoreError
+
+        raise StoreError(
+            f"this store needs migration {name} and the role {con.info.user} may not make it (the tables "
+            "are another role's); ask its administrator to run `python -m chaz_nb.core.store.pgteam ADMIN_URL`"
+        ) from None
+
+
 def apply_postgres(con: PgConnection, migrations: Sequence[Migration] = MIGRATIONS) -> int:
     """Apply the migrations not yet recorded, each with its record in one transaction.
 
@@ -506,9 +574,11 @@ def apply_postgres(con: PgConnection, migrations: Sequence[Migration] = MIGRATIO
     """
     with con.transaction():
         con.execute("SELECT pg_advisory_xact_lock(7261, 0)")
-        con.execute(
-            "CREATE TABLE IF NOT EXISTS _chaz_migrations (name VARCHAR PRIMARY KEY, applied_at TIMESTAMP)"
-        )
+        row = con.execute("SELECT to_regclass('_chaz_migrations') IS NULL").fetchone()
+        if row and row[0]:  # (a team's person may not create tables: the check comes first)
+            con.execute(
+                "CREATE TABLE IF NOT EXISTS _chaz_migrations (name VARCHAR PRIMARY KEY, applied_at TIMESTAMP)"
+            )
         applied = {row[0] for row in con.execute("SELECT name FROM _chaz_migrations").fetchall()}
         unknown = sorted(applied - {m.name for m in migrations})
         if unknown:
@@ -519,7 +589,7 @@ def apply_postgres(con: PgConnection, migrations: Sequence[Migration] = MIGRATIO
         for migration in migrations:
             if migration.name in applied:
                 continue
-            with con.transaction():  # a savepoint: the record commits with the change
+            with con.transaction(), _owner_only(con, migration.name):  # a savepoint: the record commits with it
                 migration.postgres(con)
                 con.execute(
                     "INSERT INTO _chaz_migrations VALUES (%s, (now() at time zone 'utc'))", [migration.name]

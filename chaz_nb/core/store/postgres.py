@@ -54,6 +54,7 @@ from ..window import ContextWindow, chunk_rows, fill_window, window_types
 from ..writer import LONE_SURROGATE_OR_NUL, NewEntry, Statement, payload_text, storable_fields
 from .base import ForkCopy, Row, SessionInfo, SharedSessions
 from .migrations import MIGRATIONS, Migration, apply_postgres
+from .pgteam import TeamAccess, not_shared
 from .pgsql import PgResult, bigint, connect, display_url, one_line, to_pg
 from .rows import (ENTRY_COLUMNS, SESSION_COLUMNS, entry_from_row, fork_metadata, fork_point, int_or_none,
                    int_value, metadata_text, run_id_of, session_from_row, utcnow, Value)
@@ -74,7 +75,7 @@ _LEASE_NS = 7262
 Prepared = tuple[int, EntryType, str, str, "str | None", "str | None", str]
 
 
-class PgSessionStore(SharedSessions):
+class PgSessionStore(TeamAccess, SharedSessions):
     """Session log over PostgreSQL (psycopg 3): ``PgSessionStore("postgresql://...")``.
 
     Several kernels serve this store's sessions, one per session: the lease holder (``claim``).
@@ -118,8 +119,17 @@ class PgSessionStore(SharedSessions):
         except Exception:  # re-raised: only the connection is closed first
             self._con.close()
             raise
+        #: the role this kernel acts as (``session_user``: who the database says wrote an entry)
+        self.role = str(self._scalar("SELECT session_user"))
+        #: a team's store (migration 021): ids are read store-wide, past row-level security
+        self._team = bool(self._scalar("SELECT to_regproc('chaz_last_entry_id') IS NOT NULL"))
+        self._last_entry_id = "chaz_last_entry_id()" if self._team else "(SELECT coalesce(max(id), 0) FROM entries)"
+        self._last_session_id = (
+            "chaz_last_session_id()" if self._team else "(SELECT coalesce(max(id), 0) FROM sessions)")
+        #: a team's person (pgteam.py): the rows this role reads are some of the ids only
+        self._confined_role = self.confined
         #: the highest entry id handed to the subscribers (or queued for them)
-        self._seen = int_value(self._scalar("SELECT coalesce(max(id), 0) FROM entries"))
+        self._seen = int_value(self._scalar(f"SELECT {self._last_entry_id}"))
         #: the highest entry id every subscriber has been handed (``dispatched_id``)
         self._dispatched = self._seen
         # a database of an older schema (read only) has no copies to skip
@@ -208,7 +218,7 @@ class PgSessionStore(SharedSessions):
             self._con.execute("SELECT pg_advisory_xact_lock(%s, %s)", _WRITE_LOCK)
             row = self._con.execute(
                 "INSERT INTO sessions (id, agent, kind, parent_id, depth, created_at, title, metadata, ceiling)"
-                " SELECT coalesce(max(id), 0) + 1, %s, %s, %s, %s, %s, %s, %s, %s FROM sessions RETURNING id",
+                f" SELECT {self._last_session_id} + 1, %s, %s, %s, %s, %s, %s, %s, %s RETURNING id",
                 [agent, kind, parent_id, depth, utcnow(), self.redact(title) if title else title, meta, ceiling],
             ).fetchone()
         assert row is not None
@@ -225,8 +235,18 @@ class PgSessionStore(SharedSessions):
         self._check_open()
         rows = self._rows(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?", [int(session_id)])
         if not rows:
+            owner = self._owner_of(session_id)
+            if owner is not None:
+                raise StoreError(not_shared(int(session_id), owner, self.role, "read"))
             raise StoreError(f"no session {session_id} in {self.path}; `%chaz sessions` lists them")
         return session_from_row(rows[0])
+
+    def _owner_of(self, session_id: int) -> str | None:
+        """On a team's store, the owner of a session this role cannot see (None: no such one)."""
+        if not self._team:
+            return None
+        owner = self._scalar("SELECT chaz_session_owner(?)", [bigint(session_id)])
+        return None if owner is None else str(owner)
 
     def sessions(self) -> list[SessionInfo]:
         self._check_open()
@@ -266,11 +286,23 @@ class PgSessionStore(SharedSessions):
                         entries = self._insert(prepared)
             except StoreError:
                 raise
+            except psycopg.errors.InsufficientPrivilege as exc:
+                raise StoreError(f"could not write entry: {self._refusal(items, exc)}") from None
             except psycopg.Error as exc:
                 raise StoreError(f"could not write entry: {one_line(exc)}") from exc
             if entries:
                 self._enqueue(entries)
         return entries, results
+
+    def _refusal(self, items: list[NewEntry], exc: psycopg.Error) -> str:
+        """Why row-level security refused ``items`` (a team's store), as what to ask whom."""
+        for item in items:
+            owner = self._owner_of(item.session_id)
+            if owner is not None:
+                need = "approve" if EntryType(item.entry_type) is EntryType.APPROVAL_DECISION else "write"
+                if not self._scalar("SELECT chaz_may(?, ?)", [int(item.session_id), 3 if need == "approve" else 2]):
+                    return not_shared(int(item.session_id), owner, self.role, need)
+        return one_line(exc)
 
     def _hand_out(self, entries: list[Entry]) -> None:
         """The callbacks after ``_commit_with``: what ``_enqueue`` queued, in id order."""
@@ -294,13 +326,16 @@ class PgSessionStore(SharedSessions):
         found = {r[0] for r in con.execute("SELECT id FROM sessions WHERE id = ANY(%s)", [sids])}
         missing = [s for s in sids if s not in found]
         if missing:
+            owner = self._owner_of(missing[0])
+            if owner is not None:
+                raise StoreError(not_shared(missing[0], owner, self.role, "write"))
             raise StoreError(
                 f"no session {missing[0]} in {self.path}; create it with create_session first"
             )
         next_seq: dict[int, int] = dict(con.execute(
             "SELECT s, coalesce((SELECT max(seq) FROM entries WHERE session_id = s), 0) + 1"
             " FROM unnest(%s::bigint[]) AS s", [sids]).fetchall())
-        row = con.execute("SELECT coalesce(max(id), 0) + 1 FROM entries").fetchone()
+        row = con.execute(f"SELECT {self._last_entry_id} + 1").fetchone()
         next_id = int(row[0]) if row else 1
         rows = []
         for sid, entry_type, sender, content, call_id, tool, payload_json in prepared:
@@ -344,13 +379,13 @@ class PgSessionStore(SharedSessions):
                                            [source.id]))
                     at = fork_point(at_seq, end, source.id)
                     if into is None:
-                        new_id = int_value(self._scalar("SELECT coalesce(max(id), 0) + 1 FROM sessions"))
+                        new_id = int_value(self._scalar(f"SELECT {self._last_session_id} + 1"))
                     elif self._scalar("SELECT count(*) FROM sessions WHERE id = ?", [int(into)]):
                         raise StoreError(
                             f"session {into} exists in {self.path}; a fork makes a new session (leave the id out)")
                     else:
                         new_id = int(into)
-                    first = int_value(self._scalar("SELECT coalesce(max(id), 0) + 1 FROM entries"))
+                    first = int_value(self._scalar(f"SELECT {self._last_entry_id} + 1"))
                     self._rows(
                         "INSERT INTO sessions (id, agent, kind, parent_id, depth, created_at, title, metadata,"
                         " ceiling, forked_from, forked_at_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -490,7 +525,14 @@ class PgSessionStore(SharedSessions):
             # entry below that id can still come)
             upto = "" if first is None else " AND id < ?"
             params = [self._seen] if first is None else [self._seen, first]
-            top = int_or_none(self._scalar(f"SELECT max(id) FROM entries WHERE id > ?{upto}", params))
+            top: int | None
+            if self._confined_role:
+                # a confined role sees only some ids: up to the store's newest (every id below
+                # committed), so what it cannot see still counts as seen (dispatched_id)
+                newest = first - 1 if first is not None else int_value(self._scalar("SELECT chaz_last_entry_id()"))
+                top = newest if newest > self._seen else None
+            else:
+                top = int_or_none(self._scalar(f"SELECT max(id) FROM entries WHERE id > ?{upto}", params))
             if top is not None:
                 earlier = [entry_from_row(r) for r in self._rows(
                     f"SELECT {ENTRY_COLUMNS} FROM entries WHERE id > ? AND id <= ?{self._not_copies}"
@@ -511,6 +553,8 @@ class PgSessionStore(SharedSessions):
             self._enqueue([])
             count = len(self._queue) - before
         self._drain()
+        if self._confined_role and not self._queue:  # the ids it cannot see: none to hand out
+            self._dispatched = max(self._dispatched, self._seen)
         return count
 
     def _after_dispatch(self, entry: Entry) -> None:
@@ -536,11 +580,13 @@ class PgSessionStore(SharedSessions):
                         if notice.channel == CHANNEL:
                             self.catch_up()
                             continue
+                        self._notice_pid = notice.pid  # who sent it (TeamAccess.notice_sender_may)
                         for callback in list(self._notice.get(notice.channel, ())):
                             try:
                                 callback(notice.payload)
                             except Exception:  # a callback's failure must not end the listener (logged)
                                 log.exception("notice callback %r failed on %s", callback, notice.channel)
+                        self._notice_pid = None
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - any connection failure: reconnect and catch up

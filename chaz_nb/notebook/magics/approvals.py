@@ -97,6 +97,9 @@ class ApprovalCommands(MagicsHost):
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         print("\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows))
         print("decide: %chaz approve ID|last|all  ·  %chaz deny ID|last [--reason R]")
+        if any(p.get("kind") == "egress" for p in pending):
+            print("egress:HOST asks whether your data may leave for that host: %chaz approve ID (allow once), "
+                  "%chaz approve ID --all-calls (allow for this session), %chaz deny ID (withheld)")
 
     def _cmd_approve(self, rest: str) -> None:
         m = _ARGS.search(rest)

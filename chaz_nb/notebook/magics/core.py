@@ -19,6 +19,7 @@ from ...core.controls import shown_controls, showing_controls
 from ...errors import EntryTooLarge
 from .address import parse_address, parse_message_line, take_with
 from .approvals import ApprovalCommands
+from .cells import CellsCommands
 from .define import DefineCommands, agent_spec, define_agent, describe_agent
 from .turns import send_turn, wait_session
 from .mcp import McpCommands
@@ -26,7 +27,9 @@ from .multi import MultiAgentCommands
 from .sessions import SessionCommands
 from .sql import SqlCommands
 from .stop import StopCommands
+from .team import TeamCommands
 from .fork import ForkCommands
+from .undo import UndoCommands
 from .args import split_words
 from .usage import CELL_USAGE, HELP, SHORT_USAGE, USAGE
 
@@ -60,7 +63,8 @@ def _refuse_missing_directory(value: str) -> None:
 
 @magics_class
 class ChazMagics(DefineCommands, SessionCommands, ApprovalCommands, SqlCommands, MultiAgentCommands,
-                 McpCommands, StopCommands, ForkCommands, Magics):
+                 McpCommands, StopCommands, ForkCommands, UndoCommands,
+                 TeamCommands, CellsCommands, Magics):
     """``%chaz`` / ``%%chaz``.
 
     Sub-command ``%chaz NAME ...`` is the method ``_cmd_NAME``; the agent definition, session,

@@ -145,7 +145,7 @@ def describe_agent(agent: Agent, server: Server) -> str:
     It names the tools the agent got: the safe default (an agent defined without ``tools``)
     by its parts, ``*`` as every tool with today's count, so nobody hands out a tool by accident.
     """
-    from ...server import DEFAULT_DATA_ROWS, KERNEL_DEFAULT_TOOLS, SAFE_DEFAULT_TOOLS, SESSION_TOOLS
+    from ...server import DEFAULT_DATA_ROWS, KERNEL_DEFAULT_TOOLS, LOCAL_HOSTS, SAFE_DEFAULT_TOOLS, SESSION_TOOLS
 
     if agent.tools is None or "*" in agent.tools:
         tools = f"every registered tool ({len(server.tools)} now, and any registered later)"
@@ -157,9 +157,14 @@ def describe_agent(agent: Agent, server: Server) -> str:
         tools = ", ".join(agent.tools) or "no tools"
     if agent.data != "sample" or agent.data_rows != DEFAULT_DATA_ROWS:
         tools += f", data {agent.data}" + (f" ({agent.data_rows} rows)" if agent.data == "sample" else "")
+    if agent.egress != "ask" or list(agent.egress_hosts) != list(LOCAL_HOSTS):
+        tools += f", egress {agent.egress}" + (
+            f" (always to {', '.join(agent.egress_hosts)})" if agent.egress != "allow" and agent.egress_hosts else "")
     extra = f", max depth {agent.max_depth}" if agent.max_depth is not None else ""
     if getattr(agent, "auto_approve", None):
         extra += f", auto-approves {', '.join(agent.auto_approve)}"
+    if not getattr(agent, "cells", True):
+        extra += ", its approved code does not become cells"
     note = getattr(getattr(server, "roster", None), "notes", {}).get(agent.name)
     if note:  # kept with the sessions, but never a key: what was left out, and how to give it
         extra += f" ({note})"
@@ -192,10 +197,18 @@ class DefineCommands(AgentCommands):
             else:
                 self._accept_agent(args.name, others)
             return
+        options = [k for k, v in vars(args).items() if k not in ("name", "cells") and v not in (None, False)]
+        existing = state.server.agents.get(args.name)
+        if body is None and args.cells is not None and not options and existing is not None:
+            # --cells / --no-cells alone: the agent as it is, only that switch changed
+            agent = define_agent(state, args.name, agent_spec(existing, cells=args.cells), where)
+            print(describe_agent(agent, state.server))
+            return
         spec: dict[str, Any] = {} if body is None else parse_toml(body, where)
         for key in ("model", "system", "max_depth", "max_iterations", "approval_timeout", "max_spawns",
                     "max_model_calls", "api_base", "model_timeout", "max_retries", "stream", "context_tokens",
-                    "max_tool_output", "data", "data_rows", "code_timeout"):
+                    "max_tool_output", "data", "data_rows", "code_timeout", "egress", "egress_hosts",
+                    "cells"):
             if getattr(args, key) is not None:
                 spec[key] = getattr(args, key)
         if args.auto_approve is not None:

@@ -47,7 +47,9 @@ def parse_session(server: Server, arg: str, last: int | None, what: str) -> int:
         raise UsageError(f"%chaz {what}: SESSION is a session id or @NAME, not {arg!r}") from None
     try:
         server.store.session(sid)
-    except StoreError:
+    except StoreError as exc:
+        if "not shared" in str(exc) or "may not" in str(exc):  # a team's store: whose it is, what to ask
+            raise UsageError(f"%chaz {what}: {exc}") from None
         raise UsageError(f"%chaz {what}: there is no session {sid}; see %chaz sessions") from None
     return sid
 
@@ -156,7 +158,7 @@ def _prepare_turn(
         )
     payload: dict[str, Any] = {"origin": origin(state.shell)}
     if attach:
-        block, extra = attachments(server, name, attach)
+        block, extra = attachments(server, name, attach, session)
         text = f"{text.rstrip()}\n\n{block}"
         payload.update(extra)
     latest = server.store.latest(session)
@@ -180,8 +182,12 @@ def _show_turn(state: ExtensionState, session: int, view: Any, *, handle: Any = 
         when_sent(view.display_later())
 
 
-def attachments(server: Any, name: str, names: list[str]) -> tuple[str, dict[str, Any]]:
-    """``--with a,b``: the variables' descriptions under @name's data policy (kernel tools)."""
+def attachments(server: Any, name: str, names: list[str], session: int | None = None) -> tuple[str, dict[str, Any]]:
+    """``--with a,b``: the variables' descriptions under @name's data policy (kernel tools).
+
+    Where @name's egress rule does not let them go as they are (``ask``, ``deny``: the egress
+    gate), their record waits (``egress_pending``): the run that reads the Message asks, or
+    withholds them, and records the send before its request leaves."""
     from ...errors import ToolError
 
     kernel = getattr(server, "kernel", None)
@@ -191,9 +197,17 @@ def attachments(server: Any, name: str, names: list[str]) -> tuple[str, dict[str
         block: str
         extra: dict[str, Any]
         block, extra = kernel.attach(names, server.agents.get(name))
-        return block, extra
     except ToolError as exc:
         raise UsageError(f"%chaz --with: {exc}") from None
+    gate, agent = getattr(server, "egress_gate", None), server.agents.get(name)
+    if gate is not None and agent is not None and session is not None and isinstance(extra.get("egress"), dict):
+        verdict = gate.verdict(session, agent)
+        if verdict.decision in ("allow", "allow_session"):
+            extra["egress"].update({"decision": verdict.decision, "decided_by": verdict.why})
+        else:
+            extra["egress_pending"] = extra.pop("egress")
+    return block, extra
+
 
 
 def wait_session(state: ExtensionState, session: int, handle: Any, view: Any) -> None:

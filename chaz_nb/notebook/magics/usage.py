@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 
 from .approvals import APPROVE_USAGE, DENY_USAGE, PENDING_USAGE
+from .cells import CELLS_USAGE, EXPORT_USAGE
 from .args import CommandParser, usage_of
 from ..views.session import DEFAULT_PAGE as DEFAULT_LOG_LIMIT
 from .fork import COMPARE_USAGE, FORK_USAGE, REPLAY_USAGE
@@ -12,6 +13,8 @@ from .mcp import MCP_USAGE
 from .multi import ROOM_USAGE, SCHEDULE_USAGE
 from .sql import AUDIT_USAGE, SQL_USAGE
 from .stop import STOP_USAGE
+from .undo import UNDO_USAGE
+from .team import SHARE_USAGE, UNSHARE_USAGE
 
 USE_USAGE = "usage: %chaz use SESSION"
 CELL_USAGE = (
@@ -30,6 +33,7 @@ _HELP = """\
                             without --tools: the built-in session tools and the kernel's (kernel__*, kernel__run
                             asks first), not your own tools; --tools '*' gives every tool
                             --data schema|sample|full, --data-rows N: what the kernel's tools send of your data
+                            --egress ask|allow|deny, --egress-host HOST: whether it may leave (ask: a card)
 %%chaz agent NAME           the same fields as a TOML body (model = "...", tools = ["a", "b"], ...)
 %chaz agents                the agents here: where each comes from, the tools they name not defined yet
 %chaz agent NAME --forget   remove NAME from this kernel and the store (agents are kept with the sessions)
@@ -43,6 +47,14 @@ _HELP = """\
 %chaz use SESSION           make SESSION its agent's current one here (e.g. one another kernel serves)
 %chaz wait [SESSION]        wait for a session's run to finish
 %chaz stop [SESSION|all]    stop a run (and its spawned children): tools cancelled, approvals closed, Ack cancelled
+%chaz whoami                who this kernel acts as (the PostgreSQL role it logged in as) and what it sees
+%chaz share SESSION @ROLE|@GROUP [--read|--write|--approve]
+                            a team's store: let another person read / also post and stop / also decide approvals
+%chaz unshare SESSION @ROLE take a share back
+%chaz cells [SESSION]       the session's approved kernel__run code as cells (one: a new cell below; more: printed)
+%chaz cells off|on          approved agent code as a cell below the cell that asked (lab extension), for this kernel
+%chaz export [SESSION] --notebook PATH [--force]
+                            a new notebook: the session's messages as markdown, its approved code as cells
 %chaz pending               tool calls waiting for your approval
 %chaz approve ID|last|all   approve (--all-calls: every call to that tool in the session)
 %chaz approve ID --args JSON   approve with edited arguments (checked against the tool's schema)
@@ -62,6 +74,11 @@ _HELP = """\
 %chaz replay SESSION --model M [--agent NAME] [--system TEXT] [--api-base URL]
                             every trigger of SESSION again in a new branch; tools from the recording
 %chaz compare A B           two branches side by side from their fork point
+%chaz undo [TOOL_CALL] [--session SESSION] [--partial] [--force]
+                            put back the variables an agent's kernel__run call (default: the session's last)
+                            created, rebound or deleted; what it cannot undo (changed in place, a file written,
+                            a network call, an import) is named first and stops it unless --partial;
+                            --release frees the before-state kept for the session's last calls
 %chaz compact [SESSION]     summarize the conversation into a Summary: later runs start from it
 %chaz mcp add NAME -- COMMAND ARGS...   start an MCP tool server (or --url URL); its tools are NAME__TOOL
                             options: --env K=V --risk R --approval MODE --timeout S --start-timeout S --wait
@@ -100,6 +117,12 @@ def agent_parser() -> CommandParser:
                    help="what the kernel's tools send of the notebook's values (default sample)")
     p.add_argument("--data-rows", type=int, dest="data_rows", metavar="N",
                    help="rows the sample policy sends of a frame or query result (default 10)")
+    p.add_argument("--egress", choices=("ask", "allow", "deny"),
+                   help="whether the notebook's data may leave for the model's host: "
+                        "ask (a card, default), allow, deny")
+    p.add_argument("--egress-host", dest="egress_hosts", action="append", metavar="HOST",
+                   help="a host always sent to (repeat it); naming hosts replaces the default "
+                        "127.0.0.1, localhost, ::1")
     p.add_argument("--code-timeout", type=float, dest="code_timeout", metavar="S",
                    help="seconds kernel__run code may run before it is interrupted (default 60)")
     p.add_argument("--script", metavar="JSON", help="JSON list of steps for the chaz/script model")
@@ -111,6 +134,10 @@ def agent_parser() -> CommandParser:
                    help="retries of a rate-limited, failed or dropped model call (default 2)")
     p.add_argument("--no-stream", dest="stream", action="store_const", const=False, default=None,
                    help="ask the model for whole replies (default: stream, the view shows the reply as it is written)")
+    p.add_argument("--no-cells", dest="cells", action="store_const", const=False, default=None,
+                   help="its approved kernel__run code does not become notebook cells (alone: changes only that)")
+    p.add_argument("--cells", dest="cells", action="store_const", const=True,
+                   help="its approved kernel__run code becomes a cell below the cell that asked (the default)")
     p.add_argument("--forget", action="store_true",
                    help="remove NAME from this kernel and the store (its sessions stay)")
     p.add_argument("--accept", action="store_true",
@@ -126,6 +153,15 @@ def log_parser() -> CommandParser:
     p.add_argument("--before", metavar="SEQ", help="show the entries before seq SEQ")
     p.add_argument("--all", action="store_true", help="the whole log")
     p.usage = "%chaz " + usage_of(p)
+    return p
+
+
+def export_parser() -> CommandParser:
+    p = CommandParser(prog="export")
+    p.add_argument("session", nargs="?", default="", metavar="SESSION")
+    p.add_argument("--notebook", metavar="PATH", help="the .ipynb file to write (a new one)")
+    p.add_argument("--force", action="store_true", help="replace PATH if it exists")
+    p.usage = EXPORT_USAGE
     return p
 
 
@@ -148,6 +184,11 @@ USAGE = "usage: %chaz " + " | ".join(
         _forms(USE_USAGE),
         "wait [SESSION]",
         _forms(STOP_USAGE),
+        "whoami",
+        _forms(SHARE_USAGE),
+        _forms(UNSHARE_USAGE),
+        _forms(CELLS_USAGE),
+        _forms(EXPORT_USAGE),
         _forms(PENDING_USAGE),
         _forms(APPROVE_USAGE),
         _forms(DENY_USAGE),
@@ -159,6 +200,7 @@ USAGE = "usage: %chaz " + " | ".join(
         _forms(FORK_USAGE),
         _forms(REPLAY_USAGE),
         _forms(COMPARE_USAGE),
+        _forms(UNDO_USAGE),
         "compact [SESSION]",
         "config [db=PATH] [model=M]",
         "help",
@@ -168,7 +210,7 @@ USAGE = "usage: %chaz " + " | ".join(
 SHORT_USAGE = """\
 %chaz @NAME text                   talk to an agent (the built-in one: @assistant)
 %chaz agent NAME --model M         define an agent (%%chaz agent NAME: the fields as a TOML body)
-%chaz log | sessions | pending | stop | sql | audit | fork | compare | config ...
+%chaz log | sessions | pending | stop | undo | sql | audit | fork | compare | config ...
 %chaz help                         every sub-command and flag"""
 HELP = _HELP.replace(
     "{agent}",

@@ -108,7 +108,18 @@ def request_info(request: Any) -> dict[str, Any]:
         "arguments_display": p.get("arguments_display"),
         "code_check": p.get("code_check"),
         "timeout_secs": p.get("timeout_secs"),
+        "kind": p.get("kind", "tool"),
     }
+
+
+def is_egress(info: dict[str, Any]) -> bool:
+    """A card that asks whether the notebook's data may leave (server/egress_gate.py), not
+    whether a tool may run: Allow once / Allow for this session / Deny, nothing to edit."""
+    return info.get("kind") == "egress"
+
+
+#: the buttons' labels of an egress card (the decisions are approve / approve_all / deny)
+EGRESS_LABELS = {"approve": "Allow once", "deny": "Deny", "approve_all": "Allow for this session"}
 
 
 def describe_decision(payload: dict[str, Any], sender: str | None = None) -> str:
@@ -290,6 +301,12 @@ re-rendering its static bundle).
             layout=w.Layout(width="auto", display="none"),
             tooltip="Run this call once, with the arguments as edited above (checked against the tool's schema)",
         )
+        if is_egress(self.info):
+            for decision, label in EGRESS_LABELS.items():
+                self.buttons[decision].description = label
+            self.buttons["approve"].tooltip = "Send this data to the model once"
+            self.buttons["deny"].tooltip = "Keep it in the kernel: the model reads one line saying it was withheld"
+            self.buttons["approve_all"].tooltip = "Send it, and the agent's later data to this host in this session"
         for decision, button in self.buttons.items():
             button.on_click(self._click(decision))
         code = code_of(self.info.get("arguments_display")) is not None
@@ -309,7 +326,7 @@ re-rendering its static bundle).
         self.reason = w.Text(placeholder="reason (optional, sent with Deny)", layout=w.Layout(width="260px"))
         self._status = w.HTML("")
         self._row = w.HBox([self.buttons["approve"], self.buttons["deny"], self.reason, self.buttons["approve_all"],
-                            self.edit_button])
+                            *([] if is_egress(self.info) else [self.edit_button])])
         self._edit_row = w.VBox([self.editor, self.buttons["approve_edited"]])
         self._box = w.VBox([self._head, self._row, self._edit_row, self._status])
         self._box.add_class("chaz-approval-widget")
@@ -414,6 +431,10 @@ def card_text(info: dict[str, Any], decision: dict[str, Any] | None, sender: str
     lines = [
         f"⚠ approval needed: {info.get('agent')} wants to run {info.get('tool_name')} "
         f"(risk {info.get('risk_level')}) · session {info.get('session_id')} · request {info.get('request_id')}",
+    ] if not is_egress(info) else [
+        f"⚠ data would leave: {info.get('agent')} would send the notebook's data to "
+        f"{_to(info)} · session {info.get('session_id')} · request {info.get('request_id')} "
+        "(approve = allow once, approve --all-calls = allow for this session, deny)",
     ]
     lines += ["  " + line for line in arguments_text(info.get("arguments_display")).splitlines()]
     lines += ["  " + note for note in code_notes(info)]
@@ -425,6 +446,12 @@ def card_text(info: dict[str, Any], decision: dict[str, Any] | None, sender: str
             edited = arguments_text(_shown(decision.get("arguments")))
             lines += ["  edited to:"] + ["  " + line for line in edited.splitlines()]
     return "\n".join(lines)
+
+
+def _to(info: dict[str, Any]) -> str:
+    """Where an egress card's data would go (``model at host``)."""
+    shown = info.get("arguments_display")
+    return str(shown.get("to") if isinstance(shown, dict) else info.get("tool_name"))
 
 
 def arguments_text(arguments: Any) -> str:
@@ -448,8 +475,10 @@ def card_html(
     parts = [
         CARD_CSS,
         f"<div class='chaz-ap{' chaz-ap-done' if decision is not None else ''}'>",
-        f"⚠ <b>{_esc(info.get('agent'))}</b> wants to run <b>{_esc(info.get('tool_name'))}</b> "
-        f"<span class='{_esc(risk_cls)}'>risk {_esc(risk)}</span> "
+        (f"⚠ <b>{_esc(info.get('agent'))}</b> would send the notebook's data to <b>{_esc(_to(info))}</b> "
+         if is_egress(info) else
+         f"⚠ <b>{_esc(info.get('agent'))}</b> wants to run <b>{_esc(info.get('tool_name'))}</b> "
+         f"<span class='{_esc(risk_cls)}'>risk {_esc(risk)}</span> "),
         f"<span class='chaz-ap-hint'>· session {_esc(info.get('session_id'))} · request "
         f"<code>{_esc(info.get('request_id'))}</code></span>",
         arguments_html(info.get("arguments_display")),

@@ -203,6 +203,7 @@ class LiveRows:
             "status": f"<div class='chaz-ap'>{status}</div>" if status else "",
             "edit": edit_text(args),
             "code": code_of(args) is not None,
+            "egress": aw.info.get("kind") == "egress",  # Allow once / for this session / Deny
         })
 
     def _card_changed(self, rid: str) -> None:

@@ -427,6 +427,8 @@ class Transcript:
                 self.partial = None  # a stopped run's text so far is in its Ack (payload.partial_text)
             self.rows.append(self._row("closed", entry))
             return [len(self.rows) - 1]
+        if t == "Ack" and ((entry.payload or {}).get("compaction") or (entry.payload or {}).get("ledger")):
+            return []  # a record of what a compaction or the egress gate sends (data_egress): no run
         if t == "Ack":
             # Shown as a status line, replaced by the reply (or the error) when it comes.
             self._working = entry.sender

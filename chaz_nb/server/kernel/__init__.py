@@ -11,7 +11,9 @@ kernel loop; each sends only what the calling agent's data policy allows (policy
 for every tool, results and errors alike) and says in its ToolResult payload (``egress``) what
 it sent, for the ``data_egress`` view: a failed call too (its error may quote the data).
 ``kernel__run`` is the one tool that holds the loop: it runs the code on the kernel's thread
-between cells, as a cell would (run.py), under the agent's ``code_timeout``.
+between cells, as a cell would (run.py), under the agent's ``code_timeout``; each call that
+ran leaves a record for ``%chaz undo`` (undo_book.py: references to what it rebound or deleted,
+effects.py: what no undo takes back; undo.py undoes it).
 """
 
 from __future__ import annotations
@@ -22,16 +24,19 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ...core.codemask import code_sha256
 from ...engine.tools import Tool, ToolRegistry, ToolReply, function_tool
 from ...errors import ToolError
 from ..agents import DEFAULT_CODE_TIMEOUT
 from ..egress import egress_target
 from ..ports import current_run
 from .describe import DataToolError, Egress, describe, lookup, safe_repr, variables
+from .effects import Effects
 from .interrupts import Interrupter
 from .namespace import changes, snapshot, user_items
 from .policy import REDACTED, DataPolicy, Secrets, clip, names_in
-from .run import CellOutput, CodeHost, PlainHost, reply_text
+from .run import CellOutput, CodeHost, PlainHost, nb_outputs, reply_text
+from .undo_book import UndoBook, current_call, make_record
 
 __all__ = ["KERNEL_READ_ONLY", "KERNEL_TOOLS", "CodeHost", "KernelTools", "PlainHost", "egress_target"]
 
@@ -75,6 +80,11 @@ class KernelTools:
         self._lock = asyncio.Lock()
         self._guard: Interrupter | None = None
         self._guard_lock = threading.Lock()
+        #: what ``%chaz undo`` needs of the recent ``kernel__run`` calls (undo_book.py)
+        self.undo_book = UndoBook()
+        #: told what each piece of code produced: (session, the code's sha256, nbformat
+        #: outputs); the approved ones become cells (server/cells.py)
+        self.produced: Callable[[int, str, list[dict[str, Any]]], None] | None = None
         self.tools: list[Tool] = self._build()
 
     @property
@@ -217,14 +227,19 @@ class KernelTools:
         async with self._lock:
             await self.host.wait_turn()
             before = snapshot(self.host.namespace, self.host.hidden)
+            # references (no copies) to every variable, for the ones the code rebinds or
+            # deletes: undo puts those back (undo_book.py); the rest are let go below
+            refs = dict(user_items(self.host.namespace, self.host.hidden))
             out = CellOutput()
             guard = Interrupter(timeout)
+            effects = Effects()
             try:
                 with guard:
                     with self._guard_lock:
                         self._guard = guard
                     try:
-                        out = self.host.execute(code)
+                        with effects:
+                            out = self.host.execute(code)
                     finally:
                         with self._guard_lock:
                             self._guard = None
@@ -233,9 +248,16 @@ class KernelTools:
             if guard.reason is not None:
                 out.stopped = guard.reason
             after = snapshot(self.host.namespace, self.host.hidden)
+            call_id = current_call.get()
+            if ctx is not None and call_id is not None:
+                self.undo_book.keep(make_record(call_id, ctx.session_id, ctx.run_id, ctx.agent.name,
+                                                before, after, refs, effects.describe()))
+            del refs
         found = changes(before, after)
         self.host.show(out)
         secrets = Secrets.of(self.host.namespace, self.host.hidden)
+        if self.produced is not None and ctx is not None:
+            self.produced(ctx.session_id, code_sha256(code), nb_outputs(out, secrets))
         text = reply_text(out, found, policy, secrets)
         # what the reply may carry: the variables the code names, and those it changed
         named = names_in([code]) | {c["name"] for c in found}

@@ -132,15 +132,27 @@ def _feed(h: Any, obj: Any) -> None:
         h.update(repr(obj).encode())
         return
     if type(obj) in (list, tuple, dict, set, frozenset):
-        items = list(obj.items()) if isinstance(obj, dict) else list(obj) if len(obj) <= SAMPLE else None
+        # a dict's items are (key, value) pairs made afresh at each look: each side is read on
+        # its own, so an untouched dict keeps its fingerprint (its pairs' ids never did)
+        items: list[Any] | None = [(k, v) for k, v in obj.items()][:SAMPLE] if isinstance(obj, dict) \
+            else list(obj) if len(obj) <= SAMPLE else None
         if items is None:
             seq = list(obj)[:: max(1, len(obj) // SAMPLE)][:SAMPLE] if not isinstance(obj, (list, tuple)) \
                 else obj[:: max(1, len(obj) // SAMPLE)][:SAMPLE]
             items = [len(obj), *seq]
-        h.update(repr([(type(i).__name__, id(i) if not isinstance(i, (int, float, str, bool)) else i)
-                       for i in items[: SAMPLE + 1]]).encode())
+        h.update(repr([len(obj), *(_token(i) for i in items[: SAMPLE + 1])]).encode())
         return
     h.update(str(id(obj)).encode())
+
+
+def _token(item: object) -> object:
+    """What a container's fingerprint reads of one item: a scalar's value, a pair's two sides,
+    anything else its type and identity (a nested object changed in place is not seen)."""
+    if isinstance(item, (int, float, str, bool, type(None))):
+        return item
+    if type(item) is tuple and len(item) == 2:
+        return tuple(_token(side) for side in item)
+    return type(item).__name__, id(item)
 
 
 @dataclass(frozen=True)

@@ -1,20 +1,29 @@
 """``kernel__query``: DuckDB SQL over the notebook's frames and arrays, by variable name.
 
-Queries run on an in-memory DuckDB instance of their own, opened locked down
-(``store.LOCKED_DOWN``: no file access, no configuration change), each on a cursor of its
-own (a connection of that instance: its registered views are its own, and opening one costs
-microseconds where a new instance costs ~30 ms). Each first passes the
-read-only statement check ``%chaz sql`` uses (``core.sqlquery.check_read_only``). With file
-access off DuckDB also turns off its Python replacement scan, so the variables the query
-names are registered on the connection by name instead: the same zero-copy scan (a pandas
-frame, an arrow table or a numpy array is read in place, never copied). Only the first rows
-the data policy allows are fetched (``fetchmany``), so a result of any size costs its first
-rows; a query over its deadline is interrupted (``connection.interrupt``).
+Each query runs in a process of its own (forked.py): the kernel forks, and the child reads
+the notebook's frames copy-on-write (nothing copied or shipped), opens a fresh in-memory
+DuckDB instance locked down (``store.LOCKED_DOWN``: no file access, no configuration change)
+under ``QUERY_LIMITS``, bounds its own memory to ``QUERY_PROCESS_MEMORY_MB`` beyond what the
+kernel maps, runs the query and sends back the first rows. DuckDB's ``memory_limit`` bounds
+its operators, but one value built by one function (``repeat``, ``lpad``, ``range`` as a
+list...) is allocated outside it: in the child, such a value ends the child, never the
+kernel. A query over its deadline is killed with its child. Where the kernel cannot fork
+(Windows) the query runs in process, on a cursor of the kernel's own locked-down instance,
+interrupted at its deadline (``connection.interrupt``).
+
+Each first passes the read-only statement check ``%chaz sql`` uses
+(``core.sqlquery.check_read_only``). With file access off DuckDB also turns off its Python
+replacement scan, so the variables the query names are registered on the connection by name
+instead, each through a relation that masks its secret-named columns (``masked_relation``):
+the same zero-copy scan. Only the first rows the data policy allows are fetched, each value
+cut by DuckDB itself (``bounded``), so a result of any size costs its first rows. The kernel
+formats what comes back under the data policy (``_cell``, ``clip``, ``_query_error``).
 """
 
 from __future__ import annotations
 
 import re
+import signal
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -25,6 +34,7 @@ from ...core.sqlquery import check_read_only, one_line
 from ...core.store import LOCKED_DOWN
 from ...errors import SQLFailed, SQLRefused, ToolError
 from .describe import DataToolError, Egress
+from .forked import FORKS, ChildDied, ChildFailed, ChildTimedOut, run_forked
 from .namespace import user_items
 from .policy import REDACTED, VALUE_CHARS, DataPolicy, Secrets, clip, secret_fields, secret_name
 
@@ -34,6 +44,15 @@ QUERY_DEADLINE = 60.0
 #: (an aggregate, a join, a sort: ``string_agg`` of 400 MB fails at once instead of taking
 #: 1.4 GB), no spill to a temporary directory, and two threads
 QUERY_MEMORY_LIMIT = "512MB"
+#: what the process running one query may take beyond what the kernel maps when it forks
+#: (forked.py): DuckDB's limit, the value one function builds outside it, the rows fetched.
+#: RLIMIT_DATA counts address space the allocator keeps after freeing it (DuckDB's allocator
+#: retains it), not only what is resident: at 1,024 MB a 50 MB ``repeat`` beside a 5M-item
+#: list (a peak of ~600 MB resident) failed one run in five
+QUERY_PROCESS_MEMORY_MB = 2048
+#: what the agent reads when the query's process ran out of memory
+OUT_OF_MEMORY = (f"the query needed more than {QUERY_PROCESS_MEMORY_MB} MB (kernel__query may hold "
+                 f"{QUERY_PROCESS_MEMORY_MB} MB): filter or aggregate before building large values, or add LIMIT")
 QUERY_LIMITS: dict[str, str | int] = {"memory_limit": QUERY_MEMORY_LIMIT, "temp_directory": "",
                                       "max_temp_directory_size": "0B", "threads": 2}
 _TABLE_MODULES = ("pandas", "pyarrow", "polars", "numpy")
@@ -206,52 +225,36 @@ def run_query(sql: str, ns: Mapping[str, Any], policy: DataPolicy, hidden: Any =
         raise ToolError(f"kernel__query reads the notebook's frames by their names, not through "
                         f"{', '.join(sorted(scans))}")
     wanted = referenced_names(sql)
-    con = _connection()
-    timer = threading.Timer(deadline, con.interrupt)
-    timer.daemon = True
-    used: list[str] = []
+    tables: list[tuple[str, Any, Any]] = []
+    for name, obj in user_items(ns, hidden):
+        if name not in wanted:
+            continue
+        table = scannable(obj)
+        if table is None:
+            continue
+        if secret_name(name):
+            raise ToolError(f"{name} holds a secret (its name says so); kernel__query does not read it")
+        tables.append((name, obj, table))
+    used = [name for name, _, _ in tables]
     limit = policy.row_limit
     try:
-        for name, obj in user_items(ns, hidden):
-            if name not in wanted:
-                continue
-            table = scannable(obj)
-            if table is None:
-                continue
-            if secret_name(name):
-                raise ToolError(f"{name} holds a secret (its name says so); kernel__query does not read it")
-            try:
-                rel = masked_relation(con, table)
-                con.register(name, rel if rel is not None else table)
-            except (duckdb.Error, TypeError, ValueError) as exc:
-                raise ToolError(f"cannot query {name} ({type(obj).__name__}): {one_line(exc)}") from None
-            used.append(name)
-        timer.start()
-        try:
-            rel = con.sql(sql)
-            if rel is None:
-                return "the statement returned no rows", Egress(variables=used)
-            # a value costs at least 4 characters of the text ("x | "): the columns and rows
-            # that can fit in the tool output are the most fetched
-            max_columns = max(1, policy.max_chars // 4)
-            rel, columns, kinds = bounded(rel, max_columns)
-            fit = max(1, policy.max_chars // (4 * max(1, len(kinds))))
-            fetch = min(limit, fit)
-            rows = rel.limit(fetch + 1).fetchall()
-        except duckdb.InterruptException:
-            raise ToolError(f"the query ran over {deadline:g} s and was stopped") from None
-        except duckdb.OutOfMemoryException as exc:
-            raise _query_error(exc, sql, ns, hidden, used, policy, secrets,
-                               hint=f" (kernel__query may hold {QUERY_MEMORY_LIMIT} of memory: filter or aggregate "
-                                    "before building large values, or add LIMIT)") from None
-        except duckdb.PermissionException:
-            raise ToolError("kernel__query reads only the notebook's variables: files and the network are off "
-                            "(query a DataFrame by its name)") from None
-        except duckdb.Error as exc:
-            raise _query_error(exc, sql, ns, hidden, used, policy, secrets) from None
-    finally:
-        timer.cancel()
-        con.close()
+        run = _in_child if FORKS else _in_process
+        result = run(sql, tables, policy, deadline)
+    except duckdb.InterruptException:
+        raise ToolError(f"the query ran over {deadline:g} s and was stopped") from None
+    except duckdb.OutOfMemoryException as exc:
+        raise _query_error(exc, sql, ns, hidden, used, policy, secrets,
+                           hint=f" (kernel__query may hold {QUERY_MEMORY_LIMIT} in DuckDB's operators, "
+                                f"{QUERY_PROCESS_MEMORY_MB} MB in all: filter or aggregate before building large "
+                                "values, or add LIMIT)") from None
+    except duckdb.PermissionException:
+        raise ToolError("kernel__query reads only the notebook's variables: files and the network are off "
+                        "(query a DataFrame by its name)") from None
+    except duckdb.Error as exc:
+        raise _query_error(exc, sql, ns, hidden, used, policy, secrets) from None
+    if result is None:
+        return "the statement returned no rows", Egress(variables=used)
+    columns, kinds, rows, fetch = result
     more = len(rows) > fetch
     rows = rows[:fetch]
     secret_cols = {i for i, c in enumerate(columns) if secret_name(c)}
@@ -275,6 +278,75 @@ def run_query(sql: str, ns: Mapping[str, Any], policy: DataPolicy, hidden: Any =
         lines.append(f"… values longer than {VALUE_CHARS} characters were cut (marked …)")
     text = clip("\n".join(lines), policy.max_chars, secrets)
     return text, Egress(variables=used, rows=len(rows), columns=len(kinds), chars=len(text))
+
+
+#: what the query's result is before the policy formats it: column names, each column's kind
+#: (``bounded``), at most ``fetch`` + 1 rows, and ``fetch``; None for a statement with no rows
+Fetched = tuple[list[str], list[str], list[tuple[Any, ...]], int] | None
+
+
+def _execute(con: duckdb.DuckDBPyConnection, sql: str, tables: list[tuple[str, Any, Any]],
+             policy: DataPolicy) -> Fetched:
+    """Register ``tables`` (name, variable, what DuckDB scans) masked on ``con``, run ``sql`` and
+    fetch the first rows the policy and the tool output allow, each value cut by DuckDB."""
+    for name, obj, table in tables:
+        try:
+            rel = masked_relation(con, table)
+            con.register(name, rel if rel is not None else table)
+        except (duckdb.Error, TypeError, ValueError) as exc:
+            raise ToolError(f"cannot query {name} ({type(obj).__name__}): {one_line(exc)}") from None
+    result = con.sql(sql)
+    if result is None:
+        return None
+    # a value costs at least 4 characters of the text ("x | "): the columns and rows
+    # that can fit in the tool output are the most fetched
+    max_columns = max(1, policy.max_chars // 4)
+    result, columns, kinds = bounded(result, max_columns)
+    fit = max(1, policy.max_chars // (4 * max(1, len(kinds))))
+    fetch = min(policy.row_limit, fit)
+    return columns, kinds, result.limit(fetch + 1).fetchall(), fetch
+
+
+def _in_child(sql: str, tables: list[tuple[str, Any, Any]], policy: DataPolicy, deadline: float) -> Fetched:
+    """The query run in a forked child (forked.py) on a fresh locked-down instance of its own
+    (never the kernel's: a thread of the kernel may hold its locks): what it builds, however
+    large, dies with the child. Its failures come back as the exceptions ``run_query`` reads."""
+
+    def execute() -> Fetched:
+        con = duckdb.connect(":memory:", config={**LOCKED_DOWN, **QUERY_LIMITS})
+        return _execute(con, sql, tables, policy)
+
+    try:
+        return run_forked(execute, memory_mb=QUERY_PROCESS_MEMORY_MB, deadline=deadline)
+    except ChildTimedOut:
+        raise duckdb.InterruptException("the query ran over its deadline") from None
+    except ChildDied as died:
+        if died.signum == signal.SIGINT:
+            raise ToolError("the query was interrupted (the kernel was interrupted)") from None
+        raise ToolError(OUT_OF_MEMORY) from None
+    except ChildFailed as failed:
+        kind = getattr(duckdb, failed.kind, None)
+        if isinstance(kind, type) and issubclass(kind, duckdb.Error):
+            raise kind(failed.message) from None
+        if failed.kind == "ToolError":
+            raise ToolError(failed.message) from None
+        if failed.kind == "MemoryError":
+            raise ToolError(OUT_OF_MEMORY) from None
+        raise ToolError(f"the query failed: {failed.kind}: {failed.message}") from None
+
+
+def _in_process(sql: str, tables: list[tuple[str, Any, Any]], policy: DataPolicy, deadline: float) -> Fetched:
+    """The query run on the kernel's own query instance, where the kernel cannot fork (Windows):
+    DuckDB's memory limit holds, one value built by one function is not bounded."""
+    con = _connection()
+    timer = threading.Timer(deadline, con.interrupt)
+    timer.daemon = True
+    timer.start()
+    try:
+        return _execute(con, sql, tables, policy)
+    finally:
+        timer.cancel()
+        con.close()
 
 
 _QUOTED_VALUE = re.compile(r"'((?:[^']|'')*)'")

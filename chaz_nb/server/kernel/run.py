@@ -40,6 +40,10 @@ class CellOutput:
     rich: list[dict[str, Any]] = field(default_factory=list)
     #: why the code was stopped (timeout, Interrupt, Stop); None when it ran to its end
     stopped: str | None = None
+    #: the rich outputs themselves, as nbformat ``display_data`` (data, metadata), in order
+    displays: list[dict[str, Any]] = field(default_factory=list)
+    #: the last expression's value is among ``displays`` (it has a rich repr)
+    result_displayed: bool = False
 
 
 class CodeHost(Protocol):
@@ -170,6 +174,28 @@ def _change_line(c: dict[str, Any]) -> str:
     else:
         shape = ""
     return f"{c['change']} {c['name']} ({c['type']}{shape})"
+
+
+def nb_outputs(out: CellOutput, secrets: Secrets | None = None) -> list[dict[str, Any]]:
+    """What the code produced as nbformat outputs (a cell's), every text masked as the kernel's
+    tools mask what they send (``Secrets.mask``: the store's redaction too); images as they are."""
+    mask = (secrets or Secrets()).mask
+    outputs: list[dict[str, Any]] = []
+    for name, text in (("stdout", out.stdout), ("stderr", out.stderr)):
+        if text:
+            outputs.append({"output_type": "stream", "name": name, "text": mask(text)})
+    for shown in out.displays:
+        data = {mime: mask(value) if isinstance(value, str) and _is_text(mime) else value
+                for mime, value in (shown.get("data") or {}).items()}
+        outputs.append({"output_type": "display_data", "data": data, "metadata": shown.get("metadata") or {}})
+    if out.result is not None and not out.result_displayed:
+        outputs.append({"output_type": "execute_result", "execution_count": None,
+                        "data": {"text/plain": mask(out.result)}, "metadata": {}})
+    return outputs
+
+
+def _is_text(mime: str) -> bool:
+    return mime.startswith("text/") or mime.endswith(("json", "javascript", "+xml"))
 
 
 #: how ``kernel__run`` reaches a running piece of code to stop it (``Interrupter.stop``)

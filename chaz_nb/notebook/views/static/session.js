@@ -97,6 +97,14 @@ function drawCard(model, id, card, node) {
       b.disabled = !!card.done;
     }
     node.status.innerHTML = card.status || "";
+    if (card.egress) {  // may the notebook's data leave (server/egress_gate.py): nothing to edit
+      node.approve.textContent = "✓ Allow once";
+      node.approve.title = "Send this data to the model once";
+      node.deny.title = "Keep it in the kernel: the model reads one line saying it was withheld";
+      node.all.textContent = "✓✓ Allow for this session";
+      node.all.title = "Send it, and the agent's later data to this host in this session";
+      node.edit.style.display = "none";
+    }
   }
   return node;
 }
