@@ -26,6 +26,15 @@ from view_text import rows
 from waiting import until
 
 
+def chat_arrived(model_server, timeout: float = 120) -> None:
+    """Block until a chat request has arrived (other requests, such as a GET of the server's
+    /props, may come first)."""
+    n = 1
+    while not model_server.chat_requests():
+        model_server.wait_for_requests(n, timeout)
+        n += 1
+
+
 def kinds(store, session_id: int) -> list[str]:
     return [e.entry_type.value for e in store.entries(session_id)]
 
@@ -38,7 +47,7 @@ async def test_a_worker_killed_mid_call_ends_the_run_with_one_line_and_the_next_
                         backend=backend)
         s = server.current_session("w")
         handle = await server.send(s, "hello")
-        await asyncio.to_thread(model_server.wait_for_requests, 1, 120)
+        await asyncio.to_thread(chat_arrived, model_server)
         killed = backend.pid
         assert killed is not None
         os.kill(killed, signal.SIGKILL)
@@ -118,7 +127,7 @@ def test_a_worker_killed_mid_call_in_a_kernel(kernel, model_server):
         "handle = await server.send(s, 'hello')\n"
     )
     assert kernel.run(setup).status == "ok"
-    model_server.wait_for_requests(1, 120)
+    chat_arrived(model_server)
     r = kernel.run(
         "killed = server.backend.pid\n"
         "os.kill(killed, signal.SIGKILL)\n"
