@@ -36,6 +36,32 @@ def chaz(monkeypatch):
         ip.run_line_magic("unload_ext", "chaz_nb")
 
 
+@pytest.fixture(scope="session")
+def model_worker():
+    """One model worker process (chaz_nb/engine/worker) for the whole run: litellm's import is
+    paid once; each test's loop reaches it through a connection of its own. Retries wait 10 ms."""
+    from chaz_nb.engine.worker import WorkerBackend
+
+    backend = WorkerBackend(backoff=0.01)
+    backend.start()
+    yield backend
+    backend.close()
+
+
+@pytest.fixture(params=["in_kernel", "worker"])
+def wire_backend(request):
+    """The model backend of a wire test, both ways: litellm in this process (``LiteLLMBackend``)
+    and in the model worker (``WorkerBackend``, the notebook's default). A test marked
+    ``litellm_in_kernel`` patches litellm here, so it runs in-process only."""
+    from chaz_nb.engine.backends import LiteLLMBackend
+
+    if request.param == "in_kernel":
+        return LiteLLMBackend(backoff=0.01)
+    if request.node.get_closest_marker("litellm_in_kernel"):
+        pytest.skip("patches litellm in this process; the worker's litellm is another")
+    return request.getfixturevalue("model_worker")
+
+
 @pytest.fixture
 def model_server():
     """A model provider on a real 127.0.0.1 socket (OpenAI and Ollama dialects); see tests/fakes."""

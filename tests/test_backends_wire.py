@@ -46,12 +46,12 @@ def planted_key(monkeypatch):
 
 
 @pytest.fixture
-def make(store, model_server):
-    """A Server whose agents talk to the wire fixture; retries wait 10 ms, not 0.5 s."""
+def make(store, model_server, wire_backend):
+    """A Server whose agents talk to the wire fixture, litellm in this process or in the model
+    worker (``wire_backend``); retries wait 10 ms, not 0.5 s."""
 
     def build(*agents: Agent, backend: LiteLLMBackend | None = None) -> Server:
-        return Server(store, list(agents), ToolRegistry([add, deploy]),
-                      backend=backend or LiteLLMBackend(backoff=0.01))
+        return Server(store, list(agents), ToolRegistry([add, deploy]), backend=backend or wire_backend)
 
     return build
 
@@ -99,6 +99,7 @@ async def test_plain_reply_comes_over_the_openai_wire(make, store, model_server)
     assert not model_server.unscripted
 
 
+@pytest.mark.litellm_in_kernel
 async def test_price_lookup_of_an_unpriced_model_happens_once(make, store, model_server, monkeypatch):
     from chaz_nb.engine import backends
 
@@ -230,7 +231,9 @@ async def test_rate_limit_is_retried_after_what_retry_after_asks(make, store, mo
     assert kinds(store, s) == ["Message", "Ack", "Message"]  # a retry that worked leaves no trace
 
 
-async def test_retry_after_wait_is_capped(store, model_server, make):
+async def test_retry_after_wait_is_capped(store, model_server, make, wire_backend):
+    if not isinstance(wire_backend, LiteLLMBackend):
+        pytest.skip("the cap is LiteLLMBackend's, the same code in the worker (a worker of its own costs an import)")
     model_server.script(RateLimit(retry_after=60), Reply("made it"))
     server = make(wire_agent("w", model_server.openai_base), backend=LiteLLMBackend(retry_after_cap=0.05))
     reply = await asyncio.wait_for((await server.send(server.current_session("w"), "hi")).wait(), 20)
@@ -347,6 +350,7 @@ async def test_a_server_that_refuses_the_tools_says_they_never_reached_the_model
     assert "--jinja" in error.content and error.payload["error_kind"] == "tools_unsupported"
 
 
+@pytest.mark.litellm_in_kernel
 async def test_a_model_that_takes_no_tools_is_noted_once_in_its_session(make, store, model_server, monkeypatch):
     """litellm's model info says the model calls no tools: the session says so, once."""
     from chaz_nb.engine.backends import litellm_ready

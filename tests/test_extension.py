@@ -28,7 +28,25 @@ def run_python(code: str, cwd: str | None = None, env: dict | None = None) -> st
     return out.stdout
 
 
+def test_load_ext_starts_the_model_worker_and_imports_no_litellm(tmp_path):
+    out = run_python(
+        """
+        import os, sys
+        from IPython.core.interactiveshell import InteractiveShell
+        ip = InteractiveShell.instance()
+        ip.run_line_magic('load_ext', 'chaz_nb')
+        import chaz_nb
+        backend = chaz_nb.current().backend
+        os.kill(backend.pid, 0)  # started by the load: a process of its own
+        print('worker:', type(backend).__name__, backend.pid != os.getpid(), 'litellm' in sys.modules)
+        """,
+        cwd=str(tmp_path),
+    )
+    assert "worker: WorkerBackend True False" in out.splitlines()
+
+
 def test_load_ext_imports_litellm_in_a_background_thread_it_does_not_wait_for(tmp_path):
+    """With litellm in the kernel (``CHAZ_MODEL_WORKER=0``): imported off the loop."""
     out = run_python(
         """
         import sys, threading, time
@@ -51,7 +69,7 @@ def test_load_ext_imports_litellm_in_a_background_thread_it_does_not_wait_for(tm
         loader.start_import().result(timeout=120)
         print('imported in:', imported_by, 'litellm' in sys.modules)
         """,
-        cwd=str(tmp_path),
+        cwd=str(tmp_path), env={"CHAZ_MODEL_WORKER": "0"},
     )
     lines = out.splitlines()
     assert "after import: False False" in lines  # importing chaz_nb imports neither

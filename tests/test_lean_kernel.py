@@ -75,7 +75,9 @@ def test_load_ext_imports_no_optional_part(tmp_path):
 
 def test_a_whole_reply_turn_builds_no_tokenizer(tmp_path, model_server):
     """Over the OpenAI wire, as a hosted model: a whole reply needs no tokenizer; a streamed one
-    builds it (litellm counts the prompt when a stream starts)."""
+    builds it (litellm counts the prompt when a stream starts). With litellm in the kernel
+    (``CHAZ_MODEL_WORKER=0``): by default neither litellm nor its tokenizer is ever in the kernel
+    (tests/test_model_worker.py)."""
     from fakes.openai_server import Reply
 
     model_server.script(Reply("whole"), Reply("streamed"))
@@ -90,7 +92,7 @@ def test_a_whole_reply_turn_builds_no_tokenizer(tmp_path, model_server):
         cell("%chaz @s hello")
         out["streamed"] = [m for m in OPTIONAL if m in sys.modules]
     """,
-        env={"OPENAI_API_KEY": "sk-test"},
+        env={"OPENAI_API_KEY": "sk-test", "CHAZ_MODEL_WORKER": "0"},
     )
     assert out["loaded"] == [] and out["after"] == []
     assert out["streamed"] == ["litellm.litellm_core_utils.default_encoding"]

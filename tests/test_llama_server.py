@@ -1,6 +1,7 @@
 """chaz_nb against a real language model server nobody here wrote (issue 29): llama.cpp's
 llama-server with SmolLM2-135M-Instruct (tests/fakes/llama_server.py), through litellm's
-ordinary providers (``openai/`` and ``hosted_vllm/`` with ``api_base``), in process.
+ordinary providers (``openai/`` and ``hosted_vllm/`` with ``api_base``), in this process and in
+the model worker (every test both ways: ``wire_backend``).
 
 Its own SSE framing, token counts, context limit, chat template and a model that follows no
 script: replies are checked for what a user sees (a Message, a stream that grows, usage from
@@ -17,7 +18,6 @@ import pytest
 
 from chaz_nb.core.entries import EntryType as T
 from chaz_nb.core.window import budget_for_window
-from chaz_nb.engine.backends import LiteLLMBackend
 from chaz_nb.engine.tools import ToolRegistry, tool
 from chaz_nb.server import Server
 from chaz_nb.server.agents import Agent
@@ -40,6 +40,17 @@ def key(monkeypatch):
     monkeypatch.setenv("HOSTED_VLLM_API_KEY", "sk-llama-local")
 
 
+#: the backend of the test running now (``wire_backend``: litellm in this process, or the worker)
+_backend: dict[str, object] = {}
+
+
+@pytest.fixture(autouse=True)
+def backend(wire_backend):
+    _backend["now"] = wire_backend
+    yield wire_backend
+    _backend.clear()
+
+
 def agent(name: str, base: str, model: str = "openai/smollm2", **kw) -> Agent:
     kw.setdefault("model_options", SHORT)
     kw.setdefault("tools", [])  # offered tools bring the template's note (a test of its own)
@@ -47,7 +58,7 @@ def agent(name: str, base: str, model: str = "openai/smollm2", **kw) -> Agent:
 
 
 def serve(store, *agents: Agent) -> Server:
-    return Server(store, list(agents), ToolRegistry([add]), backend=LiteLLMBackend(backoff=0.05))
+    return Server(store, list(agents), ToolRegistry([add]), backend=_backend["now"])  # type: ignore[arg-type]
 
 
 async def send(server: Server, s: int, text: str):

@@ -15,7 +15,6 @@ import pytest
 from fakes.openai_server import Call, Reply, Slow, StallMidStream
 from chaz_nb.core.entries import EntryType as T
 from chaz_nb.core.store import StoreError
-from chaz_nb.engine.backends import LiteLLMBackend
 from chaz_nb.engine.tools import ToolRegistry, tool
 from chaz_nb.server import Server
 from chaz_nb.server.agents import Agent
@@ -54,11 +53,12 @@ def _env(monkeypatch):
 
 
 @pytest.fixture
-def make(store, model_server):
+def make(store, model_server, wire_backend):
+    """A Server on the wire fixture, litellm in this process or in the model worker."""
     def build(*names: str, **kw) -> Server:
         agents = [Agent(n, model=f"openai/{n}-model", api_base=model_server.openai_base, **kw) for n in names]
         tools = ToolRegistry([crunch, deploy])
-        return Server(store, agents, tools, backend=LiteLLMBackend(backoff=0.01))
+        return Server(store, agents, tools, backend=wire_backend)
 
     return build
 

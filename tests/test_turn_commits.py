@@ -204,6 +204,7 @@ def test_a_turns_view_opens_once_its_model_request_is_on_the_wire(chaz, monkeypa
     from fakes.openai_server import FakeModelServer, Reply
 
     from chaz_nb.engine import backends
+    from chaz_nb.engine.worker import WorkerBackend
     from chaz_nb.notebook.views import base
     from chaz_nb.notebook.views.display import WIDGET_MIME, StaticFallbackView
 
@@ -218,7 +219,16 @@ def test_a_turns_view_opens_once_its_model_request_is_on_the_wire(chaz, monkeypa
 
         return on_leaving(both)
 
-    monkeypatch.setattr(backends, "_on_leaving", leaving_seen)
+    monkeypatch.setattr(backends, "_on_leaving", leaving_seen)  # (litellm in this process)
+    # the notebook's default: litellm in the model worker, which says "leaving" over its socket
+    dispatch = WorkerBackend._dispatch
+
+    def dispatch_seen(self, process, message):
+        if message.get("op") == "leaving":
+            left.set()
+        return dispatch(self, process, message)
+
+    monkeypatch.setattr(WorkerBackend, "_dispatch", dispatch_seen)
     bundles: list[tuple[bool, dict]] = []
     display = StaticFallbackView.display
 

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from .faults import (RETRY_AFTER_CAP, RETRY_BACKOFF, ProviderError, classify, provider_error, retry_after,
                      retryable, stream_broken)
 # re-exported: litellm's loading is litellm_loader's, these three are this module's API too
-from .litellm_loader import litellm_module, litellm_ready, start_import, tokenizer_ready
+from .litellm_loader import litellm_loaded, litellm_module, litellm_ready, start_import, tokenizer_ready
 from .offline_models import SCRIPT_KEY, is_offline
 from .streaming import StreamAssembly
 
@@ -148,6 +148,14 @@ class LiteLLMBackend:
     def __init__(self, *, retry_after_cap: float = RETRY_AFTER_CAP, backoff: float = RETRY_BACKOFF) -> None:
         self.retry_after_cap = retry_after_cap
         self.backoff = backoff
+
+    def loading(self) -> bool:
+        """Whether a call would wait for litellm's import now (seconds after ``%load_ext``)."""
+        return not litellm_loaded()
+
+    async def refuses_tools(self, model: str) -> bool:
+        """Whether litellm's model info says ``model`` takes no tools (see ``refuses_tools``)."""
+        return refuses_tools(await litellm_ready(), model)
 
     async def complete(
         self,

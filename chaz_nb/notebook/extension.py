@@ -6,9 +6,10 @@ working directory), builds a Server with the default agent ``assistant`` (model
 ``%chaz`` / ``%%chaz`` and prints one line. When another kernel holds the file, this kernel
 says so in that line and uses a file of its own (``.chaz/sessions-<pid>.duckdb`` beside it).
 
-This module imports nothing heavy at import time. litellm (seconds to import) is imported in
-a background thread that loading starts and does not wait for; the first model call awaits
-that thread without blocking the kernel's loop (``litellm_loader.start_import``).
+This module imports nothing heavy at import time. Model calls run in the model worker process
+(``engine/worker``), which loading starts and does not wait for: litellm (seconds to import) is
+imported there while the user types, and never in the kernel. ``CHAZ_MODEL_WORKER=0`` keeps
+litellm in the kernel instead, imported in a background thread (``litellm_loader.start_import``).
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def build_server(store: Any, loop: Any, agents: Any = None, tools: Any = None) -
         for name in tools.names():
             if name not in ("spawn_agent", "spawn_worker") and not name.startswith("kernel__"):
                 registry.register(tools.get(name))
-    server = Server(store, tools=registry, keep_agents=True)
+    server = Server(store, tools=registry, keep_agents=True, backend=model_backend())
     # the built-in default: never kept, and one defined with %chaz agent assistant wins
     server.roster.define_built_in(Agent(DEFAULT_AGENT, model=default_model(), tools=list(SAFE_DEFAULT_TOOLS)))
     for agent in (agents or {}).values():
@@ -158,7 +159,7 @@ def load_ipython_extension(ip: Any) -> None:
     _watch_cells(ip)
     print(line)
     _start_schedules(state)
-    _start_litellm_import()
+    _start_model_worker(server, loop)
 
 
 def _watch_cells(ip: Any) -> None:
@@ -189,8 +190,29 @@ def _add_kernel(server: Any, shell: Any) -> None:
     server.add_kernel(NotebookHost(shell))
 
 
-def _start_litellm_import() -> None:
-    """Import litellm off the kernel loop now, so the first turn finds it ready."""
+def model_backend() -> Any:
+    """The notebook's model backend: the model worker process (``engine/worker``), so that
+    litellm is never imported in the kernel; ``CHAZ_MODEL_WORKER=0`` keeps litellm in the
+    kernel's process (``LiteLLMBackend``, as before the worker)."""
+    if os.environ.get("CHAZ_MODEL_WORKER", "").strip() == "0":
+        from ..engine.backends import LiteLLMBackend
+
+        return LiteLLMBackend()
+    from ..engine.worker import shared_backend
+
+    return shared_backend()
+
+
+def _start_model_worker(server: Any, loop: Any) -> None:
+    """Start the model worker (or, in-process, litellm's import off the loop) now, so that the
+    first turn finds litellm imported."""
+    start = getattr(server.backend, "start", None)
+    if callable(start):
+        try:
+            start(loop)
+        except Exception as exc:  # noqa: BLE001 - the first call starts it again and says why it cannot
+            print(f"chaz_nb: the model worker did not start: {str(exc).splitlines()[0] if str(exc) else exc!r}")
+        return
     from ..engine.litellm_loader import start_import
 
     start_import()

@@ -329,9 +329,8 @@ class Server:
     def model_library_loading(self) -> bool:
         """Whether a model call would wait for litellm's import now (seconds after
         ``%load_ext``): the views say "loading the model library…" meanwhile."""
-        from ..engine.litellm_loader import litellm_loaded
-
-        return isinstance(self.backend, LiteLLMBackend) and not litellm_loaded()
+        loading = getattr(self.backend, "loading", None)  # (LiteLLMBackend's, WorkerBackend's)
+        return bool(loading()) if callable(loading) else False
 
     def session_status(self, session_id: int) -> str:
         """``idle``, ``running`` or ``parked`` (waiting for a person)."""

@@ -18,7 +18,6 @@ import asyncio
 from typing import Any
 
 from ..core.entries import EntryType
-from ..engine.backends import LiteLLMBackend, litellm_ready, refuses_tools
 from ..engine.runtime import ToolExecutor, ToolOutcome
 from .ports import Part, RunContext, ServerPort
 from .template_caps import server_root, template_takes_tools
@@ -54,7 +53,9 @@ class ToolSupport(Part):
     def wrap_executor(self, ctx: RunContext, executor: ToolExecutor) -> ToolExecutor:
         if (ctx.session_id, ctx.agent.model) in self.told:
             return executor
-        if not isinstance(self.port.backend, LiteLLMBackend) and not ctx.agent.api_base:
+        # a backend that can ask litellm's model info (in the kernel or in the model worker), or
+        # a model server that can be asked about its template
+        if getattr(self.port.backend, "refuses_tools", None) is None and not ctx.agent.api_base:
             return executor
         return _Check(self, ctx, executor)
 
@@ -69,10 +70,12 @@ class ToolSupport(Part):
                                payload={"tools_unsupported": ctx.agent.model, "note": True})
 
     async def _litellm_says(self, ctx: RunContext) -> str | None:
-        if not isinstance(self.port.backend, LiteLLMBackend):
+        # litellm's model info, where litellm runs (LiteLLMBackend here, WorkerBackend in the
+        # model worker); imported already, but for the first turn after %load_ext
+        refuses = getattr(self.port.backend, "refuses_tools", None)
+        if refuses is None:
             return None
-        litellm = await litellm_ready()  # (imported already, but for the first turn after %load_ext)
-        return no_tools_note(ctx.agent.name, ctx.agent.model) if refuses_tools(litellm, ctx.agent.model) else None
+        return no_tools_note(ctx.agent.name, ctx.agent.model) if await refuses(ctx.agent.model) else None
 
     async def _server_says(self, ctx: RunContext) -> str | None:
         root = server_root(ctx.agent.api_base) if ctx.agent.api_base else None

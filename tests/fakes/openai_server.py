@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import json
+import select
 import socket
 import threading
 import time
@@ -151,6 +152,8 @@ class FakeModelServer:
         self.props_requests: list[Recorded] = []
         self._arrived = threading.Condition(self._lock)
         self._closing = threading.Event()
+        #: stalled streams whose client closed the connection (a stopped call: ``wait_disconnected``)
+        self.disconnects = 0
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
@@ -203,6 +206,17 @@ class FakeModelServer:
             if not self._arrived.wait_for(lambda: len(self.requests) >= n, timeout):
                 raise TimeoutError(f"{len(self.requests)} of {n} requests arrived in {timeout} s")
             return list(self.requests)
+
+    def _disconnected(self) -> None:
+        with self._arrived:
+            self.disconnects += 1
+            self._arrived.notify_all()
+
+    def wait_disconnected(self, timeout: float = 10.0, n: int = 1) -> None:
+        """Block until ``n`` stalled streams have seen their client close the connection."""
+        with self._arrived:
+            if not self._arrived.wait_for(lambda: self.disconnects >= n, timeout):
+                raise TimeoutError(f"{self.disconnects} of {n} stalled streams saw their client go in {timeout} s")
 
     def chat_requests(self) -> list[Recorded]:
         return [r for r in self.requests if r.path.endswith(("/chat/completions", "/api/chat"))]
@@ -401,7 +415,9 @@ def _handler_for(server: FakeModelServer) -> type[BaseHTTPRequestHandler]:
                 self._streaming("text/event-stream")
                 for event in openai_chunks(item.reply, model, True)[: item.after_chunks]:
                     self._chunk(f"data: {json.dumps(event)}\n\n".encode())
-                server._closing.wait()
+                if self._client_gone_before_closing():
+                    server._disconnected()
+                    return
                 self._hang_up()
                 return
             assert isinstance(item, Reply)
@@ -440,6 +456,18 @@ def _handler_for(server: FakeModelServer) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(payload[: len(payload) // 2])
             self.wfile.flush()
             self._hang_up()
+
+        def _client_gone_before_closing(self) -> bool:
+            """Wait until the server closes (False) or the client closes the connection (True)."""
+            while not server._closing.is_set():
+                readable, _, _ = select.select([self.connection], [], [], 0.05)
+                if readable:
+                    try:
+                        if not self.connection.recv(1, socket.MSG_PEEK):
+                            return True
+                    except OSError:
+                        return True
+            return False
 
         def _hang_up(self) -> None:
             # a hard close (no chunked terminator, body short of content-length)
