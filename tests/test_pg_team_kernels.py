@@ -10,6 +10,7 @@ import pytest
 
 from kernel_harness import Kernel
 from test_pg_kernels import DEPLOY, OPS, messages, ok, rows, session_of
+from fakes.postgres import retire_team_role
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -46,6 +47,7 @@ def team_kernels(pg_url, tmp_path):
     finally:
         for k in started:
             k.close()
+        retire_team_role(pg_url)
 
 
 def test_bob_cannot_see_decide_or_stop_alices_run_until_she_shares_it(team_kernels, pg_url):

@@ -18,6 +18,7 @@ from chaz_nb.core.entries import EntryType
 from chaz_nb.core.store import SessionStore, StoreError
 from chaz_nb.core.store.pgteam import set_up_team
 from chaz_nb.server import sharing
+from fakes.postgres import retire_team_role
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -48,6 +49,7 @@ def team(pg_cluster, pg_url):
     yield pg_url, a, b, {"alice": alice, "bob": bob, "outsider": outsider}
     a.close()
     b.close()
+    retire_team_role(pg_url)
 
 
 def private_session(a) -> tuple[int, list[int]]:

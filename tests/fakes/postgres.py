@@ -188,3 +188,15 @@ class PostgresCluster:
             shutil.rmtree(self.root, ignore_errors=True)
             if self in _live:
                 _live.remove(self)
+
+
+def retire_team_role(admin_url: str) -> None:
+    """Drop the team's group role a test's ``set_up_team`` made: a role is the whole cluster's,
+    and while it exists every later test's database counts as a team's (its unknown senders
+    confined), so each team test takes it back with it."""
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as con:
+        if con.execute("SELECT 1 FROM pg_roles WHERE rolname = 'chaz_nb_team'").fetchone():
+            con.execute("DROP OWNED BY chaz_nb_team")
+            con.execute("DROP ROLE chaz_nb_team")
