@@ -153,9 +153,9 @@ def peak_rss_mb() -> int:
         return next(int(line.split()[1]) // 1024 for line in f if line.startswith("VmHWM:"))
 
 
-def zombies() -> list[int]:
-    """This process's children that ended and were never reaped."""
-    found = []
+def children() -> dict[int, str]:
+    """This process's children and their state letter (``Z``: ended, never reaped)."""
+    found = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
@@ -163,9 +163,14 @@ def zombies() -> list[int]:
                     fields = f.read().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if fields[0] == "Z" and int(fields[1]) == os.getpid():
-                found.append(int(entry))
+            if int(fields[1]) == os.getpid():
+                found[int(entry)] = fields[0]
     return found
+
+
+def zombies() -> list[int]:
+    """This process's children that ended and were never reaped."""
+    return [pid for pid, state in children().items() if state == "Z"]
 
 
 #: one value built by one function, outside DuckDB's memory_limit: each took the kernel's
@@ -244,17 +249,7 @@ async def test_a_query_killed_at_its_deadline_is_reaped_and_the_next_one_runs(mo
 
 def live_children() -> list[int]:
     """This process's children still running (not zombies)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[0] != "Z" and int(fields[1]) == os.getpid():
-                found.append(int(entry))
-    return found
+    return [pid for pid, state in children().items() if state != "Z"]
 
 
 async def test_a_stopped_run_ends_its_query_process_at_once():
